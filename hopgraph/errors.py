@@ -1,0 +1,27 @@
+"""User-facing errors.
+
+Everything a user can cause (bad input, a broken index, a wrong option) raises a subclass of
+:class:`HopgraphError` whose message says what is wrong and where; the CLI prints that message
+instead of a traceback.
+"""
+from __future__ import annotations
+
+
+class HopgraphError(Exception):
+    """Base class for errors whose message is meant for the user."""
+
+
+class InputError(HopgraphError):
+    """A corpus file or record cannot be read (names the file and, where known, the line)."""
+
+
+class ConfigError(HopgraphError):
+    """A configuration file or override is invalid."""
+
+
+class IndexFormatError(HopgraphError):
+    """An index directory is missing, partial, corrupt or of a newer format."""
+
+
+class DependencyError(HopgraphError):
+    """An optional dependency (GPU, BGE weights, ...) is not available here."""
