@@ -1,0 +1,197 @@
+"""Command line: ``hopgraph index | query | eval | inspect``.
+
+Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named by its TOML key
+(``--chunking.size 150``), generated from the config model so help text and defaults live in one
+place. Precedence: command-line option > ``--config`` TOML file > built-in default.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from hopgraph.config import HopgraphConfig, leaf_fields, load_config
+from hopgraph.errors import HopgraphError
+
+BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.")
+QUERY_SECTIONS = ("retrieval.", "embedding.device")
+
+
+def _click_type(annotation: Any) -> tuple[Any, bool]:
+    """(click type, is_flag-like bool) for a pydantic field annotation."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is typing.Literal:
+        return click.Choice([str(a) for a in typing.get_args(annotation)]), False
+    if args and typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return _click_type(args[0])
+    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING), annotation is bool
+
+
+def config_options(prefixes: tuple[str, ...]) -> Callable[[Callable], Callable]:
+    """Decorator adding one option per config leaf whose dotted name starts with a prefix."""
+    def decorate(func: Callable) -> Callable:
+        for dotted, info in reversed(leaf_fields()):
+            if not dotted.startswith(prefixes):
+                continue
+            kind, _ = _click_type(info.annotation)
+            default = info.default
+            help_text = f"{info.description or ''} [default: {default if default is not None else 'auto'}]"
+            func = click.option(f"--{dotted}", dotted.replace(".", "__"), type=kind, default=None, help=help_text, show_default=False)(func)
+        return func
+    return decorate
+
+
+def build_config(config_file: str | None, options: dict[str, Any]) -> HopgraphConfig:
+    overrides = {name.replace("__", "."): value for name, value in options.items() if "__" in name and value is not None}
+    return load_config(config_file, overrides)
+
+
+def _fail(message: str) -> None:
+    click.secho(f"error: {message}", fg="red", err=True)
+    sys.exit(2)
+
+
+class Group(click.Group):
+    """Turns user-facing errors into one clear line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HopgraphError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted; finished stages are kept, run the same command again to resume")
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="hopgraph")
+def main() -> None:
+    """hopgraph: on-premises multi-granular Graph-RAG.
+
+    Index a corpus without any LLM (chunks, sub-chunks, sentences, keyword/concept graphs, KNN graph),
+    then retrieve multi-hop evidence with provenance, or evaluate methods on benchmark data.
+    """
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Index directory to create or resume.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings (sections as below).")
+@click.option("--overwrite", is_flag=True, help="Rebuild even if OUT holds an index of another corpus or settings.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@config_options(BUILD_SECTIONS)
+def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: bool, quiet: bool, **options: Any) -> None:
+    """Index PATHS (files, folders, JSONL, or benchmark data) into OUT without any LLM.
+
+    A run that is interrupted resumes from its last finished stage when the same command is run again.
+    """
+    from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
+    from hopgraph.index.pipeline import build_index  # noqa: PLC0415
+
+    config = build_config(config_file, options)
+    corpus = read_corpus(paths)
+    for problem in corpus.problems:
+        click.secho(f"skipped: {problem}", fg="yellow", err=True)
+    manifest = build_index(corpus.documents, out, config, progress=not quiet, overwrite=overwrite)
+    counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
+    seconds = sum(s["seconds"] for s in manifest["stages"].values())
+    click.echo(f"indexed {len(corpus.documents)} documents into {out} ({counts}; {seconds:.1f} s of stages)")
+
+
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path())
+@click.argument("question")
+@click.option("--groups", help="Comma-separated groups of the reader: only documents whose acl names one of them are used.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full result (context + provenance) as JSON.")
+@config_options(QUERY_SECTIONS)
+def query(index_dir: str, question: str, groups: str | None, as_json: bool, **options: Any) -> None:
+    """Retrieve evidence for QUESTION from INDEX and print it with its provenance."""
+    from hopgraph.retrieve.filters import MetadataFilter  # noqa: PLC0415
+    from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
+    from hopgraph.retrieve.retriever import Retriever  # noqa: PLC0415
+
+    loaded = LoadedIndex(index_dir)
+    overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
+    base = loaded.config.model_dump()
+    for dotted, value in overrides.items():
+        node = base
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    config = HopgraphConfig.model_validate(base)
+    retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
+    flt = MetadataFilter(groups=frozenset(g.strip() for g in groups.split(",") if g.strip())) if groups else None
+    result = retriever.retrieve(question, metadata_filter=flt)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return
+    click.secho(f"{result.method}: {len(result.evidence)} pieces, {result.tokens}/{result.budget} tokens, {result.seconds * 1000:.1f} ms", bold=True)
+    for rank, ev in enumerate(result.evidence[:10], 1):
+        source = ", ".join(t or d for d, t in zip(ev.doc_ids, ev.titles))
+        click.secho(f"\n[{rank}] {ev.kind} {ev.index} (chunk {ev.chunk}) score={ev.score:.3f}  path: {ev.path}", fg="cyan")
+        click.echo(f"    source: {source}")
+        click.echo("    " + ev.text[:400].replace("\n", " ") + ("…" if len(ev.text) > 400 else ""))
+    if len(result.evidence) > 10:
+        click.echo(f"\n… {len(result.evidence) - 10} more pieces (use --json for all)")
+
+
+@main.command(name="eval")
+@click.argument("dataset", type=click.Path(exists=True))
+@click.option("--index", "index_dir", required=True, type=click.Path(file_okay=False), help="Index directory for the dataset's corpus (built or resumed first).")
+@click.option("--methods", default="text,knng,keyword,concept,ppr", show_default=True, help="Comma-separated methods to compare.")
+@click.option("--limit", type=int, help="Only the first N questions.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), help="Result JSON path (a .md table and .png chart are written beside it).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@config_options(BUILD_SECTIONS + ("retrieval.budget",))
+def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out: str | None, config_file: str | None, quiet: bool, **options: Any) -> None:
+    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format): Coverage at λ."""
+    from hopgraph.evaluate.runner import evaluate as run, write_outputs  # noqa: PLC0415
+    from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
+
+    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown:
+        raise click.BadParameter(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}", param_hint="--methods")
+    config = build_config(config_file, options)
+    payload = run(dataset, index_dir, config, chosen, limit=limit, progress=not quiet)
+    from hopgraph.evaluate.report import markdown_table  # noqa: PLC0415
+
+    click.echo(markdown_table(payload["results"], ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"]))
+    if out:
+        for path in write_outputs(payload, Path(out)):
+            click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path())
+@click.option("--top", default=10, show_default=True, help="How many core chunks and central concepts to list.")
+def inspect(index_dir: str, top: int) -> None:
+    """Summarise INDEX: counts, stage times, settings, core chunks and central concepts."""
+    import numpy as np  # noqa: PLC0415
+
+    from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
+
+    loaded = LoadedIndex(index_dir)
+    m = loaded.manifest
+    click.secho(f"{index_dir}: format {m['format_version']}, hopgraph {m['hopgraph_version']}", bold=True)
+    click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(m["counts"].items())))
+    click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in m["stages"].items()))
+    click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
+    click.echo("build settings: " + json.dumps(m["build_settings"], sort_keys=True))
+    concept_rank = loaded.array("concept_rank")
+    best = np.argsort(-concept_rank)[:top]
+    click.echo("central concepts: " + ", ".join(loaded.keywords[i] for i in best))
+    chunk_rank = loaded.array("chunk_rank_knn")
+    click.echo("core chunks (KNN PageRank):")
+    for c in np.argsort(-chunk_rank)[:top]:
+        click.echo(f"  chunk {c}: {loaded.chunks['text'][c][:100].replace(chr(10), ' ')}…")
+
+
+if __name__ == "__main__":
+    main()

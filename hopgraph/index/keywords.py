@@ -1,0 +1,71 @@
+"""Keywords (KET) / concepts (G2ConS): words minus stop words, or TF-IDF top terms, with postings.
+
+Postings are sparse incidence matrices (text pieces × keywords); every graph that needs lexical
+overlap is computed from them, never by comparing all pairs of texts.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from hopgraph.config import KeywordConfig
+
+WORD = re.compile(r"[^\W_]+")
+
+
+@functools.lru_cache(maxsize=1)
+def stop_words() -> frozenset[str]:
+    text = resources.files("hopgraph.index").joinpath("stopwords.txt").read_text(encoding="utf-8")
+    return frozenset(word for line in text.splitlines() if not line.startswith("#") for word in line.split())
+
+
+def words(text: str, min_length: int = 2) -> list[str]:
+    """Lower-cased word tokens of ``text`` that can be keywords (stop words removed)."""
+    stops = stop_words()
+    return [w for w in WORD.findall(text.lower()) if len(w) >= min_length and w not in stops]
+
+
+def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2) -> sp.csr_matrix:
+    """Binary texts × keywords matrix: the postings of every keyword over ``texts``."""
+    indptr = [0]
+    indices: list[int] = []
+    for text in texts:
+        ids = {vocabulary[w] for w in words(text, min_length) if w in vocabulary}
+        indices.extend(sorted(ids))
+        indptr.append(len(indices))
+    data = np.ones(len(indices), dtype=np.float32)
+    return sp.csr_matrix((data, np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)), shape=(len(texts), len(vocabulary)))
+
+
+def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[str]:
+    """Keywords of the corpus, sorted; with method=tfidf only each chunk's top TF-IDF terms."""
+    tokenised = [words(text, config.min_length) for text in chunk_texts]
+    if config.method == "tokens":
+        return sorted({w for toks in tokenised for w in toks})
+    document_frequency: dict[str, int] = {}
+    for toks in tokenised:
+        for w in set(toks):
+            document_frequency[w] = document_frequency.get(w, 0) + 1
+    n = max(len(tokenised), 1)
+    kept: set[str] = set()
+    for toks in tokenised:
+        counts: dict[str, int] = {}
+        for w in toks:
+            counts[w] = counts.get(w, 0) + 1
+        scored = sorted(counts, key=lambda w: (-counts[w] * np.log((1 + n) / (1 + document_frequency[w])), w))
+        kept.update(scored[: config.tfidf_top])
+    return sorted(kept)
+
+
+def keyword_vectors(sentence_postings: sp.csr_matrix, sentence_vectors: np.ndarray) -> np.ndarray:
+    """Each keyword's vector = mean of the vectors of the sentences containing it (KET, G2ConS Eq. 1)."""
+    counts = np.asarray(sentence_postings.sum(axis=0)).ravel()
+    sums = np.asarray(sentence_postings.T @ sentence_vectors, dtype=np.float32)
+    sums /= np.maximum(counts, 1)[:, None]
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return (sums / np.maximum(norms, 1e-12)).astype(np.float32)

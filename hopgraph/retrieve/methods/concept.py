@@ -1,0 +1,43 @@
+"""G2ConS concept-graph local search (§3.2.1): the k concepts nearest the query, their sub-chunks
+reranked by cosine (local rerank); then concepts reached by BFS to depth N over the concept graph,
+all their sub-chunks reranked together (global rerank). Packing stops at the budget."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from hopgraph.config import RetrievalConfig
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.packing import Candidate
+from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine, units_of
+
+
+def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
+    """Nodes within ``depth`` hops of ``seeds`` (seeds excluded), in discovery order."""
+    seen = set(int(s) for s in seeds)
+    frontier, found = list(seen), []
+    for _ in range(depth):
+        nxt = []
+        for node in frontier:
+            for nb in graph.indices[graph.indptr[node] : graph.indptr[node + 1]]:
+                if int(nb) not in seen:
+                    seen.add(int(nb))
+                    nxt.append(int(nb))
+        found.extend(nxt)
+        frontier = nxt
+    return np.asarray(found, dtype=np.int64)
+
+
+def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
+    cfg = config.concept
+    similarity = keyword_cosine(index, query)
+    reachable = np.asarray(index.keyword_units.getnnz(axis=1) > 0)
+    order = np.argsort(-np.where(reachable, similarity, -np.inf), kind="stable")
+    direct = order[: cfg.top_k]
+    scores = unit_cosine(index, query)
+    local = units_of(index, direct, scope)
+    yield from ranked("unit", scores, scope.units, "concept (direct)", pool=local)
+    expanded = bfs(index.graph("concepts"), direct, cfg.depth)
+    wider = np.setdiff1d(units_of(index, expanded, scope), local)
+    yield from ranked("unit", scores, scope.units, f"concept (BFS ≤{cfg.depth} hops)", pool=wider)

@@ -1,0 +1,34 @@
+"""Keyword-RAG (KET Alg. 4 lines 2–4): seed keywords by cosine until their sub-chunks hold
+pool_factor·λ tokens, then those sub-chunks ranked by cosine to the query."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from hopgraph.config import RetrievalConfig
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.packing import Candidate
+from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine
+
+
+def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
+    target = config.keyword.pool_factor * config.budget
+    postings = index.keyword_units
+    in_pool = np.zeros(len(index.unit_tokens), dtype=bool)
+    reached_by = np.full(len(index.unit_tokens), -1, dtype=np.int64)
+    tokens = 0
+    for kw in np.argsort(-keyword_cosine(index, query), kind="stable"):
+        units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
+        fresh = units[scope.units[units] & ~in_pool[units]]
+        in_pool[fresh] = True
+        reached_by[fresh] = kw
+        tokens += int(index.unit_tokens[fresh].sum())
+        if tokens >= target:
+            break
+    pool = np.flatnonzero(in_pool)
+    paths = {int(u): f"keyword:{index.keywords[reached_by[u]]}" for u in pool}
+    scores = unit_cosine(index, query)
+    for cand in ranked("unit", scores, scope.units, "", pool=pool):
+        cand.path = paths[cand.index]
+        yield cand

@@ -1,0 +1,14 @@
+"""Text-RAG: dense top-k over ℓ-token chunks (the baseline every graph method must beat)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from hopgraph.config import RetrievalConfig
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.packing import Candidate
+from hopgraph.retrieve.query import Query, Scope, ranked
+
+
+def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
+    scores = index.array("chunk_vectors") @ query.vector
+    return ranked("chunk", scores, scope.chunks, "dense")

@@ -1,0 +1,91 @@
+"""Context packing: ranked pieces into a token budget λ, with provenance for every piece kept."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from hopgraph.retrieve.loaded import LoadedIndex
+
+
+@dataclass
+class Candidate:
+    """A ranked piece: ``kind`` is "chunk" or "unit" (sub-chunk); ``path`` says how the graph reached it."""
+
+    kind: str
+    index: int
+    score: float
+    path: str
+
+
+@dataclass
+class Evidence:
+    kind: str
+    index: int
+    score: float
+    path: str
+    tokens: int
+    text: str
+    chunk: int
+    doc_ids: list[str]
+    titles: list[str]
+
+
+@dataclass
+class RetrievalResult:
+    query: str
+    method: str
+    budget: int
+    evidence: list[Evidence] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def context(self) -> str:
+        return "\n\n".join(e.text for e in self.evidence)
+
+    @property
+    def tokens(self) -> int:
+        return sum(e.tokens for e in self.evidence)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for e in self.evidence:
+            seen.update(dict.fromkeys(e.doc_ids))
+        return list(seen)
+
+    def to_dict(self) -> dict:
+        return {"query": self.query, "method": self.method, "budget": self.budget, "tokens": self.tokens,
+                "seconds": round(self.seconds, 6), "evidence": [asdict(e) for e in self.evidence]}
+
+
+MAX_MISSES = 64  # stop scanning after this many pieces in a row that no longer fit
+
+
+def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> list[Evidence]:
+    """Greedy fill in rank order; a piece that does not fit is skipped (smaller ones may still fit)."""
+    docs = index.documents
+    used, misses = 0, 0
+    taken: set[tuple[str, int]] = set()
+    packed: list[Evidence] = []
+    for cand in candidates:
+        key = (cand.kind, cand.index)
+        if key in taken:
+            continue
+        table = index.units if cand.kind == "unit" else index.chunks
+        tokens = int(table["tokens"][cand.index])
+        if used + tokens > budget:
+            misses += 1
+            if misses >= MAX_MISSES or budget - used < 8:
+                break
+            continue
+        misses = 0
+        taken.add(key)
+        used += tokens
+        doc_idx = table["docs"][cand.index]
+        packed.append(Evidence(
+            kind=cand.kind, index=int(cand.index), score=float(cand.score), path=cand.path, tokens=tokens,
+            text=table["text"][cand.index],
+            chunk=int(index.unit_chunk[cand.index]) if cand.kind == "unit" else int(cand.index),
+            doc_ids=[docs["id"][d] for d in doc_idx], titles=[docs["title"][d] for d in doc_idx],
+        ))
+    return packed

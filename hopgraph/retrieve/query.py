@@ -1,0 +1,57 @@
+"""What every method starts from: the embedded query and the pieces the reader may see."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from hopgraph.index.keywords import words
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.packing import Candidate
+
+
+@dataclass
+class Query:
+    text: str
+    vector: np.ndarray  # normalised query embedding
+    keyword_ids: list[int]  # query words that are keywords of the index
+
+
+@dataclass
+class Scope:
+    """Boolean masks of usable pieces (after metadata/ACL filtering)."""
+
+    units: np.ndarray
+    chunks: np.ndarray
+
+
+def make_query(index: LoadedIndex, text: str, vector: np.ndarray) -> Query:
+    lookup = index.keyword_lookup
+    ids = list(dict.fromkeys(lookup[w] for w in words(text, index.config.keywords.min_length) if w in lookup))
+    return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids)
+
+
+def ranked(kind: str, scores: np.ndarray, mask: np.ndarray, path: str | list[str], pool: np.ndarray | None = None) -> Iterator[Candidate]:
+    """Candidates of ``kind`` in descending score (ties: lower index first), restricted to ``mask``."""
+    ids = np.flatnonzero(mask) if pool is None else pool[mask[pool]]
+    order = ids[np.lexsort((ids, -scores[ids]))]
+    for i in order:
+        yield Candidate(kind, int(i), float(scores[i]), path if isinstance(path, str) else path[i])
+
+
+def units_of(index: LoadedIndex, keyword_ids: np.ndarray | list[int], scope: Scope) -> np.ndarray:
+    """Usable sub-chunks containing any of the keywords."""
+    if len(keyword_ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    rows = index.keyword_units[np.asarray(keyword_ids)]
+    units = np.unique(rows.indices)
+    return units[scope.units[units]]
+
+
+def unit_cosine(index: LoadedIndex, query: Query) -> np.ndarray:
+    return index.array("unit_vectors") @ query.vector
+
+
+def keyword_cosine(index: LoadedIndex, query: Query) -> np.ndarray:
+    return index.array("keyword_vectors") @ query.vector

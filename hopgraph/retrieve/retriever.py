@@ -1,0 +1,61 @@
+"""The query entry point: embed the query, restrict to what the reader may see, rank, pack."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hopgraph.config import RetrievalConfig
+from hopgraph.errors import ConfigError
+from hopgraph.models import load_embedder
+from hopgraph.retrieve.filters import MetadataFilter, piece_mask
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.packing import RetrievalResult, pack
+from hopgraph.retrieve.query import Scope, make_query
+
+
+class Retriever:
+    """Answers ``retrieve(question)`` over one index with any LLM-free method."""
+
+    def __init__(self, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None):
+        self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
+        self.config = config or self.index.config.retrieval
+        embedding = self.index.config.embedding
+        self.embedder = load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
+        self._open_scope: Scope | None = None
+
+    def scope(self, metadata_filter: MetadataFilter | None) -> Scope:
+        if metadata_filter is None or metadata_filter.is_open:
+            if self._open_scope is None:
+                self._open_scope = Scope(np.ones(len(self.index.unit_tokens), bool), np.ones(len(self.index.chunk_tokens), bool))
+            return self._open_scope
+        docs = metadata_filter.document_mask(self.index)
+        return Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
+
+    def embed(self, questions: list[str]) -> np.ndarray:
+        return self.embedder.encode(questions)
+
+    def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
+                 metadata_filter: MetadataFilter | None = None, vector: np.ndarray | None = None,
+                 overrides: dict[str, Any] | None = None) -> RetrievalResult:
+        """Context and provenance for ``question``; ``vector`` skips embedding (batch evaluation)."""
+        config = self.config
+        if method or budget or overrides:
+            update: dict[str, Any] = dict(overrides or {})
+            if method:
+                update["method"] = method
+            if budget:
+                update["budget"] = budget
+            config = RetrievalConfig.model_validate({**config.model_dump(), **update})
+        if config.method not in METHODS:
+            raise ConfigError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
+        if vector is None:
+            vector = self.embed([question])[0]
+        started = time.perf_counter()
+        query = make_query(self.index, question, vector)
+        candidates = METHODS[config.method](self.index, query, self.scope(metadata_filter), config)
+        evidence = pack(self.index, candidates, config.budget)
+        return RetrievalResult(query=question, method=config.method, budget=config.budget, evidence=evidence, seconds=time.perf_counter() - started)

@@ -1,0 +1,153 @@
+"""The index directory: columnar tables, vectors, CSR graphs and a manifest.
+
+Layout (all files written atomically: temporary file, fsync, rename)::
+
+    INDEX/manifest.json          format version, build config, models, counts, stage records
+    INDEX/tables/NAME.parquet    documents, chunks, units (sub-chunks), sentences, keywords
+    INDEX/arrays/NAME.npy        vectors and per-node scores
+    INDEX/graphs/NAME.npz        sparse CSR matrices
+
+The manifest is rewritten after every finished stage, so a killed run knows where to resume.
+Tables are keyed by stable string ids (documents) and carry document indices on every row, which
+is what later incremental insert/delete works from.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from hopgraph import __version__
+from hopgraph.errors import IndexFormatError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` then move tmp over ``path``: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class IndexStore:
+    """Reads and writes one index directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    # ---------------------------------------------------------------- manifest
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / MANIFEST
+
+    def exists(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def read_manifest(self) -> dict[str, Any]:
+        if not self.root.exists():
+            raise IndexFormatError(f"{self.root}: no such index directory (build one with `hopgraph index`)")
+        if not self.exists():
+            raise IndexFormatError(f"{self.root}: not a hopgraph index (no {MANIFEST})")
+        try:
+            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise IndexFormatError(f"{self.manifest_path}: corrupt manifest ({exc})") from None
+        if not isinstance(manifest, dict) or "format_version" not in manifest:
+            raise IndexFormatError(f"{self.manifest_path}: not a hopgraph manifest")
+        version = manifest["format_version"]
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise IndexFormatError(
+                f"{self.root}: index format {version} is newer than this hopgraph reads ({FORMAT_VERSION}); upgrade hopgraph"
+            )
+        return manifest
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        manifest = {**manifest, "format_version": FORMAT_VERSION, "hopgraph_version": __version__, "updated": time.time()}
+        text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+        atomic_write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+    def require_complete(self) -> dict[str, Any]:
+        """The manifest of an index whose build finished; a clear error otherwise."""
+        manifest = self.read_manifest()
+        if not manifest.get("complete"):
+            done = [name for name, rec in manifest.get("stages", {}).items() if rec.get("done")]
+            raise IndexFormatError(
+                f"{self.root}: index build did not finish (done: {', '.join(done) or 'nothing'}); "
+                "run the same `hopgraph index` command again to resume"
+            )
+        return manifest
+
+    # ---------------------------------------------------------------- files
+    def _file(self, kind: str, name: str, suffix: str) -> Path:
+        return self.root / kind / f"{name}{suffix}"
+
+    def write_table(self, name: str, columns: dict[str, Any]) -> None:
+        table = pa.table(columns)
+        atomic_write(self._file("tables", name, ".parquet"), lambda tmp: pq.write_table(table, tmp))
+
+    def read_table(self, name: str) -> dict[str, list]:
+        path = self._file("tables", name, ".parquet")
+        try:
+            return pq.read_table(path).to_pydict()
+        except FileNotFoundError:
+            raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise IndexFormatError(f"{path}: corrupt table ({exc})") from None
+
+    def write_array(self, name: str, array: np.ndarray) -> None:
+        atomic_write(self._file("arrays", name, ".npy"), lambda tmp: _save_npy(tmp, array))
+
+    def read_array(self, name: str, mmap: bool = False) -> np.ndarray:
+        path = self._file("arrays", name, ".npy")
+        try:
+            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except FileNotFoundError:
+            raise IndexFormatError(f"{self.root}: missing array {name} (partial index?)") from None
+        except ValueError as exc:
+            raise IndexFormatError(f"{path}: corrupt array ({exc})") from None
+
+    def write_graph(self, name: str, matrix: sp.spmatrix) -> None:
+        csr = sp.csr_matrix(matrix)
+        atomic_write(self._file("graphs", name, ".npz"), lambda tmp: _save_npz(tmp, csr))
+
+    def read_graph(self, name: str) -> sp.csr_matrix:
+        path = self._file("graphs", name, ".npz")
+        try:
+            return sp.load_npz(path).tocsr()
+        except FileNotFoundError:
+            raise IndexFormatError(f"{self.root}: missing graph {name} (partial index?)") from None
+        except (ValueError, OSError, KeyError) as exc:
+            raise IndexFormatError(f"{path}: corrupt graph ({exc})") from None
+
+    def has(self, kind: str, name: str) -> bool:
+        suffix = {"tables": ".parquet", "arrays": ".npy", "graphs": ".npz"}[kind]
+        return self._file(kind, name, suffix).is_file()
+
+
+def _save_npz(tmp: Path, csr: sp.csr_matrix) -> None:
+    with open(tmp, "wb") as handle:  # a file object keeps scipy from appending ".npz"
+        sp.save_npz(handle, csr, compressed=False)
+
+
+def _save_npy(tmp: Path, array: np.ndarray) -> None:
+    with open(tmp, "wb") as handle:  # a file object keeps numpy from appending ".npy"
+        np.save(handle, np.ascontiguousarray(array), allow_pickle=False)

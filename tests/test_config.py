@@ -1,0 +1,42 @@
+import pytest
+
+from hopgraph.config import HopgraphConfig, leaf_fields, load_config
+from hopgraph.errors import ConfigError
+
+
+def test_defaults_are_the_papers_settings():
+    cfg = HopgraphConfig()
+    assert (cfg.chunking.size, cfg.chunking.effective_splits, cfg.retrieval.budget) == (1200, 3, 12000)
+    assert (cfg.graph.knn_k, cfg.graph.theta_sem, cfg.graph.theta_co) == (2, 0.65, 3)
+    assert HopgraphConfig.model_validate({"chunking": {"size": 150, "overlap": 0}}).chunking.effective_splits == 0
+
+
+def test_toml_then_overrides(tmp_path):
+    path = tmp_path / "hopgraph.toml"
+    path.write_text('[chunking]\nsize = 600\noverlap = 50\n[retrieval]\nmethod = "keyword"\n')
+    cfg = load_config(path, {"chunking.size": 300, "retrieval.concept.depth": 1})
+    assert cfg.chunking.size == 300 and cfg.chunking.overlap == 50
+    assert cfg.retrieval.method == "keyword" and cfg.retrieval.concept.depth == 1
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"chunking.size": 100, "chunking.overlap": 60}, "overlap"),
+    ({"retrieval.method": "nope"}, "retrieval.method"),
+    ({"chunking.sise": 3}, "chunking.sise"),
+])
+def test_bad_settings_name_the_key(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config(None, overrides)
+
+
+def test_bad_toml_names_the_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[chunking\nsize=")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_config(path)
+
+
+def test_every_leaf_has_a_description():
+    leaves = leaf_fields()
+    assert len(leaves) > 20
+    assert all(info.description for name, info in leaves), [n for n, i in leaves if not i.description]
