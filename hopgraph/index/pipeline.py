@@ -82,7 +82,7 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
     cfg = ctx.config.embedding
-    return embed_long_texts(load_embedder(cfg), texts, window_tokens=cfg.window_tokens, encoding=ctx.config.chunking.encoding, progress=ctx.progress)
+    return embed_long_texts(load_embedder(cfg, cached=True), texts, window_tokens=cfg.window_tokens, encoding=ctx.config.chunking.encoding, progress=ctx.progress)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:

@@ -1,0 +1,68 @@
+"""On-disk caches so that no model work is paid twice: a re-run, a resumed run or another index
+of the same texts reuses earlier results.
+
+Keys are hashes of (model, text); values are stored in SQLite (WAL mode, safe across processes).
+"""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+class VectorCache:
+    """Embedding vectors keyed by (model, text)."""
+
+    def __init__(self, path: str | Path, model: str):
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.model = model
+        self._db = sqlite3.connect(self.path, timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)")
+
+    def _key(self, text: str) -> bytes:
+        return hashlib.sha256(f"{self.model}\0{text}".encode("utf-8")).digest()
+
+    def get_many(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        keys = [self._key(t) for t in texts]
+        found: dict[bytes, np.ndarray] = {}
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+            rows = self._db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(batch))})", batch)
+            found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)
+        return [found.get(k) for k in keys]
+
+    def put_many(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        rows = [(self._key(t), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for t, v in zip(texts, vectors)]
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO vectors (key, vector) VALUES (?, ?)", rows)
+
+
+class CachedEmbedder:
+    """Wraps an embedder: texts seen before come from the cache, the rest are embedded and stored."""
+
+    def __init__(self, embedder, cache: VectorCache):
+        self.inner = embedder
+        self.cache = cache
+        self.name, self.dim = embedder.name, embedder.dim
+        self.hits = 0
+        self.misses = 0
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        cached = self.cache.get_many(texts)
+        missing = [i for i, v in enumerate(cached) if v is None]
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, v in enumerate(cached):
+            if v is not None:
+                out[i] = v
+        if missing:
+            fresh = self.inner.encode([texts[i] for i in missing], progress=progress)
+            out[missing] = fresh
+            self.cache.put_many([texts[i] for i in missing], fresh)
+        self.hits += len(texts) - len(missing)
+        self.misses += len(missing)
+        return out

@@ -1,0 +1,285 @@
+"""Benchmark loaders: turn the published multi-hop QA formats into Documents and Questions.
+
+Four formats are read, recognised by their content keys rather than file names alone:
+KET-RAG (folder with ``document.txt`` + ``qa-pairs.json``), HippoRAG (``NAME.json`` +
+``NAME_corpus.json``), IRCoT jsonl (``question_text`` + ``contexts``) and official MuSiQue
+(``paragraphs`` + ``question_decomposition``/``answerable``). Titled paragraphs get an id hashed
+from title and text, so the same passage has the same id in every format and every run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hopgraph.documents import Document
+from hopgraph.errors import InputError
+
+KETRAG, HIPPORAG, IRCOT, MUSIQUE = "ketrag", "hipporag", "ircot", "musique"
+_CORPUS_SUFFIX = "_corpus.json"
+
+# (where, record): "where" is "file:line" for jsonl and "file record N" for json, for messages.
+_Record = tuple[str, dict[str, Any]]
+
+
+@dataclass
+class Question:
+    id: str
+    text: str
+    answers: list[str]  # gold answer first, then aliases
+    supporting_ids: list[str] | None = None  # ids of supporting passages where the data marks them
+
+
+@dataclass
+class Benchmark:
+    name: str
+    documents: list[Document]
+    questions: list[Question]
+
+
+def paragraph_id(title: str, text: str) -> str:
+    """Short stable id of a titled paragraph, so supporting ids match the corpus across runs."""
+    return hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:12]
+
+
+def detect_format(path: str | Path) -> str | None:
+    """Name of the benchmark format at ``path``, or None when it is not one (never raises)."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            if (path / "document.txt").is_file() and (path / "qa-pairs.json").is_file():
+                return KETRAG
+            return HIPPORAG if len(_corpus_files(path)) == 1 else None
+        if path.name == "document.txt" and (path.parent / "qa-pairs.json").is_file():
+            return KETRAG
+        if path.suffix.lower() == ".jsonl":
+            first = _first_jsonl_object(path)
+            return _record_format(first) if first is not None else None
+        if path.suffix.lower() != ".json":
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        return None
+    first = data[0]
+    if "question" in first and _sibling_corpus(path).is_file():
+        return HIPPORAG
+    if "text" in first and "question" not in first:
+        return HIPPORAG  # a corpus file: its questions file, if any, is found by name
+    if {"id", "question", "answer"} <= first.keys() and (path.parent / "document.txt").is_file():
+        return KETRAG
+    return _record_format(first)
+
+
+def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
+    """Read a benchmark; ``limit`` keeps the first N questions (and, where known, their passages)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if limit is not None and limit < 0:
+        raise InputError(f"limit must be 0 or more, not {limit}")
+    kind = detect_format(path)
+    if kind is None:
+        if path.is_file() and path.suffix.lower() in (".json", ".jsonl"):
+            _read_records(path)  # raises the precise reason when the JSON itself is broken
+        raise InputError(
+            f"{path}: not a recognised benchmark (expected a KET-RAG folder with document.txt and "
+            "qa-pairs.json, HippoRAG NAME.json + NAME_corpus.json, IRCoT jsonl with question_text "
+            "and contexts, or MuSiQue json/jsonl with paragraphs)"
+        )
+    loaders: dict[str, Callable[[Path, int | None], Benchmark]] = {
+        KETRAG: _load_ketrag, HIPPORAG: _load_hipporag, IRCOT: _load_ircot, MUSIQUE: _load_musique,
+    }
+    return loaders[kind](path, limit)
+
+
+def _record_format(record: dict[str, Any]) -> str | None:
+    if "question_text" in record and "contexts" in record:
+        return IRCOT
+    if "paragraphs" in record and ("question_decomposition" in record or "answerable" in record):
+        return MUSIQUE
+    return None
+
+
+def _corpus_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*" + _CORPUS_SUFFIX) if p.is_file())
+
+
+def _sibling_corpus(questions_path: Path) -> Path:
+    return questions_path.with_name(questions_path.stem + _CORPUS_SUFFIX)
+
+
+def _first_jsonl_object(path: Path) -> dict[str, Any] | None:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                value = json.loads(line)
+                return value if isinstance(value, dict) else None
+    return None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not valid UTF-8 at byte offset {error.start}") from None
+    except OSError as error:
+        raise InputError(f"{path}: cannot be read ({error.strerror or error})") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(_read_text(path))
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+
+
+def _read_records(path: Path) -> list[_Record]:
+    """All records of a json list or jsonl file, each with where it came from."""
+    if path.suffix.lower() == ".jsonl":
+        records: list[tuple[str, Any]] = []
+        for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
+            if line.strip():
+                try:
+                    records.append((f"{path}:{lineno}", json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise InputError(f"{path}:{lineno}: invalid JSON ({error.msg})") from None
+    else:
+        data = _read_json(path)
+        if not isinstance(data, list):
+            raise InputError(f"{path}: expected a JSON list of records")
+        records = [(f"{path} record {i}", value) for i, value in enumerate(data, start=1)]
+    for where, value in records:
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: record is not a JSON object")
+    return records
+
+
+def _field(record: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    value = record.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise InputError(f"{where}: missing or invalid '{key}' (expected {kind.__name__})")
+    return value
+
+
+def _id_field(record: dict[str, Any], keys: tuple[str, ...], where: str) -> str:
+    for key in keys:
+        if isinstance(record.get(key), (str, int)) and not isinstance(record[key], bool):
+            return str(record[key])
+    raise InputError(f"{where}: missing question id ({' or '.join(repr(k) for k in keys)})")
+
+
+def _answer_list(*values: Any) -> list[str]:
+    """Flatten answers given as strings or lists into one de-duplicated list, order kept."""
+    answers: list[str] = []
+    for value in values:
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None and str(item) not in answers:
+                answers.append(str(item))
+    return answers
+
+
+def _load_ketrag(path: Path, limit: int | None) -> Benchmark:
+    folder = path if path.is_dir() else path.parent
+    text_path, qa_path = folder / "document.txt", folder / "qa-pairs.json"
+    documents = []
+    for number, line in enumerate(_read_text(text_path).split("\n")):
+        if line.strip():  # blank lines are skipped but still count, so ids follow physical lines
+            documents.append(Document(id=f"p{number:05d}", text=line.strip(), source=str(text_path),
+                                      metadata={"line": number}))
+    records = _read_records(qa_path)[:limit]
+    questions = [
+        Question(id=_id_field(record, ("id",), where), text=_field(record, "question", str, where),
+                 answers=_answer_list(record.get("answer")))
+        for where, record in records
+    ]
+    return Benchmark(folder.name, documents, questions)
+
+
+def _titled(title: str, text: str, source: Path) -> Document:
+    return Document(id=paragraph_id(title, text), text=text, title=title, source=str(source),
+                    metadata={"title": title})
+
+
+def _load_hipporag(path: Path, limit: int | None) -> Benchmark:
+    if path.is_dir():
+        corpus_path = _corpus_files(path)[0]
+        questions_path: Path | None = corpus_path.with_name(corpus_path.name[: -len(_CORPUS_SUFFIX)] + ".json")
+    elif _sibling_corpus(path).is_file():
+        corpus_path, questions_path = _sibling_corpus(path), path
+    else:
+        corpus_path = path
+        questions_path = path.with_name(path.name[: -len(_CORPUS_SUFFIX)] + ".json") \
+            if path.name.endswith(_CORPUS_SUFFIX) else None
+    documents: dict[str, Document] = {}
+    for where, record in _read_records(corpus_path):
+        title = record.get("title") or ""
+        document = _titled(str(title), _field(record, "text", str, where), corpus_path)
+        documents.setdefault(document.id, document)
+    by_title: dict[str, list[str]] = {}
+    for document in documents.values():
+        by_title.setdefault(document.title, []).append(document.id)
+    questions = []
+    if questions_path is not None and questions_path.is_file():
+        for index, (where, record) in enumerate(_read_records(questions_path)[:limit]):
+            answers = _answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases"))
+            supporting = _hipporag_support(record, documents, by_title)
+            question_id = _id_field(record, ("id", "_id"), where) if "id" in record or "_id" in record else str(index)
+            questions.append(Question(question_id, _field(record, "question", str, where), answers, supporting))
+    name = corpus_path.name[: -len(_CORPUS_SUFFIX)] if corpus_path.name.endswith(_CORPUS_SUFFIX) else corpus_path.stem
+    return Benchmark(name, list(documents.values()), questions)
+
+
+def _hipporag_support(record: dict[str, Any], documents: dict[str, Document],
+                      by_title: dict[str, list[str]]) -> list[str] | None:
+    """Supporting ids from MuSiQue-style paragraph flags or HotpotQA-style (title, sentence) facts."""
+    found: list[str] = []
+    for paragraph in record.get("paragraphs") or []:
+        if isinstance(paragraph, dict) and paragraph.get("is_supporting"):
+            doc_id = paragraph_id(str(paragraph.get("title") or ""), str(paragraph.get("paragraph_text", "")))
+            if doc_id in documents and doc_id not in found:
+                found.append(doc_id)
+    for fact in record.get("supporting_facts") or []:
+        title = fact[0] if isinstance(fact, list) and fact else None
+        found.extend(i for i in by_title.get(str(title), []) if i not in found)
+    return found or None
+
+
+def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_key: str, text_key: str,
+                       answers_of: Callable[[dict[str, Any]], list[str]]) -> Benchmark:
+    """Shared reader for formats that ship each question with its own titled paragraphs."""
+    documents: dict[str, Document] = {}
+    questions = []
+    for where, record in _read_records(path)[:limit]:
+        supporting: list[str] = []
+        marked = False
+        for paragraph in _field(record, paragraphs_key, list, where):
+            if not isinstance(paragraph, dict) or not isinstance(paragraph.get("paragraph_text"), str):
+                raise InputError(f"{where}: every entry of '{paragraphs_key}' needs a 'paragraph_text' string")
+            document = _titled(str(paragraph.get("title") or ""), paragraph["paragraph_text"], path)
+            documents.setdefault(document.id, document)
+            marked = marked or "is_supporting" in paragraph
+            if paragraph.get("is_supporting") and document.id not in supporting:
+                supporting.append(document.id)
+        questions.append(Question(_id_field(record, (id_key,), where), _field(record, text_key, str, where),
+                                  answers_of(record), supporting if marked else None))
+    return Benchmark(path.stem, list(documents.values()), questions)
+
+
+def _load_ircot(path: Path, limit: int | None) -> Benchmark:
+    def answers(record: dict[str, Any]) -> list[str]:
+        objects = record.get("answers_objects") or []
+        return _answer_list(*(o.get("spans") or [] for o in objects if isinstance(o, dict)))
+
+    return _load_paragraph_qa(path, limit, "contexts", "question_id", "question_text", answers)
+
+
+def _load_musique(path: Path, limit: int | None) -> Benchmark:
+    def answers(record: dict[str, Any]) -> list[str]:
+        return _answer_list(record.get("answer"), record.get("answer_aliases") or [])
+
+    return _load_paragraph_qa(path, limit, "paragraphs", "id", "question", answers)

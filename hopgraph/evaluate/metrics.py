@@ -1,0 +1,87 @@
+"""Answer metrics: SQuAD normalisation, Coverage, EM, F1, Accuracy and supporting-passage recall.
+
+All scores are fractions in [0, 1]; turning them into percentages is left to the report.
+"""
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD rules (lower-case, drop punctuation and a/an/the, collapse white space), so scores
+    are comparable with the published ones."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCTUATION)).split())
+
+
+def _normalized_answers(answers: Iterable[str]) -> list[str]:
+    """Normalised answers that are not empty: an empty one would match every text."""
+    return [norm for norm in (normalize_answer(a) for a in answers) if norm]
+
+
+def coverage_hit(context: str, answers: Sequence[str]) -> bool:
+    """The papers' Coverage: some gold answer occurs in the retrieved context.
+
+    The (possibly 12k-token) context is normalised once and reused for every alias.
+    """
+    haystack = normalize_answer(context)
+    return any(answer in haystack for answer in _normalized_answers(answers))
+
+
+def exact_match(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 when the prediction equals any gold answer after normalisation."""
+    predicted = normalize_answer(prediction)
+    return max((float(predicted == normalize_answer(a)) for a in answers), default=0.0)
+
+
+def _token_f1(prediction: str, answer: str) -> float:
+    predicted, gold = normalize_answer(prediction).split(), normalize_answer(answer).split()
+    common = sum((Counter(predicted) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1_score(prediction: str, answers: Sequence[str]) -> float:
+    """SQuAD token F1, best over the gold answer and its aliases."""
+    return max((_token_f1(prediction, a) for a in answers), default=0.0)
+
+
+def accuracy(prediction: str, answers: Sequence[str]) -> float:
+    """CUE-RAG's Acc: a gold answer is contained in the (often verbose) prediction."""
+    predicted = normalize_answer(prediction)
+    return float(any(answer in predicted for answer in _normalized_answers(answers)))
+
+
+def supporting_recall(retrieved_doc_ids: Iterable[str], supporting_ids: Sequence[str] | None) -> float | None:
+    """Fraction of the supporting passages that were retrieved; None when the data marks none."""
+    wanted = set(supporting_ids or ())
+    if not wanted:
+        return None
+    return len(wanted & set(retrieved_doc_ids)) / len(wanted)
+
+
+def aggregate(per_question: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Mean of every numeric (or boolean) field over the questions, ignoring None.
+
+    A field that is None for every question stays in the result as None, so a metric that the
+    data cannot support (e.g. supporting recall without marked passages) is visibly absent.
+    """
+    values: dict[str, list[float]] = {}
+    textual: set[str] = set()  # ids, predictions and the like are not averaged
+    for row in per_question:
+        for key, value in row.items():
+            if value is None:
+                values.setdefault(key, [])
+            elif isinstance(value, (bool, int, float)):
+                values.setdefault(key, []).append(float(value))
+            else:
+                textual.add(key)
+    return {key: (sum(v) / len(v) if v else None) for key, v in values.items() if key not in textual}

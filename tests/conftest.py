@@ -1,0 +1,36 @@
+"""Shared fixtures: the bundled sample corpus indexed once per test session (real models, real files)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "examples" / "sample"
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Small chunks so the tiny sample still yields several chunks, sub-chunks and graph edges.
+SAMPLE_SETTINGS = {"chunking.size": 96, "chunking.overlap": 8, "chunking.splits": 1, "graph.theta_co": 2, "graph.theta_sem": 0.3, "keywords.max_df": 0.5}
+
+
+@pytest.fixture(scope="session")
+def sample_documents():
+    from hopgraph.index.ingest import read_corpus
+
+    return read_corpus([SAMPLE]).documents
+
+
+@pytest.fixture(scope="session")
+def sample_config():
+    from hopgraph.config import load_config
+
+    return load_config(None, SAMPLE_SETTINGS)
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory, sample_documents, sample_config):
+    from hopgraph.index.pipeline import build_index
+
+    out = tmp_path_factory.mktemp("sample") / "index"
+    build_index(sample_documents, out, sample_config, progress=False)
+    return out

@@ -1,0 +1,59 @@
+import numpy as np
+import pytest
+
+from hopgraph.errors import IndexFormatError, InputError
+from hopgraph.index.pipeline import STAGES, build_index
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.store import IndexStore
+
+
+def test_index_holds_every_granularity_and_graph(sample_index):
+    index = LoadedIndex(sample_index)
+    m = index.manifest
+    assert m["complete"] and set(m["stages"]) == {name for name, _ in STAGES}
+    counts = m["counts"]
+    assert counts["documents"] == 7 and counts["chunks"] >= 5 and counts["units"] >= 2 * counts["chunks"] - 7
+    assert counts["sentences"] >= 25 and counts["keywords"] > 100
+    dim = index.array("unit_vectors").shape[1]
+    for name, rows in [("unit_vectors", counts["units"]), ("chunk_vectors", counts["chunks"]),
+                       ("sentence_vectors", counts["sentences"]), ("keyword_vectors", counts["keywords"])]:
+        vectors = index.array(name)
+        assert vectors.shape == (rows, dim)
+        norms = np.linalg.norm(vectors, axis=1)
+        assert np.allclose(norms[norms > 0], 1, atol=1e-3)
+    knn = index.graph("knn")
+    assert knn.shape == (counts["chunks"],) * 2 and (knn != knn.T).nnz == 0 and knn.nnz > 0
+    assert index.graph("concepts").nnz > 0
+    assert np.isclose(index.array("chunk_rank_knn").sum(), 1)
+    # ACLs travel from documents to chunks
+    restricted = [acl for acl in index.chunks["acl"] if acl]
+    assert ["board"] in restricted
+
+
+def test_interrupted_build_resumes_from_last_stage(tmp_path, sample_documents, sample_config):
+    out = tmp_path / "idx"
+    build_index(sample_documents, out, sample_config, progress=False, stop_after="embed_units")
+    store = IndexStore(out)
+    with pytest.raises(IndexFormatError, match="did not finish"):
+        LoadedIndex(out)
+    first = store.read_manifest()["stages"]
+    assert set(first) == {"documents", "chunks", "keywords", "embed_units"}
+    vectors_before = store.read_array("unit_vectors")
+    manifest = build_index(sample_documents, out, sample_config, progress=False)
+    assert manifest["complete"]
+    # finished stages were not redone: their records (and outputs) are unchanged
+    assert all(manifest["stages"][name] == first[name] for name in first)
+    assert np.array_equal(store.read_array("unit_vectors"), vectors_before)
+
+
+def test_other_corpus_or_settings_are_refused(tmp_path, sample_documents, sample_config):
+    out = tmp_path / "idx"
+    build_index(sample_documents[:3], out, sample_config, progress=False, stop_after="chunks")
+    with pytest.raises(IndexFormatError, match="different corpus"):
+        build_index(sample_documents, out, sample_config, progress=False)
+    changed = sample_config.model_copy(update={"chunking": sample_config.chunking.model_copy(update={"size": 64})})
+    with pytest.raises(IndexFormatError, match="--overwrite"):
+        build_index(sample_documents[:3], out, changed, progress=False, stop_after="chunks")
+    assert build_index(sample_documents[:3], out, changed, progress=False, overwrite=True, stop_after="chunks")["stages"]
+    with pytest.raises(InputError):
+        build_index([], tmp_path / "none", sample_config)

@@ -1,0 +1,47 @@
+import pytest
+
+from hopgraph.evaluate.metrics import coverage_hit
+from hopgraph.retrieve.filters import MetadataFilter
+from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.retriever import Retriever
+
+QUESTION = "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?"
+
+
+@pytest.fixture(scope="module")
+def retriever(sample_index):
+    return Retriever(sample_index)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_method_fits_the_budget_and_keeps_provenance(retriever, method):
+    result = retriever.retrieve(QUESTION, method=method, budget=300)
+    assert result.evidence and result.tokens <= 300
+    for ev in result.evidence:
+        assert ev.doc_ids and ev.path and ev.text
+        assert ev.kind == ("chunk" if method == "text" else "unit")
+    assert len({(e.kind, e.index) for e in result.evidence}) == len(result.evidence)
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_each_method_finds_the_bridge_passage_with_a_generous_budget(retriever, method):
+    result = retriever.retrieve(QUESTION, method=method, budget=600)
+    assert coverage_hit(result.context, ["Anton Vell"]), result.context[:500]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_acl_filter_applies_before_packing(retriever, method):
+    question = "What budget did the water board approve for the Sorvik campus in 2025?"
+    outsider = retriever.retrieve(question, method=method, budget=2000, metadata_filter=MetadataFilter(groups=frozenset({"operations"})))
+    assert "budget-2025" not in outsider.doc_ids
+    assert all("3.1 million" not in e.text for e in outsider.evidence)
+    assert "memo-2024-03" in outsider.doc_ids or method == "text" or outsider.tokens < 2000
+    board = retriever.retrieve(question, method=method, budget=2000, metadata_filter=MetadataFilter(groups=frozenset({"board"})))
+    assert "budget-2025" in board.doc_ids
+
+
+def test_where_filter_and_unrestricted_default(retriever):
+    none_open = MetadataFilter(groups=frozenset({"nobody"}), allow_unrestricted=False)
+    assert retriever.retrieve(QUESTION, method="text", metadata_filter=none_open).evidence == []
+    only_press = MetadataFilter(where={"title": "Press release: new tide gauges"})
+    assert retriever.retrieve("tide gauges", method="keyword", metadata_filter=only_press).doc_ids in ([], ["press-2023"])
