@@ -205,33 +205,45 @@ def _titled(title: str, text: str, source: Path) -> Document:
                     metadata={"title": title})
 
 
-def _load_hipporag(path: Path, limit: int | None) -> Benchmark:
+def _dataset_name(corpus_path: Path) -> str:
+    """``NAME`` of ``NAME_corpus.json`` (HippoRAG's naming), else the file stem."""
+    name = corpus_path.name
+    return name[: -len(_CORPUS_SUFFIX)] if name.endswith(_CORPUS_SUFFIX) else corpus_path.stem
+
+
+def _hipporag_paths(path: Path) -> tuple[Path, Path | None]:
+    """(corpus file, questions file if any) for a HippoRAG folder, questions file or corpus file."""
     if path.is_dir():
         corpus_path = _corpus_files(path)[0]
-        questions_path: Path | None = corpus_path.with_name(corpus_path.name[: -len(_CORPUS_SUFFIX)] + ".json")
     elif _sibling_corpus(path).is_file():
-        corpus_path, questions_path = _sibling_corpus(path), path
+        return _sibling_corpus(path), path
     else:
         corpus_path = path
-        questions_path = path.with_name(path.name[: -len(_CORPUS_SUFFIX)] + ".json") \
-            if path.name.endswith(_CORPUS_SUFFIX) else None
+    if not corpus_path.name.endswith(_CORPUS_SUFFIX):
+        return corpus_path, None  # recognised by content only: no questions file by name
+    questions_path = corpus_path.with_name(_dataset_name(corpus_path) + ".json")
+    return corpus_path, questions_path if questions_path.is_file() else None
+
+
+def _load_hipporag(path: Path, limit: int | None) -> Benchmark:
+    corpus_path, questions_path = _hipporag_paths(path)
     documents: dict[str, Document] = {}
     for where, record in _read_records(corpus_path):
-        title = record.get("title") or ""
-        document = _titled(str(title), _field(record, "text", str, where), corpus_path)
+        document = _titled(str(record.get("title") or ""), _field(record, "text", str, where), corpus_path)
         documents.setdefault(document.id, document)
     by_title: dict[str, list[str]] = {}
     for document in documents.values():
         by_title.setdefault(document.title, []).append(document.id)
     questions = []
-    if questions_path is not None and questions_path.is_file():
-        for index, (where, record) in enumerate(_read_records(questions_path)[:limit]):
-            answers = _answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases"))
-            supporting = _hipporag_support(record, documents, by_title)
-            question_id = _id_field(record, ("id", "_id"), where) if "id" in record or "_id" in record else str(index)
-            questions.append(Question(question_id, _field(record, "question", str, where), answers, supporting))
-    name = corpus_path.name[: -len(_CORPUS_SUFFIX)] if corpus_path.name.endswith(_CORPUS_SUFFIX) else corpus_path.stem
-    return Benchmark(name, list(documents.values()), questions)
+    for index, (where, record) in enumerate(_read_records(questions_path)[:limit] if questions_path else []):
+        has_id = "id" in record or "_id" in record
+        questions.append(Question(
+            id=_id_field(record, ("id", "_id"), where) if has_id else str(index),
+            text=_field(record, "question", str, where),
+            answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
+            supporting_ids=_hipporag_support(record, documents, by_title),
+        ))
+    return Benchmark(_dataset_name(corpus_path), list(documents.values()), questions)
 
 
 def _hipporag_support(record: dict[str, Any], documents: dict[str, Document],

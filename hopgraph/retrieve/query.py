@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -32,12 +32,15 @@ def make_query(index: LoadedIndex, text: str, vector: np.ndarray) -> Query:
     return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids)
 
 
-def ranked(kind: str, scores: np.ndarray, mask: np.ndarray, path: str | list[str], pool: np.ndarray | None = None) -> Iterator[Candidate]:
-    """Candidates of ``kind`` in descending score (ties: lower index first), restricted to ``mask``."""
+def ranked(kind: str, scores: np.ndarray, mask: np.ndarray, path: str | Callable[[int], str], pool: np.ndarray | None = None) -> Iterator[Candidate]:
+    """Candidates of ``kind`` in descending score (ties: lower index first), restricted to ``mask``.
+
+    ``path`` is a label or a function of the piece index, called only for pieces actually taken.
+    """
     ids = np.flatnonzero(mask) if pool is None else pool[mask[pool]]
     order = ids[np.lexsort((ids, -scores[ids]))]
     for i in order:
-        yield Candidate(kind, int(i), float(scores[i]), path if isinstance(path, str) else path[i])
+        yield Candidate(kind, int(i), float(scores[i]), path if isinstance(path, str) else path(int(i)))
 
 
 def units_of(index: LoadedIndex, keyword_ids: np.ndarray | list[int], scope: Scope) -> np.ndarray:

@@ -2,7 +2,7 @@
 pool_factor·λ tokens, then those sub-chunks ranked by cosine to the query."""
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine
 
 
-def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
+def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterable[Candidate]:
     target = config.keyword.pool_factor * config.budget
     postings = index.keyword_units
     in_pool = np.zeros(len(index.unit_tokens), dtype=bool)
@@ -26,9 +26,5 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         tokens += int(index.unit_tokens[fresh].sum())
         if tokens >= target:
             break
-    pool = np.flatnonzero(in_pool)
-    paths = {int(u): f"keyword:{index.keywords[reached_by[u]]}" for u in pool}
-    scores = unit_cosine(index, query)
-    for cand in ranked("unit", scores, scope.units, "", pool=pool):
-        cand.path = paths[cand.index]
-        yield cand
+    return ranked("unit", unit_cosine(index, query), scope.units,
+                  lambda u: f"keyword:{index.keywords[reached_by[u]]}", pool=np.flatnonzero(in_pool))

@@ -26,6 +26,11 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     via = np.asarray(shifted.argmax(axis=1)).ravel()
     lifted = config.knng.neighbour_weight * best_neighbour
     chunk_score = np.maximum(own, lifted)
-    paths = [f"knn:chunk {via[c]} -> chunk {c}" if lifted[c] > own[c] else "dense seed" for c in range(len(own))]
-    scores = 0.5 * unit_cosine(index, query) + 0.5 * chunk_score[index.unit_chunk]
-    return ranked("unit", scores, scope.units, [paths[c] for c in index.unit_chunk])
+    unit_chunk = index.unit_chunk
+
+    def path(unit: int) -> str:
+        c = unit_chunk[unit]
+        return f"knn: chunk {via[c]} -> chunk {c}" if lifted[c] > own[c] else "dense seed"
+
+    scores = 0.5 * unit_cosine(index, query) + 0.5 * chunk_score[unit_chunk]
+    return ranked("unit", scores, scope.units, path)

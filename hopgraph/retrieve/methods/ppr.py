@@ -13,18 +13,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
-from hopgraph.kernels import personalized_pagerank
+from hopgraph.kernels import RandomWalk
 from hopgraph.kernels.backend import to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine
 
 
-@functools.lru_cache(maxsize=4)
 def bipartite(index: LoadedIndex) -> sp.csr_matrix:
     """Symmetric adjacency over [sub-chunks; keywords]."""
     postings = index.graph("postings_units")
     return sp.bmat([[None, postings], [postings.T, None]], format="csr")
+
+
+@functools.lru_cache(maxsize=4)
+def open_walk(index: LoadedIndex) -> RandomWalk:
+    """The walk over the whole bipartite graph, built once per index (the unfiltered case)."""
+    return RandomWalk(bipartite(index))
 
 
 def _minmax(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -53,11 +58,14 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         df = index.keyword_units.getnnz(axis=1)[query.keyword_ids]
         idf = np.log1p(n_units / np.maximum(df, 1))
         seeds[query.keyword_ids] += idf / idf.max()
-    # Forbidden sub-chunks are cut out of the walk, so no score flows through them.
-    allowed = sp.diags(np.concatenate([scope.units, np.ones(n_keywords, dtype=bool)]).astype(np.float32))
-    graph = allowed @ bipartite(index) @ allowed
+    if scope.units.all():
+        walker = open_walk(index)
+    else:
+        # Forbidden sub-chunks are cut out of the walk, so no score flows through them.
+        allowed = sp.diags(np.concatenate([scope.units, np.ones(n_keywords, dtype=bool)]).astype(np.float32))
+        walker = RandomWalk(allowed @ bipartite(index) @ allowed)
     personal = np.concatenate([np.zeros(n_units), seeds])
-    walk = to_numpy(personalized_pagerank(graph, personal, damping=cfg.damping))[:n_units]
+    walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-8))[:n_units]
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
     best_seed = np.asarray(unit_keywords.multiply(seeds[None, :]).argmax(axis=1)).ravel()
@@ -66,5 +74,5 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
              + cfg.path_weight * _minmax(seed_hits, scope.units))
     if cfg.meta_weight:
         score = score + cfg.meta_weight * _freshness(index)
-    paths = np.array([f"ppr via keyword:{index.keywords[k]}" if seed_hits[u] > 0 else "ppr" for u, k in enumerate(best_seed)], dtype=object)
-    return ranked("unit", score, scope.units, list(paths))
+    return ranked("unit", score, scope.units,
+                  lambda u: f"ppr via keyword:{index.keywords[best_seed[u]]}" if seed_hits[u] > 0 else "ppr")

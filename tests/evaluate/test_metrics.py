@@ -1,0 +1,83 @@
+"""Answer metrics against hand-computed SQuAD values."""
+from __future__ import annotations
+
+import pytest
+
+from hopgraph.evaluate.metrics import (
+    accuracy,
+    aggregate,
+    coverage_hit,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    supporting_recall,
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("The Eiffel Tower!", "eiffel tower"),
+        ("  an   Apple, a   day ", "apple day"),
+        ("Theatre of the Absurd", "theatre of absurd"),  # "the" only as a whole word
+        ("U.S.A.", "usa"),
+        ("Rock-'n'-Roll", "rocknroll"),
+        ("", ""),
+    ],
+)
+def test_normalize_answer_follows_squad(raw: str, expected: str) -> None:
+    assert normalize_answer(raw) == expected
+
+
+def test_exact_match_takes_best_alias() -> None:
+    assert exact_match("the Eiffel tower.", ["Eiffel Tower"]) == 1.0
+    assert exact_match("Paris", ["Lyon", "paris"]) == 1.0
+    assert exact_match("Paris, France", ["Paris"]) == 0.0
+    assert exact_match("anything", []) == 0.0
+
+
+def test_f1_known_values() -> None:
+    # prediction tokens: [john, smith, jr] vs gold [john, smith]: P=2/3, R=1, F1=0.8
+    assert f1_score("John Smith Jr.", ["John Smith"]) == pytest.approx(0.8)
+    # one common token of two on each side: P=R=0.5
+    assert f1_score("new york", ["york city"]) == pytest.approx(0.5)
+    assert f1_score("Boston", ["Chicago", "boston"]) == pytest.approx(1.0)
+    assert f1_score("the", ["a"]) == 0.0  # both empty after normalisation
+    assert f1_score("x", []) == 0.0
+
+
+def test_coverage_uses_aliases_and_normalisation() -> None:
+    context = "In 1889, THE Eiffel-Tower opened; its designer was Gustave Eiffel."
+    assert coverage_hit(context, ["Eiffel Tower"]) is False  # hyphen removal joins the words
+    assert coverage_hit(context, ["Paris", "Gustave Eiffel"]) is True
+    assert coverage_hit(context, ["1889"]) is True
+    assert coverage_hit(context, ["the"]) is False  # an answer that normalises to nothing never hits
+    assert coverage_hit(context, []) is False
+
+
+def test_accuracy_is_gold_inside_prediction() -> None:
+    assert accuracy("It was built by Gustave Eiffel's company.", ["Gustave Eiffel"]) == 1.0
+    assert accuracy("Eiffel", ["Gustave Eiffel"]) == 0.0
+    assert accuracy("answer", ["", "a"]) == 0.0
+
+
+def test_supporting_recall() -> None:
+    assert supporting_recall(["a", "b", "x"], ["a", "b", "c", "d"]) == 0.5
+    assert supporting_recall([], ["a"]) == 0.0
+    assert supporting_recall(["a"], None) is None
+    assert supporting_recall(["a"], []) is None
+
+
+def test_aggregate_means_fields_and_ignores_none() -> None:
+    rows = [
+        {"id": "q1", "coverage": True, "f1": 0.5, "recall": None, "marked": None},
+        {"id": "q2", "coverage": False, "f1": 1.0, "recall": 0.5, "marked": None},
+        {"id": "q3", "coverage": True, "f1": 0.0, "recall": 1.0, "marked": None},
+    ]
+    result = aggregate(rows)
+    assert result["coverage"] == pytest.approx(2 / 3)
+    assert result["f1"] == pytest.approx(0.5)
+    assert result["recall"] == pytest.approx(0.75)
+    assert result["marked"] is None
+    assert "id" not in result
+    assert aggregate([]) == {}

@@ -1,0 +1,163 @@
+"""Corpus reading: good files keep their metadata, and every kind of bad input is reported, not fatal."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hopgraph.errors import InputError
+from hopgraph.index.ingest import InputProblem, read_corpus
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+
+def _lines(*records: object) -> str:
+    return "".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records)
+
+
+def test_txt_md_and_jsonl_with_metadata(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Plain notes.\n", encoding="utf-8")
+    guide = tmp_path / "guide.md"
+    guide.write_text("intro line\n\n#   Install Guide ##\n\n## Later\n", encoding="utf-8")
+    records = tmp_path / "records.jsonl"
+    records.write_text(_lines(
+        {"id": "r1", "text": "First record.", "title": "One", "acl": ["hr", "legal"],
+         "timestamp": "2024-05-01T12:00:00Z", "author": "kim", "metadata": {"team": "ops"}},
+        "",
+        {"text": "Second record.", "acl": "public"},
+    ), encoding="utf-8")
+    result = read_corpus([notes, guide, records], default_metadata={"tenant": "acme", "team": "default"})
+    assert result.problems == []
+    by_id = {d.id: d for d in result.documents}
+    assert list(by_id) == ["notes.txt", "guide.md", "r1", "records.jsonl:3"]
+    assert by_id["notes.txt"].title == "notes" and by_id["notes.txt"].text == "Plain notes.\n"
+    assert by_id["guide.md"].title == "Install Guide"
+    meta = by_id["notes.txt"].metadata
+    assert meta["source_path"] == str(notes.resolve()) and meta["tenant"] == "acme"
+    assert meta["modified"].endswith("+00:00") and meta["modified"][:4].isdigit()
+    first = by_id["r1"]
+    assert first.title == "One" and first.acl == ["hr", "legal"]
+    assert first.metadata["timestamp"] == "2024-05-01T12:00:00Z"
+    assert (first.metadata["author"], first.metadata["team"], first.metadata["tenant"]) == ("kim", "ops", "acme")
+    assert by_id["records.jsonl:3"].acl == ["public"]
+
+
+def test_folder_walk_is_recursive_sorted_and_skips_hidden(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "deep.md").write_text("# Deep\ntext", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("alpha", encoding="utf-8")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")  # unknown extension: skipped silently in a folder
+    (tmp_path / "config.json").write_text('{"not": "a benchmark"}', encoding="utf-8")
+    (tmp_path / ".hidden.txt").write_text("secret", encoding="utf-8")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD.txt").write_text("ref", encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["a.txt", "b/deep.md"]
+    assert result.documents[1].title == "Deep"
+    assert result.problems == []
+
+
+def test_unknown_extension_named_directly_is_a_problem(tmp_path: Path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text("fine", encoding="utf-8")
+    odd = tmp_path / "table.csv"
+    odd.write_text("a,b", encoding="utf-8")
+    result = read_corpus([odd, good])
+    assert [d.id for d in result.documents] == ["good.txt"]
+    assert [(p.path, p.line) for p in result.problems] == [(str(odd), None)]
+    assert "unsupported file type" in result.problems[0].reason
+
+
+def test_every_bad_input_is_reported_and_good_files_survive(tmp_path: Path) -> None:
+    files = {
+        "empty.txt": b"",
+        "blank.md": b"  \n\t\n",
+        "binary.txt": b"abc\x00def",
+        "latin.txt": "line one\ncaf\xe9".encode("latin-1"),
+        "big.txt": b"x" * 2000,
+        "good.txt": b"still read",
+        "records.jsonl": _lines(
+            {"id": "ok", "text": "kept"},
+            '{"text": "broken",',
+            {"id": "nt", "title": "no text"},
+            {"text": "   "},
+            {"text": "bad acl", "acl": 7},
+            {"text": "bad acl list", "acl": ["ok", 3]},
+            {"text": "bad id", "id": ["x"]},
+            {"text": "bad time", "timestamp": "yesterday"},
+            {"text": "bad meta", "metadata": [1]},
+            ["not", "an", "object"],
+        ).encode("utf-8"),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    result = read_corpus([tmp_path, tmp_path / "missing.txt"], max_file_bytes=1000)
+    assert sorted(d.id for d in result.documents) == ["good.txt", "ok"]
+    found = {(Path(p.path).name, p.line): p.reason for p in result.problems}
+    assert found[("empty.txt", None)] == "empty file"
+    assert found[("blank.md", None)] == "empty file"
+    assert "binary" in found[("binary.txt", None)]
+    assert found[("latin.txt", 2)] == "not valid UTF-8 at byte offset 12"
+    assert "over the 1,000-byte limit" in found[("big.txt", None)]
+    assert "no such file" in found[("missing.txt", None)]
+    assert "invalid JSON" in found[("records.jsonl", 2)]
+    assert "'text'" in found[("records.jsonl", 3)] and "'text'" in found[("records.jsonl", 4)]
+    assert "'acl'" in found[("records.jsonl", 5)] and "'acl'" in found[("records.jsonl", 6)]
+    assert "'id'" in found[("records.jsonl", 7)]
+    assert "ISO-8601" in found[("records.jsonl", 8)]
+    assert "'metadata'" in found[("records.jsonl", 9)]
+    assert "not a JSON object" in found[("records.jsonl", 10)]
+    assert len(result.problems) == 15
+    assert str(InputProblem("f.jsonl", 3, "why")) == "f.jsonl:3: why"
+
+
+def test_duplicate_ids_keep_the_first(tmp_path: Path) -> None:
+    path = tmp_path / "dup.jsonl"
+    path.write_text(_lines({"id": "same", "text": "one"}, {"id": "same", "text": "two"}), encoding="utf-8")
+    result = read_corpus([path])
+    assert [d.text for d in result.documents] == ["one"]
+    (problem,) = result.problems
+    assert (Path(problem.path).name, problem.line) == ("dup.jsonl", 2)
+    assert "duplicate document id 'same'" in problem.reason
+
+
+def test_nothing_readable_raises_input_error_listing_problems(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "bad.jsonl").write_text("{oops\n", encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        read_corpus([tmp_path])
+    message = str(caught.value)
+    assert "no document could be read" in message
+    assert "bad.jsonl:1: invalid JSON" in message and "empty.txt: empty file" in message
+    (tmp_path / "void").mkdir()
+    with pytest.raises(InputError, match="no .txt, .md, .jsonl or benchmark files"):
+        read_corpus([tmp_path / "void"])
+
+
+def test_benchmark_inputs_are_recognised_by_content(tmp_path: Path) -> None:
+    bench = tmp_path / "corpus" / "ketrag"
+    bench.mkdir(parents=True)
+    (bench / "document.txt").write_text("para zero\npara one\n", encoding="utf-8")
+    (bench / "qa-pairs.json").write_text('[{"id": "q", "question": "Q?", "answer": "zero"}]', encoding="utf-8")
+    hippo = tmp_path / "corpus" / "hippo"
+    hippo.mkdir()
+    (hippo / "toy_corpus.json").write_text('[{"title": "T", "text": "titled text"}]', encoding="utf-8")
+    (hippo / "toy.json").write_text('[{"id": "h", "question": "Q?", "answer": "x"}]', encoding="utf-8")
+    renamed = tmp_path / "corpus" / "questions.jsonl"  # IRCoT content under a neutral name
+    renamed.write_text(_lines({"question_id": "i", "question_text": "Q?", "answers_objects": [],
+                               "contexts": [{"title": "C", "paragraph_text": "context text"}]}), encoding="utf-8")
+    result = read_corpus([tmp_path / "corpus"], default_metadata={"tenant": "lab"})
+    assert result.problems == []
+    texts = [d.text for d in result.documents]
+    assert texts == ["titled text", "para zero", "para one", "context text"]
+    assert result.documents[1].id == "p00000" and result.documents[1].metadata["line"] == 0
+    assert all(d.metadata["tenant"] == "lab" and d.metadata["source_path"] for d in result.documents)
+    assert result.documents[0].title == "T" and result.documents[3].title == "C"
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared benchmark data not present")
+def test_real_benchmark_folder_reads_all_corpora() -> None:
+    result = read_corpus([DATA / "musique" / "ketrag_500", DATA / "hotpotqa" / "dev_subsampled.jsonl"])
+    assert len(result.documents) == 6761 + 4858 and result.problems == []
