@@ -45,6 +45,8 @@ class VectorCache:
 class CachedEmbedder:
     """Wraps an embedder: texts seen before come from the cache, the rest are embedded and stored."""
 
+    SLICE = 2048
+
     def __init__(self, embedder, cache: VectorCache):
         self.inner = embedder
         self.cache = cache
@@ -59,10 +61,12 @@ class CachedEmbedder:
         for i, v in enumerate(cached):
             if v is not None:
                 out[i] = v
-        if missing:
-            fresh = self.inner.encode([texts[i] for i in missing], progress=progress)
-            out[missing] = fresh
-            self.cache.put_many([texts[i] for i in missing], fresh)
+        # Embed and store in slices: an interrupted run keeps all but the last slice.
+        for start in range(0, len(missing), self.SLICE):
+            part = missing[start : start + self.SLICE]
+            fresh = self.inner.encode([texts[i] for i in part], progress=progress)
+            out[part] = fresh
+            self.cache.put_many([texts[i] for i in part], fresh)
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         return out

@@ -11,7 +11,7 @@ from types import ModuleType
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.kernels import cooccurrence_pairs, cooccurrence_topk, cosine_topk, pagerank
+from hopgraph.kernels import cooccurrence_topk, cosine_topk, iter_cooccurrence_pairs, pagerank
 from hopgraph.kernels.backend import to_numpy
 
 
@@ -59,17 +59,24 @@ def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, 
 
 
 def concept_graph(keyword_vectors: np.ndarray, keyword_chunk_postings: sp.csr_matrix, *, theta_sem: float, theta_co: int) -> sp.csr_matrix:
-    """Concept edges iff cos ≥ θ_sem and co-occurrence ≥ θ_co; weight = Dice = 2·Co/(|T_i|+|T_j|)."""
+    """Concept edges iff cos ≥ θ_sem and co-occurrence ≥ θ_co; weight = Dice = 2·Co/(|T_i|+|T_j|).
+
+    Candidate pairs arrive block by block from the postings and are filtered at once, so only
+    surviving edges are ever held in memory.
+    """
     n = keyword_vectors.shape[0]
-    rows, cols, co = (to_numpy(a) for a in cooccurrence_pairs(keyword_chunk_postings, min_count=theta_co))
-    if len(rows) == 0:
-        return sp.csr_matrix((n, n), dtype=np.float32)
-    cosine = np.einsum("ij,ij->i", keyword_vectors[rows], keyword_vectors[cols])
-    keep = cosine >= theta_sem
-    rows, cols, co = rows[keep], cols[keep], co[keep].astype(np.float64)
     chunk_counts = np.asarray((keyword_chunk_postings > 0).sum(axis=1)).ravel().astype(np.float64)
-    dice = 2.0 * co / (chunk_counts[rows] + chunk_counts[cols])
-    return sp.csr_matrix((dice.astype(np.float32), (rows, cols)), shape=(n, n))
+    kept_rows, kept_cols, kept_weights = [], [], []
+    for rows, cols, co in iter_cooccurrence_pairs(keyword_chunk_postings, min_count=theta_co):
+        rows, cols, co = to_numpy(rows), to_numpy(cols), to_numpy(co).astype(np.float64)
+        cosine = np.einsum("ij,ij->i", keyword_vectors[rows], keyword_vectors[cols])
+        keep = cosine >= theta_sem
+        kept_rows.append(rows[keep])
+        kept_cols.append(cols[keep])
+        kept_weights.append((2.0 * co[keep] / (chunk_counts[rows[keep]] + chunk_counts[cols[keep]])).astype(np.float32))
+    if not kept_rows:
+        return sp.csr_matrix((n, n), dtype=np.float32)
+    return sp.csr_matrix((np.concatenate(kept_weights), (np.concatenate(kept_rows), np.concatenate(kept_cols))), shape=(n, n))
 
 
 def node_rank(graph: sp.csr_matrix, damping: float) -> np.ndarray:

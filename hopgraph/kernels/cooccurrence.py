@@ -1,53 +1,101 @@
-"""Co-occurrence from postings (items × features incidence), block by block, never all pairs."""
+"""Co-occurrence from postings (an items × features incidence matrix), block by block.
+
+Shared-feature counts come from sparse products ``incidence[block] @ incidence.T``. Only one
+block of rows is held at a time and it stays sparse: at most block × n_items entries, and in
+practice only the pairs that share something, never all pairs.
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from hopgraph.kernels.backend import module_of, sparse_module
-from hopgraph.kernels.similarity import _topk_rows
+
+
+def _check(min_count: int, block_size: int) -> None:
+    if min_count < 1:
+        raise ValueError(f"min_count must be at least 1, got {min_count}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
 
 
 def _binary(incidence: Any) -> Any:
+    """Canonical float32 CSR copy holding 1 where a feature is present and 0 where a stored entry is zero.
+
+    Stored zeros are kept rather than eliminated (the CUDA routine for that is deprecated); they
+    add nothing to a product, and every count is compared with ``min_count ≥ 1``.
+    """
     xp = module_of(incidence.data)
     matrix = sparse_module(xp).csr_matrix(incidence, dtype=xp.float32, copy=True)
-    matrix.data[:] = 1.0
+    matrix.sum_duplicates()
+    matrix.data = (matrix.data != 0).astype(xp.float32)
     return matrix
 
 
+def _block_pairs(matrix: Any, block_size: int, min_count: int) -> Iterator[tuple[Any, Any, Any]]:
+    """Per block of rows: (rows, cols, counts) int64 of pairs i ≠ j with count ≥ min_count, by row then column."""
+    xp = module_of(matrix.data)
+    transposed = matrix.T.tocsr()
+    for start in range(0, matrix.shape[0], block_size):
+        product = (matrix[start : start + block_size] @ transposed).tocsr()
+        product.sort_indices()
+        product = product.tocoo()
+        rows = product.row.astype(xp.int64) + start
+        cols = product.col.astype(xp.int64)
+        keep = (product.data >= min_count) & (rows != cols)
+        yield rows[keep], cols[keep], product.data[keep].astype(xp.int64)
+
+
 def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_count: int = 1) -> tuple[Any, Any]:
-    """For each item, the k other items sharing the most features: (counts, indices), -1 padded."""
+    """For each item, the k other items sharing the most features: (counts, indices), both int64, n × k.
+
+    Descending count, ties to the lower index; only pairs sharing at least ``min_count`` features
+    are listed, the remaining slots hold index -1 and count 0. Each block's pairs are ranked
+    sparsely (two stable sorts), since dense blocks of small integer counts are mostly ties.
+    """
+    _check(min_count, block_size)
     xp = module_of(incidence.data)
     matrix = _binary(incidence)
     n = matrix.shape[0]
-    transposed = matrix.T.tocsr()
-    k = min(k, max(n - 1, 0))
-    counts, indices = [], []
-    for start in range(0, n, block_size):
-        block = (matrix[start : start + block_size] @ transposed).toarray()
-        rows = xp.arange(block.shape[0])
-        block[rows, rows + start] = -1.0
-        c, i = _topk_rows(xp, block, k)
-        valid = c >= min_count
-        counts.append(xp.where(valid, c, 0).astype(xp.int64))
-        indices.append(xp.where(valid, i, -1).astype(xp.int64))
-    if not counts:
-        return xp.zeros((0, k), dtype=xp.int64), xp.zeros((0, k), dtype=xp.int64)
-    return xp.concatenate(counts), xp.concatenate(indices)
+    k = max(0, min(k, n - 1))
+    counts = xp.zeros((n, k), dtype=xp.int64)
+    indices = xp.full((n, k), -1, dtype=xp.int64)
+    if k == 0:
+        return counts, indices
+    for rows, cols, shared in _block_pairs(matrix, block_size, min_count):
+        # Pairs arrive by row then column; sorting stably by count, then by row, gives each row's
+        # partners by descending count with ties in column order.
+        order = xp.argsort(-shared, kind="stable")
+        order = order[xp.argsort(rows[order], kind="stable")]
+        rows, cols, shared = rows[order], cols[order], shared[order]
+        rank = xp.arange(rows.shape[0]) - xp.searchsorted(rows, rows)
+        top = rank < k
+        counts[rows[top], rank[top]] = shared[top]
+        indices[rows[top], rank[top]] = cols[top]
+    return counts, indices
+
+
+def iter_cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: int = 2048) -> Iterator[tuple[Any, Any, Any]]:
+    """Blocks of (rows, cols, counts), int64: pairs i ≠ j of rows sharing ≥ ``min_count`` columns.
+
+    Both directions are listed, ordered by row then column. Rows with fewer than ``min_count``
+    stored columns cannot qualify and are left out of the products.
+    """
+    _check(min_count, block_size)
+    xp = module_of(incidence.data)
+    matrix = _binary(incidence)
+    active = xp.flatnonzero(xp.diff(matrix.indptr) >= min_count)
+    if active.shape[0] == 0:
+        return
+    for rows, cols, shared in _block_pairs(matrix[active], block_size, min_count):
+        yield active[rows].astype(xp.int64), active[cols].astype(xp.int64), shared
 
 
 def cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: int = 2048) -> tuple[Any, Any, Any]:
-    """All (i, j), i ≠ j, rows sharing ≥ min_count columns, with the count (both directions)."""
+    """All pairs of :func:`iter_cooccurrence_pairs` at once, as (rows, cols, counts)."""
     xp = module_of(incidence.data)
-    matrix = _binary(incidence)
-    transposed = matrix.T.tocsr()
-    rows, cols, counts = [], [], []
-    for start in range(0, matrix.shape[0], block_size):
-        product = (matrix[start : start + block_size] @ transposed).tocoo()
-        keep = (product.data >= min_count) & (product.row + start != product.col)
-        rows.append(product.row[keep].astype(xp.int64) + start)
-        cols.append(product.col[keep].astype(xp.int64))
-        counts.append(product.data[keep].astype(xp.int64))
-    if not rows:
+    blocks = list(iter_cooccurrence_pairs(incidence, min_count=min_count, block_size=block_size))
+    if not blocks:
         empty = xp.zeros(0, dtype=xp.int64)
-        return empty, empty, empty
-    return xp.concatenate(rows), xp.concatenate(cols), xp.concatenate(counts)
+        return empty, empty.copy(), empty.copy()
+    rows, cols, counts = (xp.concatenate(parts) for parts in zip(*blocks))
+    return rows, cols, counts

@@ -1,4 +1,8 @@
-"""Blocked cosine top-k: memory O(block × n), never n × n."""
+"""Blocked cosine top-k: queries and corpus are both cut into blocks, so memory is O(block²), never n × n.
+
+Every selection orders by descending score and then by ascending index, so results do not depend
+on the backend, the block size or the order a partition happens to leave ties in.
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -11,49 +15,77 @@ def normalize_rows(x: Any) -> Any:
     xp = module_of(x)
     x = xp.asarray(x, dtype=xp.float32)
     norms = xp.linalg.norm(x, axis=1, keepdims=True)
-    return x / xp.maximum(norms, 1e-12)
+    return x / xp.maximum(norms, xp.float32(1e-12))
+
+
+def _sort_candidates(xp: Any, values: Any, indices: Any) -> tuple[Any, Any]:
+    """Sort each row by (descending value, ascending index); indices must be unique within a row."""
+    by_index = xp.argsort(indices, axis=1)
+    values = xp.take_along_axis(values, by_index, axis=1)
+    indices = xp.take_along_axis(indices, by_index, axis=1)
+    by_value = xp.argsort(-values, axis=1, kind="stable")
+    return xp.take_along_axis(values, by_value, axis=1), xp.take_along_axis(indices, by_value, axis=1)
 
 
 def _topk_rows(xp: Any, scores: Any, k: int) -> tuple[Any, Any]:
-    """Top-k per row, descending score, ties by lower column index."""
-    n = scores.shape[1]
-    if k < n:
-        part = xp.argpartition(-scores, k - 1, axis=1)[:, :k]
-        kth = xp.take_along_axis(scores, part, axis=1).min(axis=1, keepdims=True)
-        # Any column scoring above the k-th value is in; among ties at the k-th value keep the lowest indices.
-        above = scores > kth
-        tied = scores == kth
-        rank_key = xp.where(above, 0, xp.where(tied, 1, 2)).astype(xp.int64) * n + xp.arange(n)[None, :]
-        cand = xp.argpartition(rank_key, k - 1, axis=1)[:, :k]
+    """(values, columns) of the k best columns of each row of a dense block, ties to the lower column.
+
+    A partition finds each row's k-th best value and everything at least as good is kept; only
+    rows with more than k such columns (ties at the k-th value) are trimmed, keeping the leftmost
+    tied columns. Extra memory is a copy of the block and a mask, with no index matrix.
+    """
+    rows, m = scores.shape
+    k = min(k, m)
+    if k == 0:
+        return scores[:, :0], xp.zeros((rows, 0), dtype=xp.int64)
+    if k == m:
+        columns = xp.broadcast_to(xp.arange(m, dtype=xp.int64), (rows, m))
     else:
-        cand = xp.broadcast_to(xp.arange(n)[None, :], scores.shape)
-    vals = xp.take_along_axis(scores, cand, axis=1)
-    order = xp.lexsort(xp.stack([cand, -vals]), axis=-1) if xp.__name__ == "numpy" else _lexsort_rows(xp, vals, cand)
-    return xp.take_along_axis(vals, order, axis=1), xp.take_along_axis(cand, order, axis=1)
-
-
-def _lexsort_rows(xp: Any, vals: Any, cand: Any) -> Any:
-    # Sort by index first, then stably by descending value: equal values keep index order.
-    by_index = xp.argsort(cand, axis=1)
-    vals_sorted = xp.take_along_axis(vals, by_index, axis=1)
-    by_value = xp.argsort(-vals_sorted, axis=1, kind="stable")
-    return xp.take_along_axis(by_index, by_value, axis=1)
+        kth = xp.partition(scores, m - k, axis=1)[:, m - k : m - k + 1]
+        keep = scores >= kth
+        excess = xp.flatnonzero(xp.count_nonzero(keep, axis=1) > k)
+        if excess.size:
+            block, block_kth = scores[excess], kth[excess]
+            above = block > block_kth
+            tied = block == block_kth
+            room = k - xp.count_nonzero(above, axis=1)[:, None]
+            keep[excess] = above | (tied & (xp.cumsum(tied, axis=1, dtype=xp.int32) <= room))
+        columns = xp.nonzero(keep)[1].reshape(rows, k).astype(xp.int64)
+    values = xp.take_along_axis(scores, columns, axis=1)
+    # Columns are ascending within each row, so a stable sort on the value settles ties by index.
+    order = xp.argsort(-values, axis=1, kind="stable")
+    return xp.take_along_axis(values, order, axis=1), xp.take_along_axis(columns, order, axis=1)
 
 
 def cosine_topk(queries: Any, corpus: Any, k: int, *, block_size: int = 4096, exclude_self: bool = False) -> tuple[Any, Any]:
-    """(scores, indices) of the k most similar corpus rows for each query row (inputs row-normalised)."""
+    """(scores, indices) of the k most similar corpus rows per query row (inputs row-normalised float32).
+
+    ``exclude_self`` means query ``i`` is corpus row ``i`` (a KNN graph) and never returns itself.
+    ``k`` is capped at the number of candidates; results are nq × k, best first.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
     xp = module_of(corpus)
-    n = corpus.shape[0]
+    queries = xp.asarray(queries, dtype=xp.float32)
+    corpus = xp.asarray(corpus, dtype=xp.float32)
+    nq, n = queries.shape[0], corpus.shape[0]
     k = max(0, min(k, n - 1 if exclude_self else n))
-    all_scores, all_index = [], []
-    for start in range(0, queries.shape[0], block_size):
-        block = queries[start : start + block_size] @ corpus.T
-        if exclude_self:
-            rows = xp.arange(block.shape[0])
-            block[rows, rows + start] = -xp.inf
-        s, i = _topk_rows(xp, block, k)
-        all_scores.append(s)
-        all_index.append(i.astype(xp.int64))
-    if not all_scores:
-        return xp.zeros((0, k), dtype=xp.float32), xp.zeros((0, k), dtype=xp.int64)
-    return xp.concatenate(all_scores), xp.concatenate(all_index)
+    all_scores = xp.zeros((nq, k), dtype=xp.float32)
+    all_indices = xp.zeros((nq, k), dtype=xp.int64)
+    if k == 0:
+        return all_scores, all_indices
+    for q0 in range(0, nq, block_size):
+        q1 = min(q0 + block_size, nq)
+        best_scores, best_indices = all_scores[q0:q1, :0], all_indices[q0:q1, :0]
+        for c0 in range(0, n, block_size):
+            c1 = min(c0 + block_size, n)
+            block = queries[q0:q1] @ corpus[c0:c1].T
+            if exclude_self and max(q0, c0) < min(q1, c1):
+                own = xp.arange(max(q0, c0), min(q1, c1))
+                block[own - q0, own - c0] = -xp.inf
+            scores, columns = _topk_rows(xp, block, k)
+            merged = _sort_candidates(xp, xp.concatenate([best_scores, scores], axis=1),
+                                     xp.concatenate([best_indices, columns + c0], axis=1))
+            best_scores, best_indices = merged[0][:, :k], merged[1][:, :k]
+        all_scores[q0:q1], all_indices[q0:q1] = best_scores, best_indices
+    return all_scores, all_indices

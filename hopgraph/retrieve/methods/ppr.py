@@ -52,7 +52,8 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     n_units, n_keywords = len(index.unit_tokens), len(index.keywords)
     similarity = keyword_cosine(index, query)
     seeds = np.zeros(n_keywords)
-    nearest = np.argsort(-similarity, kind="stable")[: cfg.seed_keywords]
+    top = min(cfg.seed_keywords, n_keywords)
+    nearest = np.argpartition(-similarity, top - 1)[:top] if top < n_keywords else np.arange(n_keywords)
     seeds[nearest] = np.maximum(similarity[nearest], 0)
     if query.keyword_ids:
         df = index.keyword_units.getnnz(axis=1)[query.keyword_ids]
@@ -65,14 +66,18 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         allowed = sp.diags(np.concatenate([scope.units, np.ones(n_keywords, dtype=bool)]).astype(np.float32))
         walker = RandomWalk(allowed @ bipartite(index) @ allowed)
     personal = np.concatenate([np.zeros(n_units), seeds])
-    walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-8))[:n_units]
+    walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units]
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
-    best_seed = np.asarray(unit_keywords.multiply(seeds[None, :]).argmax(axis=1)).ravel()
     score = (cfg.text_weight * _minmax(unit_cosine(index, query), scope.units)
              + cfg.graph_weight * _minmax(walk, scope.units)
              + cfg.path_weight * _minmax(seed_hits, scope.units))
     if cfg.meta_weight:
         score = score + cfg.meta_weight * _freshness(index)
-    return ranked("unit", score, scope.units,
-                  lambda u: f"ppr via keyword:{index.keywords[best_seed[u]]}" if seed_hits[u] > 0 else "ppr")
+
+    def path(unit: int) -> str:
+        own = unit_keywords.indices[unit_keywords.indptr[unit] : unit_keywords.indptr[unit + 1]]
+        best = own[np.argmax(seeds[own])] if len(own) else -1
+        return f"ppr via keyword:{index.keywords[best]}" if best >= 0 and seeds[best] > 0 else "ppr"
+
+    return ranked("unit", score, scope.units, path)

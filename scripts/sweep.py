@@ -1,0 +1,67 @@
+"""Documented parameter sweep: Coverage of one method over a grid of retrieval settings.
+
+Retrieval settings are tuned only through sweeps like this one, on whole benchmark sets (never per
+question); the JSON it writes is the record of what was tried.
+
+    python scripts/sweep.py ../shared/data/musique/ketrag_500 --index .hopgraph/musique-1200 \
+        --method ppr --grid '{"ppr.text_weight": [0.4, 0.6], "ppr.damping": [0.3, 0.5]}' \
+        --out scripts/results/sweep_ppr_musique_l1200.json
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hopgraph.config import RetrievalConfig
+from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.evaluate.metrics import coverage_hit
+from hopgraph.evaluate.report import provenance, write_json
+from hopgraph.retrieve.retriever import Retriever
+
+
+def set_dotted(data: dict, dotted: str, value: object) -> None:
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        data = data[key]
+    data[leaf] = value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dataset")
+    parser.add_argument("--index", required=True)
+    parser.add_argument("--method", required=True)
+    parser.add_argument("--grid", required=True, help="JSON object: retrieval setting (dotted, under [retrieval]) → list of values")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    bench = load_benchmark(args.dataset, limit=args.limit)
+    retriever = Retriever(args.index)
+    vectors = retriever.embed([q.text for q in bench.questions])
+    grid = json.loads(args.grid)
+    rows = []
+    for values in itertools.product(*grid.values()):
+        settings = dict(zip(grid, values))
+        data = retriever.index.config.retrieval.model_dump()
+        data["method"] = args.method
+        for dotted, value in settings.items():
+            set_dotted(data, dotted, value)
+        config = RetrievalConfig.model_validate(data)
+        retriever.config = config
+        started = time.perf_counter()
+        hits = [coverage_hit(retriever.retrieve(q.text, vector=v).context, q.answers) for q, v in zip(bench.questions, vectors)]
+        rows.append({**settings, "coverage": round(100 * float(np.mean(hits)), 2), "seconds": round(time.perf_counter() - started, 1)})
+        print(json.dumps(rows[-1]), flush=True)
+    best = max(rows, key=lambda r: r["coverage"])
+    write_json(Path(args.out), {"dataset": bench.name, "index": args.index, "method": args.method, "n_questions": len(bench.questions),
+                                "grid": grid, "results": rows, "best": best, **provenance()})
+
+
+if __name__ == "__main__":
+    main()

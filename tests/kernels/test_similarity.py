@@ -1,0 +1,90 @@
+"""Blocked cosine top-k against a brute-force reference (exact ties through small-integer data)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hopgraph.kernels import cosine_topk, normalize_rows
+
+
+def brute_topk(queries: np.ndarray, corpus: np.ndarray, k: int, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    scores = queries.astype(np.float64) @ corpus.astype(np.float64).T
+    if exclude_self:
+        own = np.arange(min(scores.shape))
+        scores[own, own] = -np.inf
+    k = min(k, corpus.shape[0] - (1 if exclude_self else 0))
+    order = np.array([np.lexsort((np.arange(len(row)), -row))[:k] for row in scores], dtype=np.int64).reshape(len(scores), k)
+    return np.take_along_axis(scores, order, axis=1), order
+
+
+def integer_matrix(rng: np.random.Generator, rows: int, dim: int) -> np.ndarray:
+    """Values in {-2..2}: every dot product is exact in float32, and many of them tie."""
+    return rng.integers(-2, 3, size=(rows, dim)).astype(np.float32)
+
+
+def test_normalize_rows_units_and_zero_rows():
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [1.0, 0.0]])
+    out = normalize_rows(x)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0], [1.0, 0.0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("block_size", [1, 7, 32, 4096])
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_matches_brute_force_with_ties(block_size, k):
+    rng = np.random.default_rng(k * 1000 + block_size)
+    queries, corpus = integer_matrix(rng, 23, 6), integer_matrix(rng, 37, 6)
+    scores, indices = cosine_topk(queries, corpus, k, block_size=block_size)
+    want_scores, want_indices = brute_topk(queries, corpus, k)
+    assert indices.dtype == np.int64 and scores.dtype == np.float32
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(scores, want_scores)
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 16, 4096])
+def test_exclude_self(block_size):
+    rng = np.random.default_rng(block_size)
+    vectors = integer_matrix(rng, 31, 4)
+    scores, indices = cosine_topk(vectors, vectors, 6, block_size=block_size, exclude_self=True)
+    want_scores, want_indices = brute_topk(vectors, vectors, 6, exclude_self=True)
+    np.testing.assert_array_equal(indices, want_indices)
+    np.testing.assert_array_equal(scores, want_scores)
+    assert not (indices == np.arange(31)[:, None]).any()
+
+
+def test_k_larger_than_corpus_is_capped():
+    rng = np.random.default_rng(3)
+    vectors = integer_matrix(rng, 9, 3)
+    scores, indices = cosine_topk(vectors[:4], vectors, 50, block_size=2)
+    assert indices.shape == (4, 9)
+    np.testing.assert_array_equal(indices, brute_topk(vectors[:4], vectors, 9)[1])
+    _, own_excluded = cosine_topk(vectors, vectors, 50, block_size=4, exclude_self=True)
+    assert own_excluded.shape == (9, 8)
+    assert all(sorted(row) == sorted(set(range(9)) - {i}) for i, row in enumerate(own_excluded.tolist()))
+
+
+def test_all_tied_rows_return_lowest_indices():
+    corpus = np.ones((10, 2), dtype=np.float32)
+    _, indices = cosine_topk(np.ones((2, 2), dtype=np.float32), corpus, 4, block_size=3)
+    np.testing.assert_array_equal(indices, [[0, 1, 2, 3], [0, 1, 2, 3]])
+
+
+def test_normalised_random_data_scores():
+    rng = np.random.default_rng(11)
+    corpus = normalize_rows(rng.standard_normal((200, 16)))
+    queries = normalize_rows(rng.standard_normal((50, 16)))
+    scores, indices = cosine_topk(queries, corpus, 10, block_size=64)
+    want_scores, want_indices = brute_topk(queries, corpus, 10)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-5)
+    assert (indices == want_indices).mean() > 0.99
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+def test_empty_inputs_and_zero_k():
+    corpus = np.ones((5, 2), dtype=np.float32)
+    scores, indices = cosine_topk(np.zeros((0, 2), dtype=np.float32), corpus, 3)
+    assert scores.shape == indices.shape == (0, 3)
+    assert cosine_topk(corpus, corpus, 0)[1].shape == (5, 0)
+    assert cosine_topk(corpus[:1], corpus[:1], 3, exclude_self=True)[1].shape == (1, 0)
+    with pytest.raises(ValueError):
+        cosine_topk(corpus, corpus, 2, block_size=0)
