@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from hopgraph.config import HopgraphConfig, leaf_fields, load_config
+from hopgraph.config import HopgraphConfig, apply_overrides, leaf_fields, load_config, validate_config
 from hopgraph.errors import HopgraphError
 
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.")
@@ -116,14 +116,7 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, **op
 
     loaded = LoadedIndex(index_dir)
     overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
-    base = loaded.config.model_dump()
-    for dotted, value in overrides.items():
-        node = base
-        *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    config = HopgraphConfig.model_validate(base)
+    config = validate_config(apply_overrides(loaded.config.model_dump(), overrides), "command-line options")
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
     flt = MetadataFilter(groups=frozenset(g.strip() for g in groups.split(",") if g.strip())) if groups else None
     result = retriever.retrieve(question, metadata_filter=flt)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from hopgraph.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
 
 OFFLINE_MINILM = "offline:all-minilm-l6-v2"
 
@@ -77,6 +79,7 @@ class KeywordConfig(Section):
     tfidf_top: int = Field(40, ge=1, description="With method=tfidf: terms kept per chunk.")
     min_length: int = Field(2, ge=1, description="Shorter words are not keywords.")
     max_df: float = Field(0.05, gt=0, le=1, description="Keywords in more than this fraction of chunks are left out of lexical KNN co-occurrence (too common to link chunks).")
+    max_postings: int = Field(500, ge=2, description="...and so are keywords in more than this many chunks: shared-keyword counting costs the square of a keyword's frequency, so the cap keeps it linear in corpus size.")
 
 
 class GraphConfig(Section):
@@ -84,6 +87,7 @@ class GraphConfig(Section):
     theta_sem: float = Field(0.65, ge=-1, le=1, description="θ_sem: concept edge needs cosine ≥ this (G2ConS).")
     theta_co: int = Field(3, ge=1, description="θ_co: concept edge needs ≥ this many shared chunks (G2ConS).")
     damping: float = Field(0.85, gt=0, lt=1, description="PageRank damping (continuation probability).")
+    exact_knn_limit: int = Field(10000, ge=2, description="Up to this many chunks the cosine side of the KNN graph is exact (blocked top-k, n² work); above it, FAISS inverted lists (approximate, near-linear).")
 
 
 class TextMethod(Section):
@@ -115,6 +119,7 @@ class PprMethod(Section):
 class RetrievalConfig(Section):
     method: Literal["text", "knng", "keyword", "concept", "ppr"] = Field("ppr", description="Retrieval method.")
     budget: int = Field(12000, ge=50, le=1_000_000, description="λ: context budget in tokens.")
+    sentence_mix: float = Field(0.5, ge=0, le=1, description="Share of a sub-chunk's query similarity taken from its best sentence (0 = sub-chunk vector only); used by every sub-chunk method.")
     text: TextMethod = TextMethod()
     knng: KnngMethod = KnngMethod()
     keyword: KeywordMethod = KeywordMethod()
@@ -144,7 +149,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             raise ConfigError(f"config file not found: {path}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    for dotted, value in (overrides or {}).items():
+    return validate_config(apply_overrides(data, overrides or {}), source=str(path) if path else "configuration")
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted keys ({"retrieval.ppr.damping": 0.6}) in nested settings, in place; returns ``data``."""
+    for dotted, value in overrides.items():
         node = data
         *parents, leaf = dotted.split(".")
         for key in parents:
@@ -152,12 +162,17 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             if not isinstance(node, dict):
                 raise ConfigError(f"override {dotted}: {key} is not a section")
         node[leaf] = value
-    return validate_config(data, source=str(path) if path else "configuration")
+    return data
 
 
 def validate_config(data: dict[str, Any], source: str = "configuration") -> HopgraphConfig:
+    return validate_section(HopgraphConfig, data, source)
+
+
+def validate_section(model: type[M], data: dict[str, Any], source: str = "configuration") -> M:
+    """``model`` from plain data, or a ConfigError naming every bad key (never a pydantic traceback)."""
     try:
-        return HopgraphConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise ConfigError(f"{source}: {problems}") from None

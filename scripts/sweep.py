@@ -17,18 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.config import RetrievalConfig
 from hopgraph.evaluate.datasets import load_benchmark
 from hopgraph.evaluate.metrics import coverage_hit
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.retrieve.retriever import Retriever
-
-
-def set_dotted(data: dict, dotted: str, value: object) -> None:
-    *parents, leaf = dotted.split(".")
-    for key in parents:
-        data = data[key]
-    data[leaf] = value
 
 
 def main() -> None:
@@ -48,14 +40,9 @@ def main() -> None:
     rows = []
     for values in itertools.product(*grid.values()):
         settings = dict(zip(grid, values))
-        data = retriever.index.config.retrieval.model_dump()
-        data["method"] = args.method
-        for dotted, value in settings.items():
-            set_dotted(data, dotted, value)
-        config = RetrievalConfig.model_validate(data)
-        retriever.config = config
         started = time.perf_counter()
-        hits = [coverage_hit(retriever.retrieve(q.text, vector=v).context, q.answers) for q, v in zip(bench.questions, vectors)]
+        hits = [coverage_hit(retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings).context, q.answers)
+                for q, v in zip(bench.questions, vectors)]
         rows.append({**settings, "coverage": round(100 * float(np.mean(hits)), 2), "seconds": round(time.perf_counter() - started, 1)})
         print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=lambda r: r["coverage"])

@@ -12,21 +12,25 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.kernels import cooccurrence_topk, cosine_topk, iter_cooccurrence_pairs, pagerank
+from hopgraph.kernels.ann import ivf_cosine_topk
 from hopgraph.kernels.backend import to_numpy
 
 
-def _drop_common(postings: sp.csr_matrix, max_df: float) -> sp.csr_matrix:
-    """Remove keywords that occur in more than max_df of the rows: they link everything to everything."""
+def _drop_common(postings: sp.csr_matrix, max_df: float, max_postings: int) -> sp.csr_matrix:
+    """Remove keywords in more than max_df of the rows or more than max_postings rows: they link
+    everything to everything, and their pairs would grow with the square of the corpus."""
     document_frequency = np.asarray((postings > 0).sum(axis=0)).ravel()
-    keep = document_frequency <= max(max_df * postings.shape[0], 2)
+    keep = document_frequency <= max(min(max_df * postings.shape[0], max_postings), 2)
     return postings[:, np.flatnonzero(keep)].tocsr()
 
 
-def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, *, max_df: float, xp: ModuleType = np) -> sp.csr_matrix:
+def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, *, max_df: float, max_postings: int,
+              exact_limit: int, xp: ModuleType = np) -> sp.csr_matrix:
     """Undirected chunk graph: each chunk links to its top ⌈K/2⌉ lexical and ⌊K/2⌋ cosine neighbours.
 
     Lexical similarity is the number of shared keywords (computed blockwise from postings); cosine
-    neighbours already chosen lexically are skipped, as in KET Alg. 3 line 5.
+    neighbours already chosen lexically are skipped, as in KET Alg. 3 line 5. Cosine neighbours are
+    exact up to ``exact_limit`` chunks and come from a FAISS IVF index above it.
     """
     n = chunk_vectors.shape[0]
     if n < 2:
@@ -34,20 +38,23 @@ def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, 
     k_lexical, k_semantic = (k + 1) // 2, k // 2
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
-    counts, lexical = cooccurrence_topk(_drop_common(chunk_postings, max_df), k_lexical)
+    counts, lexical = cooccurrence_topk(_drop_common(chunk_postings, max_df, max_postings), k_lexical)
     lexical = to_numpy(lexical)
     for j in range(lexical.shape[1]):
         valid = lexical[:, j] >= 0
         rows.append(np.flatnonzero(valid))
         cols.append(lexical[valid, j])
     if k_semantic:
-        vectors = xp.asarray(chunk_vectors)
-        _, semantic = cosine_topk(vectors, vectors, min(k_semantic + k_lexical, n - 1), exclude_self=True)
-        semantic = to_numpy(semantic)
+        wanted = min(k_semantic + k_lexical, n - 1)
+        if n <= exact_limit:
+            vectors = xp.asarray(chunk_vectors)
+            semantic = to_numpy(cosine_topk(vectors, vectors, wanted, exclude_self=True)[1])
+        else:
+            semantic = ivf_cosine_topk(chunk_vectors, wanted)[1]
         taken = np.zeros(n, dtype=np.int64)
         for j in range(semantic.shape[1]):
             candidate = semantic[:, j]
-            fresh = (taken < k_semantic) & ~(lexical == candidate[:, None]).any(axis=1)
+            fresh = (taken < k_semantic) & (candidate >= 0) & ~(lexical == candidate[:, None]).any(axis=1)
             rows.append(np.flatnonzero(fresh))
             cols.append(candidate[fresh])
             taken += fresh

@@ -113,7 +113,9 @@ def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
 def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.graph
     xp = array_module(ctx.config.embedding.device)
-    knn = graphs.knn_graph(ctx.store.read_array("chunk_vectors"), ctx.store.read_graph("postings_chunks"), cfg.knn_k, max_df=ctx.config.keywords.max_df, xp=xp)
+    knn = graphs.knn_graph(ctx.store.read_array("chunk_vectors"), ctx.store.read_graph("postings_chunks"), cfg.knn_k,
+                           max_df=ctx.config.keywords.max_df, max_postings=ctx.config.keywords.max_postings,
+                           exact_limit=cfg.exact_knn_limit, xp=xp)
     ctx.store.write_graph("knn", knn)
     ctx.store.write_array("chunk_rank_knn", graphs.node_rank(knn, cfg.damping))
     return {"knn_edges": int(knn.nnz // 2)}

@@ -52,8 +52,21 @@ def units_of(index: LoadedIndex, keyword_ids: np.ndarray | list[int], scope: Sco
     return units[scope.units[units]]
 
 
-def unit_cosine(index: LoadedIndex, query: Query) -> np.ndarray:
-    return index.array("unit_vectors") @ query.vector
+def unit_cosine(index: LoadedIndex, query: Query, sentence_mix: float = 0.0) -> np.ndarray:
+    """Query similarity per sub-chunk: its own vector, blended with its best sentence's.
+
+    A sub-chunk vector averages every topic in it, so one decisive sentence is diluted; the best
+    sentence cosine restores it, and the blend keeps the sub-chunk's overall relevance. A sentence
+    belongs to the sub-chunk it starts in; a sub-chunk with none keeps its own score.
+    """
+    own = index.array("unit_vectors") @ query.vector
+    if sentence_mix <= 0:
+        return own
+    sentences = index.array("sentence_vectors") @ query.vector
+    best = own.copy()
+    starts, units = index.sentence_runs
+    best[units] = np.maximum.reduceat(sentences, starts)
+    return (1.0 - sentence_mix) * own + sentence_mix * best
 
 
 def keyword_cosine(index: LoadedIndex, query: Query) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from hopgraph.config import RetrievalConfig
+from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
 from hopgraph.errors import ConfigError
 from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter, piece_mask
@@ -49,7 +49,7 @@ class Retriever:
                 update["method"] = method
             if budget:
                 update["budget"] = budget
-            config = RetrievalConfig.model_validate({**config.model_dump(), **update})
+            config = validate_section(RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings")
         if config.method not in METHODS:
             raise ConfigError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
         if vector is None:

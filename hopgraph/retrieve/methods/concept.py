@@ -35,7 +35,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     reachable = np.asarray(index.keyword_units.getnnz(axis=1) > 0)
     order = np.argsort(-np.where(reachable, similarity, -np.inf), kind="stable")
     direct = order[: cfg.top_k]
-    scores = unit_cosine(index, query)
+    scores = unit_cosine(index, query, config.sentence_mix)
     local = units_of(index, direct, scope)
     yield from ranked("unit", scores, scope.units, "concept (direct)", pool=local)
     expanded = bfs(index.graph("concepts"), direct, cfg.depth)

@@ -26,5 +26,5 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         tokens += int(index.unit_tokens[fresh].sum())
         if tokens >= target:
             break
-    return ranked("unit", unit_cosine(index, query), scope.units,
+    return ranked("unit", unit_cosine(index, query, config.sentence_mix), scope.units,
                   lambda u: f"keyword:{index.keywords[reached_by[u]]}", pool=np.flatnonzero(in_pool))

@@ -32,5 +32,5 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         c = unit_chunk[unit]
         return f"knn: chunk {via[c]} -> chunk {c}" if lifted[c] > own[c] else "dense seed"
 
-    scores = 0.5 * unit_cosine(index, query) + 0.5 * chunk_score[unit_chunk]
+    scores = 0.5 * unit_cosine(index, query, config.sentence_mix) + 0.5 * chunk_score[unit_chunk]
     return ranked("unit", scores, scope.units, path)

@@ -69,7 +69,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units]
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
-    score = (cfg.text_weight * _minmax(unit_cosine(index, query), scope.units)
+    score = (cfg.text_weight * _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)
              + cfg.graph_weight * _minmax(walk, scope.units)
              + cfg.path_weight * _minmax(seed_hits, scope.units))
     if cfg.meta_weight:

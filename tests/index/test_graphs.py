@@ -1,0 +1,90 @@
+"""Graph builders on the indexed sample corpus, checked against their definitions computed by brute force."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from hopgraph.index import graphs
+from hopgraph.kernels import normalize_rows
+from hopgraph.store import IndexStore
+
+
+@pytest.fixture(scope="module")
+def parts(sample_index):
+    store = IndexStore(sample_index)
+    return store.read_array("chunk_vectors"), store.read_graph("postings_chunks"), store.read_array("keyword_vectors")
+
+
+def brute_knn(vectors: np.ndarray, postings: sp.csr_matrix, k: int, max_df: float, max_postings: int) -> set[tuple[int, int]]:
+    """KET Alg. 3 lines 2–7 written out: top ⌈K/2⌉ by shared keywords, then top ⌊K/2⌋ by cosine not yet chosen."""
+    binary = (postings > 0).astype(np.int64).toarray()
+    df = binary.sum(axis=0)
+    binary = binary[:, df <= max(min(max_df * len(binary), max_postings), 2)]
+    shared = binary @ binary.T
+    cosine = vectors.astype(np.float64) @ vectors.astype(np.float64).T
+    n, edges = len(vectors), set()
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        lexical = [j for j in sorted(others, key=lambda j: (-shared[i, j], j)) if shared[i, j] > 0][: (k + 1) // 2]
+        semantic = [j for j in sorted(others, key=lambda j: (-cosine[i, j], j)) if j not in lexical][: k // 2]
+        for j in lexical + semantic:
+            edges |= {(i, j), (j, i)}
+    return edges
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_knn_graph_matches_the_definition(parts, k):
+    vectors, postings, _ = parts
+    graph = graphs.knn_graph(vectors, postings, k, max_df=0.5, max_postings=500, exact_limit=10_000)
+    rows, cols = graph.nonzero()
+    assert set(zip(rows.tolist(), cols.tolist())) == brute_knn(vectors, postings, k, 0.5, 500)
+    assert (graph != graph.T).nnz == 0 and graph.diagonal().sum() == 0
+
+
+def test_max_postings_caps_common_keywords(parts):
+    vectors, postings, _ = parts
+    capped = graphs.knn_graph(vectors, postings, 2, max_df=1.0, max_postings=3, exact_limit=10_000)
+    rows, cols = capped.nonzero()
+    assert set(zip(rows.tolist(), cols.tolist())) == brute_knn(vectors, postings, 2, 1.0, 3)
+
+
+def test_approximate_cosine_side_agrees_with_exact_on_clustered_vectors():
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((40, 32))
+    vectors = normalize_rows(centers[rng.integers(0, 40, 4000)] + 0.3 * rng.standard_normal((4000, 32)))
+    no_words = sp.csr_matrix((4000, 1), dtype=np.float32)
+    exact = graphs.knn_graph(vectors, no_words, 2, max_df=0.5, max_postings=500, exact_limit=10_000)
+    approximate = graphs.knn_graph(vectors, no_words, 2, max_df=0.5, max_postings=500, exact_limit=100)
+    agreement = exact.multiply(approximate).nnz / exact.nnz
+    assert agreement > 0.98, agreement
+
+
+def test_concept_graph_edges_and_dice_weights(parts):
+    _, postings, keyword_vectors = parts
+    keyword_chunks = postings.T.tocsr()
+    theta_sem, theta_co = 0.3, 2
+    graph = graphs.concept_graph(keyword_vectors, keyword_chunks, theta_sem=theta_sem, theta_co=theta_co)
+    binary = (keyword_chunks > 0).astype(np.int64)
+    co = (binary @ binary.T).toarray()
+    sizes = np.asarray(binary.sum(axis=1)).ravel()
+    cosine = keyword_vectors @ keyword_vectors.T
+    expected = (co >= theta_co) & (cosine >= theta_sem)
+    np.fill_diagonal(expected, False)
+    assert expected.sum() > 0
+    assert np.array_equal(graph.toarray() > 0, expected)
+    i, j = np.nonzero(expected)
+    np.testing.assert_allclose(graph.toarray()[i, j], 2 * co[i, j] / (sizes[i] + sizes[j]), rtol=1e-6)
+
+
+def test_core_chunks_follow_concept_rank(parts):
+    _, postings, keyword_vectors = parts
+    concepts = graphs.concept_graph(keyword_vectors, postings.T.tocsr(), theta_sem=0.3, theta_co=2)
+    rank = graphs.node_rank(concepts, 0.85)
+    assert rank.sum() == pytest.approx(1.0)
+    chunk_scores = graphs.chunk_rank_from_concepts(postings, rank)
+    expected = [rank[postings.indices[postings.indptr[c] : postings.indptr[c + 1]]].sum() for c in range(postings.shape[0])]
+    np.testing.assert_allclose(chunk_scores, expected, rtol=1e-9)
+    core = graphs.core_chunks(chunk_scores, 0.5)
+    assert len(core) == int(np.ceil(0.5 * len(chunk_scores)))
+    assert chunk_scores[core].min() >= np.delete(chunk_scores, core).max()
