@@ -40,3 +40,14 @@ def test_every_leaf_has_a_description():
     leaves = leaf_fields()
     assert len(leaves) > 20
     assert all(info.description for name, info in leaves), [n for n, i in leaves if not i.description]
+
+
+def test_example_settings_file_lists_every_default():
+    from pathlib import Path
+
+    from hopgraph.config import HopgraphConfig, leaf_fields, load_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "hopgraph.toml"
+    assert load_config(example) == HopgraphConfig()
+    text = example.read_text(encoding="utf-8")
+    assert all(f"{dotted.rsplit('.', 1)[1]} =" in text for dotted, _ in leaf_fields())

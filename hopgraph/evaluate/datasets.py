@@ -76,7 +76,7 @@ def detect_format(path: str | Path) -> str | None:
 
 
 def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
-    """Read a benchmark; ``limit`` keeps the first N questions (and, where known, their passages)."""
+    """Read a benchmark; ``limit`` keeps the first N questions over the whole corpus (same index as the full set)."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -263,10 +263,14 @@ def _hipporag_support(record: dict[str, Any], documents: dict[str, Document],
 
 def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_key: str, text_key: str,
                        answers_of: Callable[[dict[str, Any]], list[str]]) -> Benchmark:
-    """Shared reader for formats that ship each question with its own titled paragraphs."""
+    """Shared reader for formats that ship each question with its own titled paragraphs.
+
+    The corpus is every question's paragraphs even under ``limit``: a smaller corpus would make the
+    first questions easier than they are in the full benchmark.
+    """
     documents: dict[str, Document] = {}
     questions = []
-    for where, record in _read_records(path)[:limit]:
+    for n, (where, record) in enumerate(_read_records(path)):
         supporting: list[str] = []
         marked = False
         for paragraph in _field(record, paragraphs_key, list, where):
@@ -277,8 +281,9 @@ def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_ke
             marked = marked or "is_supporting" in paragraph
             if paragraph.get("is_supporting") and document.id not in supporting:
                 supporting.append(document.id)
-        questions.append(Question(_id_field(record, (id_key,), where), _field(record, text_key, str, where),
-                                  answers_of(record), supporting if marked else None))
+        if limit is None or n < limit:
+            questions.append(Question(_id_field(record, (id_key,), where), _field(record, text_key, str, where),
+                                      answers_of(record), supporting if marked else None))
     return Benchmark(path.stem, list(documents.values()), questions)
 
 

@@ -85,7 +85,7 @@ def test_hipporag_questions_corpus_and_supporting_facts(tmp_path: Path) -> None:
         assert (q3.id, q3.answers, q3.supporting_ids) == ("2", ["x"], None)
 
 
-def test_ircot_dedupes_paragraphs_and_limits_corpus(tmp_path: Path) -> None:
+def test_ircot_dedupes_paragraphs_and_limit_keeps_the_corpus(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "dev.jsonl", [
         _ircot("a", "Rome", [("T1", "p one", True), ("T2", "p two", False), ("T3", "p three", True)]),
         _ircot("b", "Oslo", [("T2", "p two", True), ("T4", "p four", False)]),
@@ -97,7 +97,7 @@ def test_ircot_dedupes_paragraphs_and_limits_corpus(tmp_path: Path) -> None:
     assert bench.questions[0].supporting_ids == [paragraph_id("T1", "p one"), paragraph_id("T3", "p three")]
     assert bench.questions[1].supporting_ids == [paragraph_id("T2", "p two")]
     limited = load_benchmark(path, limit=1)
-    assert [d.title for d in limited.documents] == ["T1", "T2", "T3"]
+    assert len(limited.questions) == 1 and [d.title for d in limited.documents] == ["T1", "T2", "T3", "T4"]
 
 
 @pytest.mark.parametrize("suffix", [".json", ".jsonl"])
