@@ -31,11 +31,11 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
     return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING), annotation is bool
 
 
-def config_options(prefixes: tuple[str, ...]) -> Callable[[Callable], Callable]:
+def config_options(prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Decorator adding one option per config leaf whose dotted name starts with a prefix."""
     def decorate(func: Callable) -> Callable:
         for dotted, info in reversed(leaf_fields()):
-            if not dotted.startswith(prefixes):
+            if not dotted.startswith(prefixes) or dotted in exclude:
                 continue
             kind, _ = _click_type(info.annotation)
             default = info.default
@@ -141,7 +141,7 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, **op
 @click.option("--out", "out", type=click.Path(dir_okay=False), help="Result JSON path (a .md table and .png chart are written beside it).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-@config_options(BUILD_SECTIONS + ("retrieval.budget",))
+@config_options(BUILD_SECTIONS + ("retrieval.",), exclude=("retrieval.method",))
 def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out: str | None, config_file: str | None, quiet: bool, **options: Any) -> None:
     """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format): Coverage at λ."""
     from hopgraph.evaluate.runner import evaluate as run, write_outputs  # noqa: PLC0415

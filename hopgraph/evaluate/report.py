@@ -20,6 +20,10 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
+def machine_line(info: dict[str, Any]) -> str:
+    return f"{info['cpu_count']} CPU cores ({info['processor']}), {info['memory_gb']} GiB RAM, {info['platform']}, Python {info['python']}"
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent)

@@ -26,7 +26,7 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
     """Run every method over the benchmark and return one result record per method."""
     bench = load_benchmark(dataset, limit=limit)
     manifest = build_index(bench.documents, index_dir, config, progress=progress)
-    retriever = Retriever(index_dir)
+    retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()
     vectors = retriever.embed([q.text for q in bench.questions])
     query_embedding_seconds = time.perf_counter() - started
@@ -34,7 +34,7 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
     for method in methods:
         hits, recalls, latencies = [], [], []
         for q, vector in tqdm(list(zip(bench.questions, vectors)), desc=method, unit="q", disable=not progress):
-            result = retriever.retrieve(q.text, method=method, budget=config.retrieval.budget, vector=vector)
+            result = retriever.retrieve(q.text, method=method, vector=vector)
             latencies.append(result.seconds)
             hits.append(coverage_hit(result.context, q.answers))
             recall = supporting_recall(result.doc_ids, q.supporting_ids)
@@ -69,7 +69,8 @@ def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
     rows = payload["results"]
     table = out.with_suffix(".md")
     header = (f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
-              f"λ={payload['budget']}\n\nCommand: `{payload['command']}`\n\n")
+              f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: {report.machine_line(payload['machine'])}, "
+              f"commit {payload['git_commit']}; latency excludes query embedding.\n\n")
     text = header + report.markdown_table(rows, ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"])
     report.atomic_write(table, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     chart = out.with_suffix(".png")
