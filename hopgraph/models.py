@@ -69,7 +69,9 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, path: str, device: str, batch_size: int):
         from sentence_transformers import SentenceTransformer  # noqa: PLC0415
+        from transformers.utils import logging as transformers_logging  # noqa: PLC0415
 
+        transformers_logging.disable_progress_bar()  # a weight-loading bar on every query is noise
         self.device = resolve_device(device)
         self.model = SentenceTransformer(path, device=self.device, local_files_only=True)
         if self.device == "cuda":

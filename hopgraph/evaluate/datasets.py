@@ -266,7 +266,9 @@ def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_ke
     """Shared reader for formats that ship each question with its own titled paragraphs.
 
     The corpus is every question's paragraphs even under ``limit``: a smaller corpus would make the
-    first questions easier than they are in the full benchmark.
+    first questions easier than they are in the full benchmark. It is ordered by paragraph id (a
+    content hash), not by question: chunking packs consecutive documents, and in question order one
+    1200-token chunk would hold a question's whole candidate set, gold paragraphs included.
     """
     documents: dict[str, Document] = {}
     questions = []
@@ -284,7 +286,7 @@ def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_ke
         if limit is None or n < limit:
             questions.append(Question(_id_field(record, (id_key,), where), _field(record, text_key, str, where),
                                       answers_of(record), supporting if marked else None))
-    return Benchmark(path.stem, list(documents.values()), questions)
+    return Benchmark(path.stem, [documents[key] for key in sorted(documents)], questions)
 
 
 def _load_ircot(path: Path, limit: int | None) -> Benchmark:
