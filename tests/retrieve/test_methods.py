@@ -47,3 +47,18 @@ def test_where_filter_and_unrestricted_default(retriever):
     # A piece is usable only if every document it covers passes; packed pieces mixing documents drop out.
     result = retriever.retrieve("tide gauges", method="keyword", metadata_filter=only_press)
     assert set(result.doc_ids) <= {"press-2023"}
+
+
+def test_knng_best_neighbour_matches_a_row_by_row_scan():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from hopgraph.retrieve.methods.knng import _best_neighbour
+
+    graph = sp.random(300, 300, density=0.01, random_state=1, format="csr")
+    scores = np.round(np.random.default_rng(0).random(300), 1)  # rounded: many ties
+    best, via = _best_neighbour(graph, scores)
+    for row in range(300):
+        neighbours = graph.indices[graph.indptr[row] : graph.indptr[row + 1]]
+        expected = (scores[neighbours].max(), neighbours[np.argmax(scores[neighbours])]) if len(neighbours) else (-1, -1)
+        assert (best[row], via[row]) == expected

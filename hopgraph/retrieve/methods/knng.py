@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -16,14 +17,31 @@ from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, ranked, unit_cosine
 
 
+def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``graph``: the highest score among its neighbours and which neighbour (first on ties).
+
+    Rows without neighbours get -1 for both. Vectorised over the CSR arrays; scipy's sparse argmax
+    loops over rows in Python.
+    """
+    n = graph.shape[0]
+    best, via = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
+    counts = np.diff(graph.indptr)
+    rows = np.flatnonzero(counts)
+    if len(rows) == 0:
+        return best, via
+    values = scores[graph.indices]
+    best[rows] = np.maximum.reduceat(values, graph.indptr[rows])
+    owner = np.repeat(np.arange(n), counts)
+    hits = np.flatnonzero(values == best[owner])
+    _, first = np.unique(owner[hits], return_index=True)
+    via[rows] = graph.indices[hits[first]]
+    return best, via
+
+
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     own = index.array("chunk_vectors") @ query.vector
     own = np.where(scope.chunks, own, -1.0)
-    knn = index.graph("knn")
-    shifted = knn.copy()
-    shifted.data = own[shifted.indices] + 2.0  # positive, so the sparse row max ignores absent edges
-    best_neighbour = shifted.max(axis=1).toarray().ravel() - 2.0
-    via = np.asarray(shifted.argmax(axis=1)).ravel()
+    best_neighbour, via = _best_neighbour(index.graph("knn"), own)
     lifted = config.knng.neighbour_weight * best_neighbour
     chunk_score = np.maximum(own, lifted)
     unit_chunk = index.unit_chunk
