@@ -43,6 +43,32 @@ def ranked(kind: str, scores: np.ndarray, mask: np.ndarray, path: str | Callable
         yield Candidate(kind, int(i), float(scores[i]), path if isinstance(path, str) else path(int(i)))
 
 
+def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest scores, best first, ties to the lower index, without a full sort."""
+    n = len(scores)
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if k < n:
+        kth = np.partition(scores, n - k)[n - k]
+        candidates = np.flatnonzero(scores >= kth)
+    else:
+        candidates = np.arange(n)
+    return candidates[np.lexsort((candidates, -scores[candidates]))][:k]
+
+
+def descending(scores: np.ndarray, head: int = 1024) -> Iterator[int]:
+    """All indices by descending score (ties to the lower index); sorts everything only if the
+    caller reads past the first ``head``."""
+    first = top_indices(scores, head)
+    yield from first.tolist()
+    if len(first) < len(scores):
+        rest = np.ones(len(scores), dtype=bool)
+        rest[first] = False
+        others = np.flatnonzero(rest)
+        yield from others[np.lexsort((others, -scores[others]))].tolist()
+
+
 def units_of(index: LoadedIndex, keyword_ids: np.ndarray | list[int], scope: Scope) -> np.ndarray:
     """Usable sub-chunks containing any of the keywords."""
     if len(keyword_ids) == 0:

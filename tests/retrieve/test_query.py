@@ -32,3 +32,14 @@ def test_sentence_runs_cover_every_sentence_once(index):
     parents = np.asarray(index.store.read_table("sentences")["unit"])
     assert len(set(units.tolist())) == len(units) and set(units.tolist()) == set(parents.tolist())
     assert starts[0] == 0 and (np.diff(starts) > 0).all()
+
+
+def test_top_indices_and_descending_match_a_stable_full_sort():
+    from hopgraph.retrieve.query import descending, top_indices
+
+    scores = np.round(np.random.default_rng(1).random(500), 2)  # many ties
+    full = np.argsort(-scores, kind="stable")
+    for k in (0, 1, 7, 499, 500, 600):
+        assert top_indices(scores, k).tolist() == full[:k].tolist()
+    assert list(descending(scores, head=10)) == full.tolist()
+    assert list(descending(scores, head=1000)) == full.tolist()

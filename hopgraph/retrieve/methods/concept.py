@@ -10,7 +10,7 @@ import numpy as np
 from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine, units_of
+from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine, units_of
 
 
 def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
@@ -33,8 +33,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     cfg = config.concept
     similarity = keyword_cosine(index, query)
     reachable = np.asarray(index.keyword_units.getnnz(axis=1) > 0)
-    order = np.argsort(-np.where(reachable, similarity, -np.inf), kind="stable")
-    direct = order[: cfg.top_k]
+    direct = top_indices(np.where(reachable, similarity, -np.inf), cfg.top_k)
     scores = unit_cosine(index, query, config.sentence_mix)
     local = units_of(index, direct, scope)
     yield from ranked("unit", scores, scope.units, "concept (direct)", pool=local)

@@ -9,7 +9,7 @@ import numpy as np
 from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine
+from hopgraph.retrieve.query import Query, Scope, descending, keyword_cosine, ranked, unit_cosine
 
 
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterable[Candidate]:
@@ -18,7 +18,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     in_pool = np.zeros(len(index.unit_tokens), dtype=bool)
     reached_by = np.full(len(index.unit_tokens), -1, dtype=np.int64)
     tokens = 0
-    for kw in np.argsort(-keyword_cosine(index, query), kind="stable"):
+    for kw in descending(keyword_cosine(index, query)):
         units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
         fresh = units[scope.units[units] & ~in_pool[units]]
         in_pool[fresh] = True

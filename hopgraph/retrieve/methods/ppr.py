@@ -17,7 +17,7 @@ from hopgraph.kernels import RandomWalk
 from hopgraph.kernels.backend import to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, unit_cosine
+from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine
 
 
 def bipartite(index: LoadedIndex) -> sp.csr_matrix:
@@ -52,8 +52,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     n_units, n_keywords = len(index.unit_tokens), len(index.keywords)
     similarity = keyword_cosine(index, query)
     seeds = np.zeros(n_keywords)
-    top = min(cfg.seed_keywords, n_keywords)
-    nearest = np.argpartition(-similarity, top - 1)[:top] if top < n_keywords else np.arange(n_keywords)
+    nearest = top_indices(similarity, cfg.seed_keywords)
     seeds[nearest] = np.maximum(similarity[nearest], 0)
     if query.keyword_ids:
         df = index.keyword_units.getnnz(axis=1)[query.keyword_ids]
