@@ -108,8 +108,8 @@ class ConceptMethod(Section):
 
 
 class PprMethod(Section):
-    text_weight: float = Field(0.6, ge=0, description="α: weight of query–passage cosine.")
-    graph_weight: float = Field(0.3, ge=0, description="β: weight of personalised PageRank over the keyword graph.")
+    text_weight: float = Field(0.5, ge=0, description="α: weight of query–passage cosine.")
+    graph_weight: float = Field(1.0, ge=0, description="β: weight of personalised PageRank over the keyword graph.")
     path_weight: float = Field(0.1, ge=0, description="γ: weight of the best seed-keyword path into the passage.")
     meta_weight: float = Field(0.0, ge=0, description="δ: weight of metadata freshness (newer timestamp = higher).")
     seed_keywords: int = Field(25, ge=1, description="Query seeds: keywords most similar to the query.")

@@ -197,7 +197,7 @@ def _load_ketrag(path: Path, limit: int | None) -> Benchmark:
                  answers=_answer_list(record.get("answer")))
         for where, record in records
     ]
-    return Benchmark(folder.name, documents, questions)
+    return Benchmark(f"{folder.parent.name}/{folder.name}", documents, questions)
 
 
 def _titled(title: str, text: str, source: Path) -> Document:
@@ -286,7 +286,7 @@ def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_ke
         if limit is None or n < limit:
             questions.append(Question(_id_field(record, (id_key,), where), _field(record, text_key, str, where),
                                       answers_of(record), supporting if marked else None))
-    return Benchmark(path.stem, [documents[key] for key in sorted(documents)], questions)
+    return Benchmark(f"{path.parent.name}/{path.stem}", [documents[key] for key in sorted(documents)], questions)
 
 
 def _load_ircot(path: Path, limit: int | None) -> Benchmark:
