@@ -33,11 +33,11 @@ def ivf_cosine_topk(vectors: Any, k: int, *, probes: int = 16, seed: int = 0) ->
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)
     index.cp.seed = seed
+    index.nprobe = min(probes, lists)  # set before a GPU copy, which takes it over
     if faiss.get_num_gpus() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
     index.train(data)
     index.add(data)
-    faiss.extract_index_ivf(index).nprobe = min(probes, lists)
     scores, indices = index.search(data, k + 1)
     # Drop each row's own entry (or the last slot when the row itself was not returned).
     own = indices == np.arange(n)[:, None]
