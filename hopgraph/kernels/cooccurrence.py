@@ -1,14 +1,20 @@
 """Co-occurrence from postings (an items × features incidence matrix), block by block.
 
 Shared-feature counts come from sparse products ``incidence[block] @ incidence.T``. Only one
-block of rows is held at a time and it stays sparse: at most block × n_items entries, and in
-practice only the pairs that share something, never all pairs.
+block of rows is held at a time and it stays sparse: blocks are cut so that their products hold at
+most ``max_products`` entries, and only pairs that share something appear, never all pairs.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-from hopgraph.kernels.backend import module_of, sparse_module
+import numpy as np
+
+from hopgraph.kernels.backend import module_of, sparse_module, to_numpy
+
+# Scalar products allowed in one block: bounds its product entries (~20 bytes each with the
+# sorting copies), so a block stays in the tens of MB; smaller blocks measured no slower.
+MAX_PRODUCTS = 1_000_000
 
 
 def _check(min_count: int, block_size: int) -> None:
@@ -31,12 +37,32 @@ def _binary(incidence: Any) -> Any:
     return matrix
 
 
-def _block_pairs(matrix: Any, block_size: int, min_count: int) -> Iterator[tuple[Any, Any, Any]]:
+def _row_blocks(matrix: Any, transposed: Any, block_size: int, max_products: int) -> list[tuple[int, int]]:
+    """(start, stop) row ranges of at most ``block_size`` rows whose products stay under ``max_products``.
+
+    A row's product with the transposed incidence touches, for each of its features, every item with
+    that feature: that count bounds the entries the row adds to a block's product, so frequent
+    features get small blocks and the memory of one block stays bounded whatever the corpus.
+    """
+    xp = module_of(matrix.data)
+    per_row = to_numpy(matrix @ xp.diff(transposed.indptr).astype(xp.float64)).astype(np.int64)
+    blocks, start, load = [], 0, 0
+    for row, cost in enumerate(per_row.tolist()):
+        if row > start and (row - start >= block_size or load + cost > max_products):
+            blocks.append((start, row))
+            start, load = row, 0
+        load += cost
+    if start < len(per_row):
+        blocks.append((start, len(per_row)))
+    return blocks
+
+
+def _block_pairs(matrix: Any, block_size: int, min_count: int, max_products: int) -> Iterator[tuple[Any, Any, Any]]:
     """Per block of rows: (rows, cols, counts) int64 of pairs i ≠ j with count ≥ min_count, by row then column."""
     xp = module_of(matrix.data)
     transposed = matrix.T.tocsr()
-    for start in range(0, matrix.shape[0], block_size):
-        product = (matrix[start : start + block_size] @ transposed).tocsr()
+    for start, stop in _row_blocks(matrix, transposed, block_size, max_products):
+        product = (matrix[start:stop] @ transposed).tocsr()
         product.sort_indices()
         product = product.tocoo()
         rows = product.row.astype(xp.int64) + start
@@ -45,7 +71,8 @@ def _block_pairs(matrix: Any, block_size: int, min_count: int) -> Iterator[tuple
         yield rows[keep], cols[keep], product.data[keep].astype(xp.int64)
 
 
-def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_count: int = 1) -> tuple[Any, Any]:
+def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_count: int = 1,
+                      max_products: int = MAX_PRODUCTS) -> tuple[Any, Any]:
     """For each item, the k other items sharing the most features: (counts, indices), both int64, n × k.
 
     Descending count, ties to the lower index; only pairs sharing at least ``min_count`` features
@@ -61,7 +88,7 @@ def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_cou
     indices = xp.full((n, k), -1, dtype=xp.int64)
     if k == 0:
         return counts, indices
-    for rows, cols, shared in _block_pairs(matrix, block_size, min_count):
+    for rows, cols, shared in _block_pairs(matrix, block_size, min_count, max_products):
         # Pairs arrive by row then column; sorting stably by count, then by row, gives each row's
         # partners by descending count with ties in column order.
         order = xp.argsort(-shared, kind="stable")
@@ -74,7 +101,8 @@ def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_cou
     return counts, indices
 
 
-def iter_cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: int = 2048) -> Iterator[tuple[Any, Any, Any]]:
+def iter_cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: int = 2048,
+                            max_products: int = MAX_PRODUCTS) -> Iterator[tuple[Any, Any, Any]]:
     """Blocks of (rows, cols, counts), int64: pairs i ≠ j of rows sharing ≥ ``min_count`` columns.
 
     Both directions are listed, ordered by row then column. Rows with fewer than ``min_count``
@@ -86,7 +114,7 @@ def iter_cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: i
     active = xp.flatnonzero(xp.diff(matrix.indptr) >= min_count)
     if active.shape[0] == 0:
         return
-    for rows, cols, shared in _block_pairs(matrix[active], block_size, min_count):
+    for rows, cols, shared in _block_pairs(matrix[active], block_size, min_count, max_products):
         yield active[rows].astype(xp.int64), active[cols].astype(xp.int64), shared
 
 

@@ -94,3 +94,14 @@ def test_empty_and_degenerate_inputs():
         cooccurrence_topk(lonely, 2, min_count=0)
     with pytest.raises(ValueError, match="block_size"):
         cooccurrence_pairs(lonely, block_size=0)
+
+
+def test_product_budget_cuts_blocks_without_changing_results():
+    incidence = random_incidence(11, items=60, features=30)
+    blocks = list(iter_cooccurrence_pairs(incidence, min_count=1, block_size=2048, max_products=40))
+    assert len(blocks) > 3
+    joined = {(r, c, n) for b in blocks for r, c, n in zip(*(part.tolist() for part in b))}
+    assert joined == brute_pairs(incidence, 1)
+    tight = cooccurrence_topk(incidence, 3, max_products=1)
+    loose = cooccurrence_topk(incidence, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(tight, loose))
