@@ -25,9 +25,16 @@ def machine_line(info: dict[str, Any]) -> str:
 
 
 def git_commit() -> str:
+    """HEAD, with "+dirty" when tracked files other than result outputs differ from it.
+
+    Result files are left out of the check: a run that rewrites several of them would otherwise
+    mark every file after the first as dirty.
+    """
+    here = Path(__file__).parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10, cwd=Path(__file__).parent)
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=here)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)scripts/results"],
+                               capture_output=True, text=True, timeout=10, cwd=here)
         return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -1,0 +1,54 @@
+"""Model backends on the offline wheels: tokens, sentences and embeddings (real MiniLM on CPU)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hopgraph.config import EmbeddingConfig
+from hopgraph.errors import ConfigError
+from hopgraph.models import BgeM3Embedder, count_tokens, embed_long_texts, load_embedder, sentence_spans
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_embedder(EmbeddingConfig(device="cpu"))
+
+
+def test_sentences_are_character_spans():
+    text = "The mill was built in 1881. Dr. Brun ran it until 1902! Was it profitable?"
+    spans = sentence_spans(text)
+    assert [text[a:b] for a, b in spans] == ["The mill was built in 1881.", "Dr. Brun ran it until 1902!", "Was it profitable?"]
+
+
+def test_minilm_vectors_are_normalised_and_meaningful(minilm):
+    vectors = minilm.encode(["A harbour research institute on a lake.", "A marine science centre by the water.", "Quarterly tax forms."])
+    assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
+
+
+def test_long_text_is_the_mean_of_equal_windows_not_a_truncation(minilm):
+    sentences = [f"Sentence number {i} talks about topic {i % 7} in the archive." for i in range(60)]
+    long_text = " ".join(sentences)
+    assert count_tokens(long_text) > 3 * 192
+    short = "A short text embedded in one pass."
+    vectors = embed_long_texts(minilm, [short, long_text], window_tokens=192)
+    np.testing.assert_allclose(vectors[0], minilm.encode([short])[0], atol=1e-5)
+    from hopgraph.models import get_encoding
+
+    tokens = get_encoding().encode(long_text)
+    pieces = -(-len(tokens) // 192)
+    step = -(-len(tokens) // pieces)
+    windows = [get_encoding().decode(tokens[i : i + step]) for i in range(0, len(tokens), step)]
+    mean = minilm.encode(windows).mean(axis=0)
+    np.testing.assert_allclose(vectors[1], mean / np.linalg.norm(mean), atol=1e-5)
+    truncated = minilm.encode([long_text])[0]
+    assert not np.allclose(vectors[1], truncated, atol=1e-3)
+
+
+def test_models_are_local_folders_only(tmp_path):
+    with pytest.raises(ConfigError, match="never downloaded"):
+        load_embedder(EmbeddingConfig(model="BAAI/bge-m3", backend="bge-m3"))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="colbert_linear.pt, sparse_linear.pt"):
+        BgeM3Embedder(str(tmp_path), "cpu", 8)
