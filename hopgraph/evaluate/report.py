@@ -17,11 +17,22 @@ from hopgraph.store import atomic_write
 def machine() -> dict[str, Any]:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version()}
+            "python": platform.python_version(), "gpus": gpus()}
+
+
+def gpus() -> list[str]:
+    """Names and memory of the NVIDIA GPUs here (empty where there is none or no driver)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
 def machine_line(info: dict[str, Any]) -> str:
-    return f"{info['cpu_count']} CPU cores ({info['processor']}), {info['memory_gb']} GiB RAM, {info['platform']}, Python {info['python']}"
+    gpu = f", GPU {'; '.join(info['gpus'])}" if info.get("gpus") else ""
+    return f"{info['cpu_count']} CPU cores ({info['processor']}), {info['memory_gb']} GiB RAM{gpu}, {info['platform']}, Python {info['python']}"
 
 
 def git_commit() -> str:
@@ -31,6 +42,9 @@ def git_commit() -> str:
     mark every file after the first as dirty.
     """
     here = Path(__file__).parent
+    if not (here.parents[1] / ".git").exists() and os.environ.get("HOPGRAPH_SOURCE_COMMIT"):
+        # A copy of the tree without its git history (shipped to another machine) names its commit.
+        return os.environ["HOPGRAPH_SOURCE_COMMIT"] + " (copy)"
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=here)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)scripts/results"],
