@@ -90,6 +90,53 @@ class GraphConfig(Section):
     exact_knn_limit: int = Field(10000, ge=2, description="Up to this many chunks the cosine side of the KNN graph is exact (blocked top-k, n² work); above it, FAISS inverted lists (approximate, near-linear).")
 
 
+class LLMConfig(Section):
+    backend: Literal["http", "vllm"] = Field(
+        "http", description="http: any OpenAI-compatible server (`vllm serve`, the llama.cpp stand-in); vllm: vLLM's in-process batch engine (GPU indexing jobs)."
+    )
+    base_url: str = Field("http://127.0.0.1:8000/v1", description="With backend=http: the server's /v1 address.")
+    model: str = Field("default", description="Model name the server serves; with backend=vllm, a local model folder (never downloaded).")
+    api_key_env: str = Field("HOPGRAPH_LLM_API_KEY", description="Name of the environment variable holding the server's API key (empty or unset = none).")
+    concurrency: int = Field(4, ge=1, le=256, description="Requests in flight at once.")
+    timeout: float = Field(120.0, gt=0, description="Seconds before one request is abandoned (then retried).")
+    retries: int = Field(3, ge=0, le=10, description="Retries after a connection error, timeout or 5xx, with exponential backoff.")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature (0 = greedy, reproducible).")
+    max_tokens: int = Field(1024, ge=16, le=32768, description="Longest completion per call.")
+    structured: bool = Field(True, description="Ask the backend to constrain output to the JSON schema (response_format json_schema); off = prompt-only JSON plus tolerant parsing.")
+    parse_retries: int = Field(1, ge=0, le=5, description="Extra attempts when a completion does not parse; then the recorded fallback is used.")
+    context_tokens: int = Field(2048, ge=256, description="The served model's context window: chunk text in extraction prompts is cut to fit it.")
+    cache: str = Field("~/.cache/hopgraph/llm.sqlite", description="SQLite file of completions keyed by (model, messages, parameters); empty = no cache.")
+
+
+class ExtractionConfig(Section):
+    kg: Literal["none", "all", "pagerank", "random", "concept"] = Field(
+        "none",
+        description="Chunks given to LLM entity/relation extraction: none; all (KG-RAG); pagerank = KNN-graph PageRank core "
+        "(KET skeleton); random (KET-U); concept = concept-PageRank core (G2ConS core-KG).",
+    )
+    core_fraction: float = Field(0.8, gt=0, le=1, description="β (KET) or κ (G2ConS): share of chunks in the core set.")
+    seed: int = Field(0, description="Seed of the random core selection.")
+    cue_alpha: float | None = Field(
+        None, ge=0, le=1,
+        description="α (CUE-RAG): LLM knowledge units for chunks holding this share of all tokens, punkt sentences for the rest. Empty = no CUE graph; 0 = no LLM at all.",
+    )
+    cue_metric: Literal["bleu", "cosine"] = Field("bleu", description="How CUE ranks chunks for the knapsack: BLEU against the rest of the corpus, or cosine.")
+    resolve_threshold: float = Field(0.92, ge=0, le=1, description="Entity names whose embeddings have cosine ≥ this are merged (after name normalisation).")
+
+    def active(self) -> bool:
+        return self.kg != "none" or self.cue_alpha is not None
+
+
+class RerankConfig(Section):
+    model: str = Field("", description="Local folder of a BGE cross-encoder reranker (e.g. bge-reranker-v2-m3); empty = bi-encoder cosine with the embedding model, named as such in results.")
+    batch_size: int = Field(32, ge=1, le=1024, description="Pairs per reranker batch.")
+
+
+class AnswerConfig(Section):
+    max_tokens: int = Field(96, ge=8, le=4096, description="Longest answer.")
+    not_found: str = Field("Not found in the documents.", description="The answer given when the evidence does not contain one.")
+
+
 class TextMethod(Section):
     pass
 
@@ -116,8 +163,33 @@ class PprMethod(Section):
     damping: float = Field(0.5, gt=0, lt=1, description="PPR continuation probability (low = stay near the seeds).")
 
 
+class KgMethod(Section):
+    seed_entities: int = Field(10, ge=1, le=200, description="Seed entities nearest the query (KET Alg. 2 line 1).")
+    relation_share: float = Field(0.5, gt=0, le=1, description="Share of the channel's budget for seed entities and their relations; chunks fill the rest (Alg. 2 line 2).")
+
+
+class KetMethod(Section):
+    theta: float = Field(0.4, ge=0, le=1, description="θ: share of λ from the KG channel; the keyword channel gets the rest (KET; hybrid uses 0.5 with the text channel).")
+
+
+class G2consMethod(Section):
+    kg_weight: float = Field(0.6, ge=0, le=1, description="λ_w: share of the context for the core-KG channel; the concept channel gets the rest (G2ConS).")
+
+
+class CueMethod(Section):
+    top_k: int = Field(3, ge=1, le=100, description="K: entity nodes matched per query entity, anchor units nearest the query, and units expanded per anchor entity (CUE-RAG §4.1, Fig. 6a).")
+    depth: int = Field(3, ge=1, le=10, description="D: Q-Iter search depth, i.e. most knowledge units in one beam state (CUE-RAG §4.1, Fig. 6c).")
+    beam: int = Field(5, ge=1, le=100, description="M: beam states kept per depth after reranking (CUE-RAG §4.1, Fig. 6b).")
+    chunks: int = Field(5, ge=1, le=1000, description="N: chunks returned by the final rerank, placed first in the context; further pieces only fill the budget (CUE-RAG §4.1).")
+    spreading_activation: bool = Field(True, description="Seed with the entity nodes nearest the query's spaCy entities (Alg. 4 lines 3-7; 'w/o SA' in Table 4 when off).")
+    knowledge_anchoring: bool = Field(True, description="Seed with the entities of the K units nearest the query (Alg. 4 lines 8-10; 'w/o KA' in Table 4 when off).")
+    query_update: bool = Field(True, description="Subtract each added unit's vector from the state's query vector (Alg. 3 line 11; 'w/o QU' in Table 4 when off).")
+
+
 class RetrievalConfig(Section):
-    method: Literal["text", "knng", "keyword", "concept", "ppr"] = Field("ppr", description="Retrieval method.")
+    method: Literal["text", "knng", "keyword", "concept", "ppr", "kg", "hybrid", "ket", "g2cons", "cue"] = Field(
+        "ppr", description="Retrieval method (kg, hybrid, ket, g2cons need an index built with extraction.kg; cue needs extraction.cue_alpha)."
+    )
     budget: int = Field(12000, ge=50, le=1_000_000, description="λ: context budget in tokens.")
     sentence_mix: float = Field(0.5, ge=0, le=1, description="Share of a sub-chunk's query similarity taken from its best sentence (0 = sub-chunk vector only); used by every sub-chunk method.")
     text: TextMethod = TextMethod()
@@ -125,6 +197,10 @@ class RetrievalConfig(Section):
     keyword: KeywordMethod = KeywordMethod()
     concept: ConceptMethod = ConceptMethod()
     ppr: PprMethod = PprMethod()
+    kg: KgMethod = KgMethod()
+    ket: KetMethod = KetMethod()
+    g2cons: G2consMethod = G2consMethod()
+    cue: CueMethod = CueMethod()
 
 
 class HopgraphConfig(Section):
@@ -133,10 +209,18 @@ class HopgraphConfig(Section):
     keywords: KeywordConfig = KeywordConfig()
     graph: GraphConfig = GraphConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    llm: LLMConfig = LLMConfig()
+    extraction: ExtractionConfig = ExtractionConfig()
+    rerank: RerankConfig = RerankConfig()
+    answer: AnswerConfig = AnswerConfig()
 
     def build_settings(self) -> dict[str, Any]:
         """The part of the config that decides index contents (a change means a rebuild)."""
         return self.model_dump(include={"chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size", "cache"}})
+
+    def extraction_settings(self) -> dict[str, Any]:
+        """What decides the LLM-built parts: changing it redoes only the LLM stages (cached calls are free)."""
+        return {"extraction": self.extraction.model_dump(), "llm_model": self.llm.model, "structured": self.llm.structured}
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> HopgraphConfig:

@@ -25,3 +25,7 @@ class IndexFormatError(HopgraphError):
 
 class DependencyError(HopgraphError):
     """An optional dependency (GPU, BGE weights, ...) is not available here."""
+
+
+class LLMUnavailableError(HopgraphError):
+    """The LLM backend is down, too slow or refuses requests (the message names it; work done is cached)."""

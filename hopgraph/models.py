@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -56,6 +56,12 @@ class Embedder(Protocol):
         """Row-normalised float32 vectors, one per text."""
 
 
+def _unit_rows(vectors: Any) -> np.ndarray:
+    """float32 rows of unit length; normalising after the cast keeps fp16 GPU output unit-norm too."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
 def resolve_device(device: str) -> str:
     if device != "auto":
         return device
@@ -85,9 +91,9 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         vectors = self.model.encode(
             list(texts), batch_size=self.batch_size, show_progress_bar=progress,
-            normalize_embeddings=True, convert_to_numpy=True,
+            normalize_embeddings=False, convert_to_numpy=True,
         )
-        return np.asarray(vectors, dtype=np.float32)
+        return _unit_rows(vectors)
 
 
 class BgeM3Embedder:
@@ -115,8 +121,7 @@ class BgeM3Embedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         out = self.model.encode(list(texts), batch_size=self.batch_size, return_dense=True)["dense_vecs"]
-        vectors = np.asarray(out, dtype=np.float32)
-        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return _unit_rows(out)
 
 
 def offline_minilm_path() -> str:

@@ -34,3 +34,21 @@ def sample_index(tmp_path_factory, sample_documents, sample_config):
     out = tmp_path_factory.mktemp("sample") / "index"
     build_index(sample_documents, out, sample_config, progress=False)
     return out
+
+
+@pytest.fixture(scope="session")
+def llm_server():
+    """A real OpenAI-compatible server (llama.cpp + SmolLM2-135M from PyPI wheels) on 127.0.0.1."""
+    from hopgraph.llm.standin import StandinServer
+
+    with StandinServer("smollm2-135m", context=4096, parallel=2) as server:
+        yield server
+
+
+@pytest.fixture()
+def llm_config(llm_server, tmp_path):
+    """LLM settings for the stand-in with a fresh completion cache per test; short outputs keep tests fast."""
+    from hopgraph.config import LLMConfig
+
+    return LLMConfig(base_url=llm_server.base_url, model="smollm2-135m", cache=str(tmp_path / "llm.sqlite"),
+                     max_tokens=160, context_tokens=4096, retries=1, timeout=60)

@@ -6,13 +6,14 @@ skips finished stages. A different corpus or build setting is refused instead of
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -20,10 +21,12 @@ from tqdm import tqdm
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.index import graphs, keywords
+from hopgraph.index import cue, graphs, kg, keywords
 from hopgraph.index.chunking import build_layers
 from hopgraph.kernels.backend import array_module
-from hopgraph.models import embed_long_texts, load_embedder
+from hopgraph.llm import LLM, Usage, open_llm
+from hopgraph.llm.extract import extract
+from hopgraph.models import embed_long_texts, load_embedder, sentence_spans
 from hopgraph.store import IndexStore
 
 
@@ -33,6 +36,11 @@ class BuildContext:
     config: HopgraphConfig
     documents: Sequence[Document]
     progress: bool
+    usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
+
+    @functools.cached_property
+    def llm(self) -> LLM:
+        return open_llm(self.config.llm)
 
 
 def corpus_fingerprint(documents: Sequence[Document]) -> str:
@@ -132,6 +140,46 @@ def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
     return {"concept_edges": int(concepts.nnz // 2)}
 
 
+def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
+    """LLM entities and relations for the configured chunk set, resolved into one graph."""
+    cfg = ctx.config
+    core = kg.select_core(cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept"))
+    texts = ctx.store.read_table("chunks")["text"]
+    results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
+    embedder = load_embedder(cfg.embedding, cached=True)
+    tables = kg.build_tables(results, core.tolist(), len(texts), ctx.llm.name, embedder.encode, cfg.extraction.resolve_threshold)
+    for name in ("entities", "mentions", "relations"):
+        ctx.store.write_table(f"kg_{name}", tables[name])
+    ctx.store.write_graph("kg_entity_chunks", tables["entity_chunks"])
+    described = kg.entity_texts(tables["entities"]["name"], tables["mentions"])
+    ctx.store.write_array("kg_entity_vectors", _embed(ctx, described) if described else np.zeros((0, embedder.dim), np.float32))
+    relations = tables["relations"]
+    names = tables["entities"]["name"]
+    relation_texts = [f"{names[a]} — {names[b]}: {d}" for a, b, d in zip(relations["source"], relations["target"], relations["description"])]
+    ctx.store.write_array("kg_relation_vectors", _embed(ctx, relation_texts) if relation_texts else np.zeros((0, embedder.dim), np.float32))
+    ctx.usage = usage.to_dict()
+    return {"kg_chunks": len(core), "kg_entities": len(names), "kg_relations": len(relation_texts), "kg_fallbacks": usage.fallbacks}
+
+
+def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
+    """CUE-RAG hybrid extraction: LLM knowledge units for the knapsack-selected chunks, punkt sentences for the rest."""
+    cfg = ctx.config
+    chunks = ctx.store.read_table("chunks")
+    vectors = ctx.store.read_array("chunk_vectors") if cfg.extraction.cue_metric == "cosine" else None
+    chosen = cue.select_chunks(chunks["text"], np.asarray(chunks["tokens"]), cfg.extraction.cue_alpha or 0.0, cfg.extraction.cue_metric, vectors)
+    units, usage = extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress) if len(chosen) else ([], Usage())
+    chunk_units: list[list[str]] = [[chunks["text"][c][a:b] for a, b in sentence_spans(chunks["text"][c])] for c in range(len(chunks["text"]))]
+    sources = [["sentence"] * len(u) for u in chunk_units]
+    for c, found in zip(chosen, units):
+        if found:
+            chunk_units[c], sources[c] = found, ["llm"] * len(found)
+        else:
+            sources[c] = ["fallback"] * len(chunk_units[c])
+    counts = cue.write_cue_graph(ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts))
+    ctx.usage = usage.to_dict()
+    return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
+
+
 STAGES: list[tuple[str, Callable[[BuildContext], dict[str, int]]]] = [
     ("documents", stage_documents),
     ("chunks", stage_chunks),
@@ -142,11 +190,22 @@ STAGES: list[tuple[str, Callable[[BuildContext], dict[str, int]]]] = [
     ("knn_graph", stage_knn_graph),
     ("concept_graph", stage_concept_graph),
 ]
+LLM_STAGES = {"kg_extract", "cue_graph"}
+
+
+def planned_stages(config: HopgraphConfig) -> list[tuple[str, Callable[[BuildContext], dict[str, int]]]]:
+    stages = list(STAGES)
+    if config.extraction.kg != "none":
+        stages.append(("kg_extract", stage_kg_extract))
+    if config.extraction.cue_alpha is not None:
+        stages.append(("cue_graph", stage_cue_graph))
+    return stages
 
 
 # ------------------------------------------------------------------------------------ driver
 def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
-    fresh = {"complete": False, "config": config.model_dump(), "build_settings": config.build_settings(), "corpus_fingerprint": fingerprint, "stages": {}, "counts": {}}
+    fresh = {"complete": False, "config": config.model_dump(), "build_settings": config.build_settings(), "extraction_settings": config.extraction_settings(),
+             "corpus_fingerprint": fingerprint, "stages": {}, "counts": {}}
     if not store.exists() or overwrite:
         if store.root.exists() and any(store.root.iterdir()) and not store.exists():
             raise IndexFormatError(f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out")
@@ -157,7 +216,13 @@ def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str,
             f"{store.root} holds an index of a different corpus or build settings; "
             "pass --overwrite to rebuild it, or choose another --out"
         )
+    if manifest.get("extraction_settings") != config.extraction_settings():
+        # Only the LLM-built parts change: drop their records (re-running them costs nothing for cached calls).
+        for name in LLM_STAGES:
+            manifest["stages"].pop(name, None)
+        manifest["complete"] = False
     manifest["config"] = config.model_dump()
+    manifest["extraction_settings"] = config.extraction_settings()
     return manifest
 
 
@@ -173,7 +238,7 @@ def build_index(documents: Sequence[Document], out: str | Path, config: Hopgraph
     manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
     ctx = BuildContext(store, config, documents, progress)
-    bar = tqdm(STAGES, desc="index", unit="stage", disable=not progress)
+    bar = tqdm(planned_stages(config), desc="index", unit="stage", disable=not progress)
     for name, stage in bar:
         record = manifest["stages"].get(name, {})
         if record.get("done"):
@@ -181,15 +246,19 @@ def build_index(documents: Sequence[Document], out: str | Path, config: Hopgraph
             continue
         bar.set_postfix_str(name)
         started = time.perf_counter()
+        ctx.usage = {}
         counts = stage(ctx)
         for key, value in counts.items():
             manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
         manifest["stages"][name] = {"done": True, "seconds": round(time.perf_counter() - started, 3)}
+        if ctx.usage:
+            manifest["stages"][name]["llm"] = ctx.usage
         manifest["peak_memory_mb"] = max(manifest.get("peak_memory_mb", 0.0), peak_memory_mb())
         store.write_manifest(manifest)
         if name == stop_after:
             return manifest
     manifest["complete"] = True
-    manifest["models"] = {"embedding": config.embedding.model, "embedding_backend": config.embedding.backend}
+    manifest["models"] = {"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
+                          "llm": config.llm.model if config.extraction.active() else None}
     store.write_manifest(manifest)
     return manifest

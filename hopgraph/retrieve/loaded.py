@@ -63,6 +63,23 @@ class LoadedIndex:
     def chunk_tokens(self) -> np.ndarray:
         return np.asarray(self.chunks["tokens"], dtype=np.int64)
 
+    PIECE_TABLES = {"chunk": "chunks", "unit": "units", "cue_unit": "cue_units"}
+
+    def pieces(self, kind: str) -> dict[str, list]:
+        """The table behind candidates of ``kind``: columns text, tokens, docs (and chunk, except for chunks)."""
+        if kind == "chunk":
+            return self.chunks
+        if kind == "unit":
+            return self.units
+        return self.table(self.PIECE_TABLES.get(kind, kind))
+
+    def table(self, name: str) -> dict[str, list]:
+        return self._tables(name)
+
+    @functools.lru_cache(maxsize=None)
+    def _tables(self, name: str) -> dict[str, list]:
+        return self.store.read_table(name)
+
     def array(self, name: str) -> np.ndarray:
         return self._arrays(name)
 

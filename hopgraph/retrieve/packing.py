@@ -4,17 +4,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
+from hopgraph.models import count_tokens
 from hopgraph.retrieve.loaded import LoadedIndex
 
 
 @dataclass
 class Candidate:
-    """A ranked piece: ``kind`` is "chunk" or "unit" (sub-chunk); ``path`` says how the graph reached it."""
+    """A ranked piece; ``path`` says how the graph reached it.
+
+    ``kind`` names a table of the index ("chunk", "unit" = sub-chunk, "cue_unit" = CUE knowledge
+    unit), whose row ``index`` gives text, tokens and documents. Pieces composed at query time
+    (an entity with the descriptions the reader may see, a relation) carry their own ``text``,
+    ``chunk`` and ``docs`` instead.
+    """
 
     kind: str
     index: int
     score: float
     path: str
+    text: str | None = None
+    chunk: int = -1
+    docs: list[int] | None = None
 
 
 @dataclass
@@ -71,8 +81,12 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
         key = (cand.kind, cand.index)
         if key in taken:
             continue
-        table = index.units if cand.kind == "unit" else index.chunks
-        tokens = int(table["tokens"][cand.index])
+        if cand.text is not None:
+            text, tokens, doc_idx, chunk = cand.text, count_tokens(cand.text), cand.docs or [], cand.chunk
+        else:
+            table = index.pieces(cand.kind)
+            text, tokens, doc_idx = table["text"][cand.index], int(table["tokens"][cand.index]), table["docs"][cand.index]
+            chunk = int(table["chunk"][cand.index]) if "chunk" in table else int(cand.index)
         if used + tokens > budget:
             misses += 1
             if misses >= MAX_MISSES or budget - used < 8:
@@ -81,11 +95,9 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
         misses = 0
         taken.add(key)
         used += tokens
-        doc_idx = table["docs"][cand.index]
         packed.append(Evidence(
             kind=cand.kind, index=int(cand.index), score=float(cand.score), path=cand.path, tokens=tokens,
-            text=table["text"][cand.index],
-            chunk=int(index.unit_chunk[cand.index]) if cand.kind == "unit" else int(cand.index),
+            text=text, chunk=chunk,
             doc_ids=[docs["id"][d] for d in doc_idx], titles=[docs["title"][d] for d in doc_idx],
         ))
     return packed

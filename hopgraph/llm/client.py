@@ -1,0 +1,242 @@
+"""LLM backends behind one interface, with an on-disk cache and token accounting.
+
+Every caller builds :class:`ChatRequest` objects and hands a batch to :meth:`LLM.complete`. The
+HTTP backend speaks the OpenAI chat-completions API as served by ``vllm serve`` and the llama.cpp
+stand-in; the vLLM backend runs the same requests in-process on a GPU machine. Wrapping either in
+:class:`CachedLLM` makes a repeated or resumed run pay for no call twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from tqdm import tqdm
+
+from hopgraph.config import LLMConfig
+from hopgraph.errors import LLMUnavailableError
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion; ``schema`` asks for JSON output constrained to it (when the backend can)."""
+
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    schema: dict[str, Any] | None = None
+    max_tokens: int = 512
+    temperature: float = 0.0
+    attempt: int = 0  # part of the cache key: a retry after a parse failure is a different call
+
+    def key(self, model: str) -> str:
+        payload = json.dumps([model, self.messages, self.schema, self.max_tokens, self.temperature, self.attempt], sort_keys=True)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float = 0.0
+    cached: bool = False
+
+
+@dataclass
+class Usage:
+    """What LLM work cost: every call counted, whether it was paid now or came from the cache."""
+
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    paid_prompt_tokens: int = 0
+    paid_completion_tokens: int = 0
+    parse_failures: int = 0
+    fallbacks: int = 0
+    seconds: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def add(self, done: Sequence[Completion]) -> None:
+        for c in done:
+            self.calls += 1
+            self.prompt_tokens += c.prompt_tokens
+            self.completion_tokens += c.completion_tokens
+            if c.cached:
+                self.cached_calls += 1
+            else:
+                self.paid_prompt_tokens += c.prompt_tokens
+                self.paid_completion_tokens += c.completion_tokens
+                self.seconds += c.seconds
+
+    @property
+    def new_calls(self) -> int:
+        return self.calls - self.cached_calls
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(out.pop("extra"))
+        out["new_calls"] = self.new_calls
+        out["seconds"] = round(self.seconds, 3)
+        return out
+
+
+Done = Callable[[int, Completion], None]
+
+
+class LLM(Protocol):
+    name: str
+
+    def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
+        """One completion per request, in order; ``on_done(i, completion)`` as each arrives.
+
+        Raises LLMUnavailableError when the backend cannot answer; completions that arrived before
+        have been passed to ``on_done`` (that is how the cache keeps them).
+        """
+
+
+class HttpLLM:
+    """OpenAI-compatible chat completions over HTTP with a concurrency limit, timeouts and retries."""
+
+    RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+
+    def __init__(self, config: LLMConfig):
+        import httpx  # noqa: PLC0415
+
+        self.config = config
+        self.name = config.model
+        key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._http = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout,
+                                  limits=httpx.Limits(max_connections=config.concurrency))
+
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": [{"role": role, "content": content} for role, content in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "seed": request.attempt,
+        }
+        if request.schema is not None and self.config.structured:
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": request.schema, "strict": True}}
+        return body
+
+    def _one(self, request: ChatRequest) -> Completion:
+        import httpx  # noqa: PLC0415
+
+        problem = ""
+        for attempt in range(self.config.retries + 1):
+            if attempt:
+                time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
+            started = time.perf_counter()
+            try:
+                response = self._http.post("/chat/completions", json=self._body(request))
+            except httpx.TimeoutException:
+                problem = f"no answer within {self.config.timeout:g} s"
+                continue
+            except httpx.TransportError as exc:
+                problem = f"cannot connect ({exc.__class__.__name__}: {exc})"
+                continue
+            if response.status_code in self.RETRY_STATUS:
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                continue
+            if response.status_code != 200:
+                raise LLMUnavailableError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")
+            data = response.json()
+            usage = data.get("usage") or {}
+            return Completion(
+                text=data["choices"][0]["message"].get("content") or "",
+                prompt_tokens=int(usage.get("prompt_tokens", 0)), completion_tokens=int(usage.get("completion_tokens", 0)),
+                seconds=time.perf_counter() - started,
+            )
+        raise LLMUnavailableError(
+            f"LLM server {self.config.base_url} unavailable after {self.config.retries + 1} attempts: {problem}. "
+            "Start it (see `hopgraph llm-server --help`) and run the same command again: finished calls are cached."
+        )
+
+    def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
+        out: list[Completion | None] = [None] * len(requests)
+        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool, \
+                tqdm(total=len(requests), desc=desc, unit="call", disable=not progress or not requests) as bar:
+            futures = {pool.submit(self._one, r): i for i, r in enumerate(requests)}
+            try:
+                for future in as_completed(futures):
+                    i = futures[future]
+                    out[i] = future.result()
+                    if on_done:
+                        on_done(i, out[i])
+                    bar.update(1)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+        return [c for c in out if c is not None]
+
+
+class CompletionCache:
+    """Completions keyed by (model, request) in SQLite (WAL: safe across processes and threads)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    def get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row[0])
+        return Completion(text=data["text"], prompt_tokens=data["prompt_tokens"], completion_tokens=data["completion_tokens"], cached=True)
+
+    def put(self, key: str, completion: Completion) -> None:
+        value = json.dumps({"text": completion.text, "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens})
+        with self._lock, self._db:
+            self._db.execute("INSERT OR REPLACE INTO completions (key, value) VALUES (?, ?)", (key, value))
+
+
+class CachedLLM:
+    """Answers repeated requests from the cache; each new completion is stored as soon as it arrives."""
+
+    def __init__(self, inner: LLM, cache: CompletionCache):
+        self.inner, self.cache, self.name = inner, cache, inner.name
+
+    def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
+        keys = [r.key(self.name) for r in requests]
+        out: list[Completion | None] = [self.cache.get(k) for k in keys]
+        missing = [i for i, c in enumerate(out) if c is None]
+
+        def store(j: int, completion: Completion) -> None:  # each completion is kept the moment it arrives
+            i = missing[j]
+            self.cache.put(keys[i], completion)
+            out[i] = completion
+            if on_done:
+                on_done(i, completion)
+
+        if on_done:
+            for i, c in enumerate(out):
+                if c is not None:
+                    on_done(i, c)
+        self.inner.complete([requests[i] for i in missing], progress=progress, desc=desc, on_done=store)
+        return [c for c in out if c is not None]
+
+
+def open_llm(config: LLMConfig) -> LLM:
+    """The configured backend, cached unless ``config.cache`` is empty."""
+    if config.backend == "vllm":
+        from hopgraph.llm.vllm_engine import VllmEngine  # noqa: PLC0415
+
+        llm: LLM = VllmEngine(config)
+    else:
+        llm = HttpLLM(config)
+    return CachedLLM(llm, CompletionCache(config.cache)) if config.cache else llm

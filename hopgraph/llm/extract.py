@@ -1,0 +1,192 @@
+"""Structured extraction that survives small models.
+
+Each passage becomes one chat request whose output is JSON constrained by a schema (when the
+backend supports it). Output is parsed tolerantly (code fences, prose around the JSON, trailing
+commas), validated item by item (bad items are dropped, not the whole answer), retried a bounded
+number of times, and finally replaced by a recorded fallback: a broken completion never breaks
+an index. Prompts are plain text files beside this module.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from hopgraph.config import LLMConfig
+from hopgraph.llm.client import LLM, ChatRequest, Usage
+from hopgraph.models import count_tokens, get_encoding
+
+PROMPTS = Path(__file__).parent / "prompts"
+
+KG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "entities": {"type": "array", "maxItems": 40, "items": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "type": {"type": "string"}, "description": {"type": "string"}},
+            "required": ["name", "type", "description"],
+        }},
+        "relations": {"type": "array", "maxItems": 40, "items": {
+            "type": "object",
+            "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "description": {"type": "string"},
+                           "strength": {"type": "integer", "minimum": 1, "maximum": 10}},
+            "required": ["source", "target", "description", "strength"],
+        }},
+    },
+    "required": ["entities", "relations"],
+}
+
+UNITS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"knowledge_units": {"type": "array", "maxItems": 80, "items": {"type": "string"}}},
+    "required": ["knowledge_units"],
+}
+
+
+@functools.lru_cache(maxsize=None)
+def prompt(name: str) -> str:
+    return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8")
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+_TRAILING_COMMA = re.compile(r",\s*([\]}])")
+
+
+def parse_json(text: str) -> Any | None:
+    """The JSON value in ``text``, tolerating fences, surrounding prose and trailing commas; None if absent."""
+    fenced = _FENCE.search(text)
+    body = fenced.group(1) if fenced else text
+    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
+    if not starts:
+        return None
+    start = min(starts)
+    end = body.rfind("}" if body[start] == "{" else "]")
+    if end <= start:
+        return _salvage(body[start:])
+    candidate = body[start : end + 1]
+    for attempt in (candidate, _TRAILING_COMMA.sub(r"\1", candidate)):
+        try:
+            return json.loads(attempt)
+        except json.JSONDecodeError:
+            continue
+    return _salvage(body[start:])
+
+
+def _salvage(text: str, tries: int = 30) -> Any | None:
+    """Keep the complete items of JSON cut off mid-way (a completion that hit max_tokens).
+
+    Scans once, remembering every point where a value inside an array or object has just closed,
+    then tries those cut points from the latest, closing the brackets still open.
+    """
+    stack: list[str] = []
+    cuts: list[tuple[int, str]] = []
+    in_string = escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+                if stack and stack[-1] == "]":  # a string item of an array is complete
+                    cuts.append((i + 1, "".join(reversed(stack))))
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack:
+                break
+            stack.pop()
+            if stack:
+                cuts.append((i + 1, "".join(reversed(stack))))
+    for end, closing in reversed(cuts[-tries:]):
+        try:
+            return json.loads(_TRAILING_COMMA.sub(r"\1", text[:end] + closing))
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def _text(value: Any) -> str:
+    return " ".join(value.split()) if isinstance(value, str) else ""
+
+
+def validate_kg(data: Any) -> dict[str, list[dict]] | None:
+    """Entities need a name, relations two endpoints; other fields default. None if not a KG object."""
+    if not isinstance(data, dict) or not isinstance(data.get("entities"), list):
+        return None
+    entities = []
+    for item in data["entities"]:
+        if isinstance(item, dict) and _text(item.get("name")):
+            entities.append({"name": _text(item["name"]), "type": _text(item.get("type")) or "thing", "description": _text(item.get("description"))})
+    relations = []
+    for item in data.get("relations") or []:
+        if isinstance(item, dict) and _text(item.get("source")) and _text(item.get("target")):
+            strength = item.get("strength")
+            relations.append({"source": _text(item["source"]), "target": _text(item["target"]), "description": _text(item.get("description")),
+                              "strength": int(strength) if isinstance(strength, (int, float)) and 1 <= strength <= 10 else 5})
+    return {"entities": entities, "relations": relations}
+
+
+def validate_units(data: Any) -> list[str] | None:
+    """Non-empty statement strings; accepts the key spellings small models produce, or a bare list."""
+    if isinstance(data, dict):
+        data = next((data[k] for k in ("knowledge_units", "knowledge units", "units") if k in data), None)
+    if not isinstance(data, list):
+        return None
+    units = [_text(u) for u in data if _text(u)]
+    return units or None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One kind of extraction: its prompt file, schema and validator."""
+
+    prompt: str
+    schema: dict[str, Any]
+    validate: Callable[[Any], Any]
+
+
+TASKS = {"kg": Task("kg_extract", KG_SCHEMA, validate_kg), "units": Task("knowledge_units", UNITS_SCHEMA, validate_units)}
+
+
+def fit_passage(passage: str, template: str, config: LLMConfig) -> str:
+    """Cut the passage so prompt + completion fit the model's context window."""
+    room = config.context_tokens - config.max_tokens - count_tokens(template) - 16
+    tokens = get_encoding().encode(passage, disallowed_special=())
+    return passage if len(tokens) <= room else get_encoding().decode(tokens[: max(room, 0)])
+
+
+def extract(llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig, *, progress: bool = False) -> tuple[list[Any | None], Usage]:
+    """Validated results per passage (None where every attempt failed: the caller's fallback applies)."""
+    task = TASKS[task_name]
+    template = prompt(task.prompt)
+    messages = [(("user", template.replace("{passage}", fit_passage(p, template, config))),) for p in passages]
+    results: list[Any | None] = [None] * len(passages)
+    usage = Usage()
+    pending = list(range(len(passages)))
+    for attempt in range(config.parse_retries + 1):
+        if not pending:
+            break
+        # A retry samples (temperature > 0) so it can differ from the failed greedy answer.
+        temperature = config.temperature if attempt == 0 else max(config.temperature, 0.7)
+        requests = [ChatRequest(messages[i], task.schema, config.max_tokens, temperature, attempt) for i in pending]
+        done = llm.complete(requests, progress=progress, desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else ""))
+        usage.add(done)
+        failed = []
+        for i, completion in zip(pending, done):
+            value = task.validate(parse_json(completion.text))
+            if value is None:
+                failed.append(i)
+            else:
+                results[i] = value
+        usage.parse_failures += len(failed)
+        pending = failed
+    usage.fallbacks = len(pending)
+    return results, usage

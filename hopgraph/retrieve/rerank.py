@@ -1,0 +1,79 @@
+"""Rerankers: score (query, passage) pairs for CUE-RAG's Q-Iter and final chunk rerank.
+
+The paper uses the BGE-reranker-v2-m3 cross-encoder. Its weights are not on PyPI, so where no local
+folder is configured the fallback is bi-encoder cosine with the index's embedding model, and its
+name says so: results made with it must not be read as cross-encoder results.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from hopgraph.config import EmbeddingConfig, RerankConfig
+from hopgraph.errors import ConfigError, DependencyError
+from hopgraph.models import Embedder, embed_long_texts, load_embedder, resolve_device
+from hopgraph.retrieve.loaded import LoadedIndex
+
+
+class Reranker(Protocol):
+    name: str
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """One relevance score per text (higher = more relevant), float32."""
+
+
+class CrossEncoderReranker:
+    """A BGE cross-encoder (FlagEmbedding ``FlagReranker``) from a local folder; fp16 on CUDA."""
+
+    def __init__(self, config: RerankConfig, device: str = "auto"):
+        folder = Path(config.model).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"rerank.model {config.model!r} is not a local model folder (no config.json; models are never downloaded)")
+        try:
+            from FlagEmbedding import FlagReranker  # noqa: PLC0415
+        except ImportError:
+            raise DependencyError("rerank.model is a cross-encoder folder and needs FlagEmbedding: pip install 'hopgraph[bge]'") from None
+        device = resolve_device(device)
+        self.model = FlagReranker(str(folder), use_fp16=device == "cuda", devices=device, batch_size=config.batch_size)
+        self.batch_size = config.batch_size
+        self.name = f"cross-encoder {folder.name}"
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        scores = self.model.compute_score([[query, t] for t in texts], batch_size=self.batch_size, normalize=True)
+        return np.atleast_1d(np.asarray(scores, dtype=np.float32))
+
+
+class BiEncoderReranker:
+    """Cosine between query and passage embeddings: no query–passage interaction, so weaker than a
+    cross-encoder. Long passages are embedded as averaged windows, as at indexing time."""
+
+    def __init__(self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base"):
+        self.embedder = embedder
+        self.window_tokens = config.window_tokens
+        self.encoding = encoding
+        self.name = f"bi-encoder cosine ({config.model})"
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        q = self.embedder.encode([query])[0]
+        passages = embed_long_texts(self.embedder, list(texts), window_tokens=self.window_tokens, encoding=self.encoding)
+        return (passages @ q).astype(np.float32)
+
+
+def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: str = "cl100k_base") -> Reranker:
+    """The cross-encoder when ``rerank.model`` names a folder, else the labelled bi-encoder fallback."""
+    if rerank.model:
+        return CrossEncoderReranker(rerank, embedding.device)
+    return BiEncoderReranker(load_embedder(embedding), embedding, encoding)
+
+
+@functools.lru_cache(maxsize=4)
+def reranker_for(index: LoadedIndex) -> Reranker:
+    """The reranker an index is configured with, loaded once per opened index."""
+    return make_reranker(index.config.rerank, index.config.embedding, index.config.chunking.encoding)
