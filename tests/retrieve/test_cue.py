@@ -1,0 +1,134 @@
+import shutil
+
+import numpy as np
+import pytest
+
+from hopgraph.config import EmbeddingConfig, RetrievalConfig
+from hopgraph.errors import ConfigError
+from hopgraph.index.cue import write_cue_graph
+from hopgraph.models import load_embedder, sentence_spans
+from hopgraph.retrieve.filters import MetadataFilter
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods import cue
+from hopgraph.retrieve.packing import pack
+from hopgraph.retrieve.query import Scope, make_query
+from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import IndexStore
+
+MAYOR = "Who is the mayor of Sorvik, the town with a campus of the Halvern Harbor Institute?"
+BUDGET = "What budget did the Orrin Basin Water Board approve for the Sorvik campus in 2025?"
+
+
+@pytest.fixture(scope="module")
+def cue_index(sample_index, tmp_path_factory):
+    """The sample index plus a CUE graph at α=0: punkt sentences as knowledge units."""
+    path = tmp_path_factory.mktemp("cue") / "index"
+    shutil.copytree(sample_index, path)
+    store = IndexStore(path)
+    chunk_units = [[text[a:b] for a, b in sentence_spans(text)] for text in store.read_table("chunks")["text"]]
+    write_cue_graph(store, chunk_units, ["sentence"] * sum(map(len, chunk_units)), load_embedder(EmbeddingConfig(cache="")).encode)
+    return Retriever(path)
+
+
+def _query(retriever, text):
+    return make_query(retriever.index, text, retriever.embed([text])[0])
+
+
+def _rank(retriever, text, scope=None, **settings):
+    config = RetrievalConfig.model_validate({"cue": settings})
+    return list(cue.rank(retriever.index, _query(retriever, text), scope or retriever.scope(None), config))
+
+
+def _cosine_score(graph, vector):
+    """A cheap deterministic stand-in for the reranker: cosine of the units' mean vector to the query."""
+    return lambda unit_sets: np.array([graph.unit_vectors[list(s)].mean(axis=0) @ vector for s in unit_sets])
+
+
+def test_index_without_cue_graph_is_refused(sample_index):
+    retriever = Retriever(LoadedIndex(sample_index))
+    with pytest.raises(ConfigError, match="cue_alpha"):
+        cue.rank(retriever.index, _query(retriever, MAYOR), retriever.scope(None), RetrievalConfig())
+
+
+def test_q_iter_reaches_the_answer_and_says_how(cue_index):
+    candidates = _rank(cue_index, MAYOR)
+    evidence = pack(cue_index.index, candidates, 600)
+    assert any("Jonah Brekke" in e.text for e in evidence)
+    assert [c.kind for c in candidates[:5]] == ["chunk"] * 5  # N = 5 reranked chunks come first
+    assert len({(c.kind, c.index) for c in candidates}) == len(candidates)
+    for c in candidates:
+        assert c.path.startswith("q-iter depth ") and " via entity:" in c.path
+        assert c.path.endswith("(rerank: bi-encoder cosine (offline:all-minilm-l6-v2))")
+    chunk_scores = [c.score for c in candidates if c.kind == "chunk"]
+    assert chunk_scores[:5] == sorted(chunk_scores[:5], reverse=True)
+
+
+@pytest.mark.parametrize("top_k,depth,beam", [(1, 1, 1), (2, 2, 3), (3, 3, 5), (3, 4, 2)])
+def test_beam_search_stays_within_its_bounds(cue_index, top_k, depth, beam):
+    index = cue_index.index
+    graph = cue.cue_graph(index)
+    query = _query(cue_index, MAYOR)
+    usable = np.ones(len(graph.unit_chunk), dtype=bool)
+    seeds = cue.anchor_entities(index, graph, query, usable, RetrievalConfig().cue.model_copy(update={"top_k": top_k}))
+    trace = cue.search(graph, seeds, query.vector, usable, _cosine_score(graph, query.vector), top_k=top_k, depth=depth, beam=beam)
+    most_entities = int(np.diff(graph.unit_entities.indptr).max())
+    assert trace.seeds == seeds and 1 <= len(trace.beams) <= depth
+    assert trace.queue_sizes[0] == len(seeds)
+    for d, kept in enumerate(trace.beams):
+        assert 1 <= len(kept) <= beam
+        assert trace.expansions[d] <= trace.queue_sizes[d] * top_k
+        assert all(len(state.units) == d + 1 == len(state.route) for state in kept)
+        assert all(state.units == tuple(sorted(set(state.units))) for state in kept)
+        assert [s.score for s in kept] == sorted((s.score for s in kept), reverse=True)
+        for state in kept:  # query update: φ = φ(q) − Σ φ(k)
+            np.testing.assert_allclose(state.vector, query.vector - graph.unit_vectors[list(state.units)].sum(axis=0), atol=1e-5)
+        if d + 1 < len(trace.queue_sizes):
+            assert trace.queue_sizes[d + 1] <= beam * most_entities
+    for state in (s for kept in trace.beams for s in kept):
+        for unit, entity in state.route:  # every hop follows an entity–unit edge
+            assert entity in graph.entities_of(unit)
+
+
+def test_without_query_update_every_state_keeps_the_query_vector(cue_index):
+    graph = cue.cue_graph(cue_index.index)
+    query = _query(cue_index, MAYOR)
+    usable = np.ones(len(graph.unit_chunk), dtype=bool)
+    seeds = cue.anchor_entities(cue_index.index, graph, query, usable, RetrievalConfig().cue)
+    trace = cue.search(graph, seeds, query.vector, usable, _cosine_score(graph, query.vector), top_k=3, depth=2, beam=3, query_update=False)
+    assert all(np.array_equal(s.vector, query.vector) for kept in trace.beams for s in kept)
+
+
+def test_anchoring_switches_select_the_seed_sources(cue_index):
+    index, graph = cue_index.index, cue.cue_graph(cue_index.index)
+    query = _query(cue_index, MAYOR)
+    usable = np.ones(len(graph.unit_chunk), dtype=bool)
+    names = index.table("cue_entities")["name"]
+    base = RetrievalConfig().cue
+    activation = cue.anchor_entities(index, graph, query, usable, base.model_copy(update={"knowledge_anchoring": False}))
+    anchoring = cue.anchor_entities(index, graph, query, usable, base.model_copy(update={"spreading_activation": False}))
+    both = cue.anchor_entities(index, graph, query, usable, base)
+    assert "sorvik" in [names[e] for e in activation] and len(activation) <= 3 * 2  # ≤ K per query entity
+    assert both == list(dict.fromkeys(activation + anchoring))
+    assert cue.anchor_entities(index, graph, query, usable, base.model_copy(update={"spreading_activation": False, "knowledge_anchoring": False})) == []
+
+
+def test_forbidden_chunks_are_never_reached(cue_index):
+    outsider = cue_index.scope(MetadataFilter(groups=frozenset({"operations"})))
+    assert not outsider.chunks.all()
+    small = {"top_k": 2, "depth": 2, "beam": 3}  # the bounds do not matter here; keep the test quick
+    candidates = _rank(cue_index, BUDGET, outsider, **small)
+    assert candidates
+    units = cue_index.index.table("cue_units")
+    for c in candidates:
+        chunk = c.index if c.kind == "chunk" else units["chunk"][c.index]
+        assert outsider.chunks[chunk]
+    assert all("3.1 million" not in e.text for e in pack(cue_index.index, candidates, 5000))
+    # Entities found only in forbidden units are not seeds either.
+    graph = cue.cue_graph(cue_index.index)
+    usable = outsider.chunks[graph.unit_chunk]
+    seeds = cue.anchor_entities(cue_index.index, graph, _query(cue_index, BUDGET), usable, RetrievalConfig().cue)
+    assert all(usable[graph.units_of(e)].any() for e in seeds)
+    board = _rank(cue_index, BUDGET, cue_index.scope(MetadataFilter(groups=frozenset({"board"}))), **small)
+    assert any("3.1 million" in e.text for e in pack(cue_index.index, board, 5000))
+    nothing = Scope(outsider.units, np.zeros_like(outsider.chunks))
+    assert _rank(cue_index, BUDGET, nothing) == []
