@@ -55,9 +55,9 @@ def index_tokens(payload: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json")
-    parser.add_argument("--questions", type=int, default=10)
+    parser.add_argument("--questions", type=int, default=3)
     parser.add_argument("--budget", type=int, default=1500, help="λ (the stand-in reads at most a few thousand tokens)")
-    parser.add_argument("--max-tokens", type=int, default=384, help="longest extraction completion")
+    parser.add_argument("--max-tokens", type=int, default=256, help="longest extraction completion")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--no-answers", action="store_true", help="Coverage and index accounting only (no answer generation)")
     parser.add_argument("--cache", type=Path, default=REPO / ".hopgraph" / "llm-bench.sqlite", help="completion cache (a re-run pays nothing)")
@@ -69,7 +69,7 @@ def main() -> None:
     try:
         with StandinServer(args.model, context=4096, parallel=2) as server:
             base = {"retrieval.budget": args.budget, "llm.base_url": server.base_url, "llm.model": args.model, "llm.cache": str(args.cache),
-                    "llm.max_tokens": args.max_tokens, "llm.context_tokens": 4096, "llm.concurrency": 2, "answer.max_tokens": 48}
+                    "llm.max_tokens": args.max_tokens, "llm.context_tokens": 4096, "llm.concurrency": 2, "llm.timeout": 1800, "answer.max_tokens": 48}
             for label, settings, methods in VARIANTS:
                 config = load_config(None, {**base, **settings})
                 print(f"== {label}", flush=True)
