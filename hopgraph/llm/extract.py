@@ -170,13 +170,16 @@ def extract(llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig
     messages = [(("user", template.replace("{passage}", fit_passage(p, template, config))),) for p in passages]
     results: list[Any | None] = [None] * len(passages)
     usage = Usage()
+    # Without structured output the schema is not sent, so it must not be part of the request
+    # either: the cache key then tells a prompt-only completion from a constrained one.
+    schema = task.schema if config.structured else None
     pending = list(range(len(passages)))
     for attempt in range(config.parse_retries + 1):
         if not pending:
             break
         # A retry samples (temperature > 0) so it can differ from the failed greedy answer.
         temperature = config.temperature if attempt == 0 else max(config.temperature, 0.7)
-        requests = [ChatRequest(messages[i], task.schema, config.max_tokens, temperature, attempt) for i in pending]
+        requests = [ChatRequest(messages[i], schema, config.max_tokens, temperature, attempt) for i in pending]
         done = llm.complete(requests, progress=progress, desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else ""))
         usage.add(done)
         failed = []

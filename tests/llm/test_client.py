@@ -1,0 +1,164 @@
+"""The HTTP client, the completion cache and the accounting, against real servers.
+
+Normal operation uses the real stand-in (``llm_server``). Faults use a closed port (a real
+connection refused) or :class:`tests.llm.ScriptedServer`, a real HTTP server in a thread that
+answers slowly / with a 5xx / with a 400 on purpose: those faults cannot be provoked on demand
+from the stand-in.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hopgraph.config import LLMConfig
+from hopgraph.errors import LLMUnavailableError
+from hopgraph.llm import ChatRequest, Usage, open_llm
+from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
+from hopgraph.llm.extract import KG_SCHEMA
+from hopgraph.llm.standin import free_port
+from tests.llm import ScriptedServer
+
+
+def ask(text: str, max_tokens: int = 24, schema: dict | None = None) -> ChatRequest:
+    return ChatRequest(messages=(("user", text),), schema=schema, max_tokens=max_tokens)
+
+
+QUESTIONS = [ask("Name one colour of the sky."), ask("Say the word harbour.")]
+
+
+def scripted_config(server: ScriptedServer, tmp_path, **update) -> LLMConfig:
+    return LLMConfig(base_url=server.base_url, model="scripted", cache=str(tmp_path / "llm.sqlite"), **{"retries": 1, "timeout": 5, **update})
+
+
+# ------------------------------------------------------------------ the real stand-in
+def test_completions_over_http_from_the_standin_are_counted(llm_config):
+    done = HttpLLM(llm_config).complete(QUESTIONS)
+    assert len(done) == 2
+    for completion in done:
+        assert completion.text.strip()
+        assert completion.prompt_tokens > 0 and 0 < completion.completion_tokens <= 24
+        assert completion.seconds > 0 and not completion.cached
+    usage = Usage()
+    usage.add(done)
+    assert usage.calls == 2 and usage.cached_calls == 0 and usage.new_calls == 2
+    assert usage.prompt_tokens == usage.paid_prompt_tokens == sum(c.prompt_tokens for c in done)
+    assert usage.completion_tokens == usage.paid_completion_tokens == sum(c.completion_tokens for c in done)
+    record = usage.to_dict()
+    assert record["new_calls"] == 2 and record["seconds"] > 0 and "extra" not in record
+
+
+def test_a_repeated_batch_is_answered_from_the_cache_which_persists(llm_config):
+    llm = open_llm(llm_config)
+    assert isinstance(llm, CachedLLM)
+    first = llm.complete(QUESTIONS)
+    arrived: list[int] = []
+    second = llm.complete(QUESTIONS, on_done=lambda i, c: arrived.append(i))
+    assert [c.text for c in second] == [c.text for c in first]
+    assert all(c.cached for c in second) and sorted(arrived) == [0, 1]
+    usage = Usage()
+    usage.add(second)
+    assert usage.cached_calls == usage.calls == 2 and usage.new_calls == 0
+    assert usage.paid_prompt_tokens == usage.paid_completion_tokens == 0 and usage.seconds == 0
+    assert usage.prompt_tokens == sum(c.prompt_tokens for c in first)  # cached calls still report their size
+    # A new cache object on the same file, in front of a backend that cannot answer at all: every
+    # completion comes from the file, so no call is attempted.
+    dead = HttpLLM(llm_config.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "retries": 0}))
+    reopened = CachedLLM(dead, CompletionCache(llm_config.cache)).complete(QUESTIONS)
+    assert [c.text for c in reopened] == [c.text for c in first]
+    # Another parameter is another call.
+    assert CompletionCache(llm_config.cache).get(ask("Say the word harbour.", max_tokens=25).key(llm.name)) is None
+
+
+# ------------------------------------------------------------------ faults
+def test_backend_down_names_the_server_and_says_work_is_kept(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: a real connection refused
+    llm = open_llm(LLMConfig(base_url=url, model="m", cache=str(tmp_path / "c.sqlite"), retries=1, timeout=5))
+    with pytest.raises(LLMUnavailableError) as failure:
+        llm.complete(QUESTIONS)
+    message = str(failure.value)
+    assert url in message and "after 2 attempts" in message and "cannot connect" in message
+    assert "cached" in message and "run the same command again" in message
+
+
+def test_slow_backend_times_out_after_every_attempt(tmp_path):
+    # Scripted: an answer later than the client timeout (the stand-in cannot be slowed on demand).
+    with ScriptedServer(lambda body, n: (200, "late", 5.0)) as server:
+        started = time.perf_counter()
+        with pytest.raises(LLMUnavailableError, match=r"after 2 attempts: no answer within 0\.5 s"):
+            HttpLLM(scripted_config(server, tmp_path, timeout=0.5, retries=1)).complete([QUESTIONS[0]])
+        assert time.perf_counter() - started < 4.0  # 2 × 0.5 s timeout + 0.5 s backoff, never the 5 s answer
+        assert len(server.bodies) == 2
+
+
+def test_a_503_is_retried_until_an_answer_comes(tmp_path):
+    # Scripted: the first request fails with 503 (an overloaded server), the retry succeeds.
+    with ScriptedServer(lambda body, n: (503, '{"error": "busy"}', 0) if n == 0 else (200, "fine", 0)) as server:
+        done = HttpLLM(scripted_config(server, tmp_path, retries=1)).complete([QUESTIONS[0]])
+    assert [c.text for c in done] == ["fine"] and done[0].prompt_tokens == 11 and done[0].completion_tokens == 7
+    assert len(server.bodies) == 2 and server.bodies[0] == server.bodies[1]
+
+
+def test_a_503_that_persists_exhausts_the_retries(tmp_path):
+    with ScriptedServer(lambda body, n: (503, '{"error": "busy"}', 0)) as server:  # scripted: always overloaded
+        with pytest.raises(LLMUnavailableError, match=r"after 3 attempts: HTTP 503"):
+            HttpLLM(scripted_config(server, tmp_path, retries=2)).complete([QUESTIONS[0]])
+        assert len(server.bodies) == 3
+
+
+def test_a_400_fails_at_once_with_the_servers_reason(tmp_path):
+    # Scripted: a request the server rejects (llama.cpp/vLLM answer 400 to e.g. a prompt longer than the context).
+    reason = '{"error": {"message": "the request exceeds the available context size"}}'
+    with ScriptedServer(lambda body, n: (400, reason, 0)) as server:
+        started = time.perf_counter()
+        with pytest.raises(LLMUnavailableError) as failure:
+            HttpLLM(scripted_config(server, tmp_path, retries=3)).complete([QUESTIONS[0]])
+        assert time.perf_counter() - started < 1.5  # no retry: three would back off 0.5 + 1 + 2 s
+        assert len(server.bodies) == 1
+    message = str(failure.value)
+    assert "refused the request: HTTP 400" in message and "exceeds the available context size" in message and server.base_url in message
+
+
+def test_completions_that_arrived_before_a_failure_stay_in_the_cache(tmp_path):
+    # Scripted: a server that answers some requests and fails others with 503 (then is fixed).
+    healthy = {"now": False}
+
+    def reply(body, n):
+        prompt = body["messages"][-1]["content"]
+        if "bad" in prompt and not healthy["now"]:
+            return 503, '{"error": "down"}', 0.3  # slower, so the good answers before it are seen first
+        return 200, f"answer to {prompt}", 0
+
+    requests = [ask("good one"), ask("good two"), ask("bad three"), ask("good four")]
+    with ScriptedServer(reply) as server:
+        config = scripted_config(server, tmp_path, retries=0, concurrency=1)
+        cache = CompletionCache(config.cache)
+        llm = CachedLLM(HttpLLM(config), cache)
+        with pytest.raises(LLMUnavailableError, match="HTTP 503"):
+            llm.complete(requests)
+        keys = [r.key(llm.name) for r in requests]
+        assert cache.get(keys[0]).text == "answer to good one" and cache.get(keys[1]).text == "answer to good two"
+        assert cache.get(keys[2]) is None
+        healthy["now"] = True
+        asked_before = len(server.bodies)
+        done = llm.complete(requests)  # the resumed run pays only for what is missing
+        resumed = server.prompts()[asked_before:]
+    assert [c.text for c in done] == [f"answer to {r.messages[0][1]}" for r in requests]
+    assert "bad three" in resumed and "good one" not in resumed and "good two" not in resumed
+    assert [c.cached for c in done[:2]] == [True, True] and not done[2].cached
+
+
+def test_structured_requests_carry_the_json_schema(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOPGRAPH_TEST_KEY", "s3cret")
+    with ScriptedServer(lambda body, n: (200, "{}", 0)) as server:  # scripted: to read the exact request bodies
+        on = HttpLLM(scripted_config(server, tmp_path, structured=True, api_key_env="HOPGRAPH_TEST_KEY"))
+        off = HttpLLM(scripted_config(server, tmp_path, structured=False, api_key_env=""))
+        on.complete([ask("extract", 64, KG_SCHEMA)])
+        on.complete([ask("no schema", 64)])
+        off.complete([ask("extract", 64, KG_SCHEMA)])
+    constrained, plain, unstructured = server.bodies
+    assert constrained["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": KG_SCHEMA, "strict": True}}
+    assert constrained["messages"] == [{"role": "user", "content": "extract"}]
+    assert constrained["max_tokens"] == 64 and constrained["temperature"] == 0.0 and constrained["model"] == "scripted"
+    assert "response_format" not in plain and "response_format" not in unstructured
+    assert server.headers[0].get("authorization") == "Bearer s3cret" and "authorization" not in server.headers[2]
