@@ -220,7 +220,9 @@ class HopgraphConfig(Section):
 
     def extraction_settings(self) -> dict[str, Any]:
         """What decides the LLM-built parts: changing it redoes only the LLM stages (cached calls are free)."""
-        return {"extraction": self.extraction.model_dump(), "llm_model": self.llm.model, "structured": self.llm.structured}
+        llm = self.llm
+        return {"extraction": self.extraction.model_dump(), "llm_model": llm.model, "structured": llm.structured,
+                "max_tokens": llm.max_tokens, "temperature": llm.temperature, "parse_retries": llm.parse_retries, "context_tokens": llm.context_tokens}
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> HopgraphConfig:

@@ -88,10 +88,14 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
     for result, chunk in zip(results, chunk_ids):
         if not result:
             continue
+        # A name that is only punctuation is no entity, and a relation from a thing to itself says nothing.
         for e in result["entities"]:
-            mention_name.append(e["name"]), mention_type.append(e["type"]), mention_desc.append(e["description"]), mention_chunk.append(int(chunk))
+            if normalise_name(e["name"]):
+                mention_name.append(e["name"]), mention_type.append(e["type"]), mention_desc.append(e["description"]), mention_chunk.append(int(chunk))
         for r in result["relations"]:
-            rel_rows.append((r, int(chunk)))
+            source, target = normalise_name(r["source"]), normalise_name(r["target"])
+            if source and target and source != target:
+                rel_rows.append((r, int(chunk)))
     # Relation endpoints the model did not list as entities become entities too.
     for r, chunk in rel_rows:
         for end in (r["source"], r["target"]):
@@ -114,6 +118,10 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
     entity_chunks.data[:] = 1.0  # duplicates summed: presence, not counts
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     ends = [key_entity[normalise_name(n)] for n in relation_names]
+    merged_into_one = {i for i in range(len(rel_rows)) if ends[2 * i] == ends[2 * i + 1]}  # two names resolved to one entity
+    if merged_into_one:
+        rel_rows = [row for i, row in enumerate(rel_rows) if i not in merged_into_one]
+        ends = [e for i in range(len(ends) // 2) if i not in merged_into_one for e in ends[2 * i: 2 * i + 2]]
     relations = {
         "source": ends[0::2], "target": ends[1::2],
         "description": [r["description"] for r, _ in rel_rows], "strength": [r["strength"] for r, _ in rel_rows],

@@ -149,11 +149,16 @@ class HttpLLM:
                 continue
             if response.status_code != 200:
                 raise LLMUnavailableError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")
-            data = response.json()
-            usage = data.get("usage") or {}
+            try:
+                data = response.json()
+                text = data["choices"][0]["message"].get("content") or ""
+                usage = data.get("usage") or {}
+            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                raise LLMUnavailableError(
+                    f"LLM server {self.config.base_url} answered HTTP 200 without an OpenAI chat completion: {response.text[:300]!r}"
+                ) from None
             return Completion(
-                text=data["choices"][0]["message"].get("content") or "",
-                prompt_tokens=int(usage.get("prompt_tokens", 0)), completion_tokens=int(usage.get("completion_tokens", 0)),
+                text=text, prompt_tokens=int(usage.get("prompt_tokens", 0)), completion_tokens=int(usage.get("completion_tokens", 0)),
                 seconds=time.perf_counter() - started,
             )
         raise LLMUnavailableError(

@@ -15,8 +15,10 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 from hopgraph.errors import DependencyError, LLMUnavailableError
 
@@ -105,6 +107,7 @@ class StandinServer:
         self.model, self.port = model, port or free_port()
         self.context, self.parallel, self.startup_timeout = context, parallel, startup_timeout
         self.process: subprocess.Popen | None = None
+        self._log: IO[bytes] | None = None
 
     @property
     def base_url(self) -> str:
@@ -116,11 +119,15 @@ class StandinServer:
         model_path(self.model)  # a missing model fails here, with its message, not as a dead child
         command = [sys.executable, "-m", "hopgraph.llm.standin", "--model", self.model, "--port", str(self.port),
                    "--context", str(self.context), "--parallel", str(self.parallel)]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # llama.cpp logs every request to stderr; a pipe nobody reads would fill and stall the server,
+        # so the log goes to an unnamed file that is read back only if the child dies.
+        self._log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise LLMUnavailableError(f"stand-in server exited: {self.process.stderr.read().decode(errors='replace')[-500:]}")
+                self._log.seek(0)
+                raise LLMUnavailableError(f"stand-in server exited: {self._log.read().decode(errors='replace')[-500:]}")
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
                     return self
@@ -139,6 +146,9 @@ class StandinServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def __enter__(self) -> "StandinServer":
         return self.start()

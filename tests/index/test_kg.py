@@ -118,6 +118,17 @@ def test_build_tables_keeps_provenance_and_makes_entities_of_relation_ends(embed
     assert kg.entity_texts(entities["name"], mentions) == ["Halvern Harbour Institute: Studies tides. In Brisk City.", "Mara Quell: Founder.", "Brisk City"]
 
 
+def test_build_tables_drops_empty_names_and_relations_of_a_thing_to_itself(embedder):
+    results = [{"entities": [{"name": "...", "type": "thing", "description": "punctuation only"},
+                             {"name": "Mara Quell", "type": "person", "description": "Founder."}],
+                "relations": [{"source": "Mara Quell", "target": "mara quell", "description": "is herself", "strength": 5},
+                              {"source": "Mara Quell", "target": " ", "description": "to nothing", "strength": 5},
+                              {"source": "Mara Quell", "target": "Brisk City", "description": "lives in", "strength": 7}]}]
+    tables = kg.build_tables(results, [0], 1, "m", embedder.encode, 0.92)
+    assert tables["entities"]["name"] == ["Mara Quell", "Brisk City"]
+    assert tables["relations"]["description"] == ["lives in"] and tables["relations"]["source"] == [0]
+
+
 def test_build_tables_of_nothing_is_empty(embedder):
     tables = kg.build_tables([None, {"entities": [], "relations": []}], [0, 1], 4, "m", embedder.encode, 0.92)
     assert tables["entities"] == {"name": [], "type": []} and tables["relations"]["source"] == []

@@ -36,8 +36,8 @@ class ScriptedServer:
     both what the client sent and how often it tried.
     """
 
-    def __init__(self, reply: Reply):
-        self.reply = reply
+    def __init__(self, reply: Reply, raw: bool = False):
+        self.reply, self.raw = reply, raw  # raw: a 200's content is sent as is, not wrapped
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -53,7 +53,7 @@ class ScriptedServer:
                 status, content, delay = owner.reply(body, n)
                 if delay:
                     time.sleep(delay)
-                payload = json.dumps(chat_completion(content)) if status == 200 else content
+                payload = json.dumps(chat_completion(content)) if status == 200 and not owner.raw else content
                 data = payload.encode("utf-8")
                 try:
                     self.send_response(status)

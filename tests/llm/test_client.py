@@ -119,6 +119,14 @@ def test_a_400_fails_at_once_with_the_servers_reason(tmp_path):
     assert "refused the request: HTTP 400" in message and "exceeds the available context size" in message and server.base_url in message
 
 
+@pytest.mark.parametrize("body", ["<html>proxy login</html>", '{"choices": []}', '{"object": "error"}'])
+def test_a_200_that_is_no_chat_completion_is_a_clear_error(tmp_path, body):
+    # Scripted: something other than an OpenAI server (a proxy page, a broken gateway) answers 200.
+    with ScriptedServer(lambda request, n: (200, body, 0), raw=True) as server:
+        with pytest.raises(LLMUnavailableError, match="HTTP 200 without an OpenAI chat completion"):
+            HttpLLM(scripted_config(server, tmp_path)).complete([QUESTIONS[0]])
+
+
 def test_completions_that_arrived_before_a_failure_stay_in_the_cache(tmp_path):
     # Scripted: a server that answers some requests and fails others with 503 (then is fixed).
     healthy = {"now": False}
