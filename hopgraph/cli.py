@@ -1,4 +1,4 @@
-"""Command line: ``hopgraph index | query | eval | inspect``.
+"""Command line: ``hopgraph index | update | jobs | query | eval | inspect``.
 
 Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named by its TOML key
 (``--chunking.size 150``), generated from the config model so help text and defaults live in one
@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from hopgraph.config import HopgraphConfig, apply_overrides, leaf_fields, load_config, validate_config
+from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, apply_overrides, dotted_keys, leaf_fields, load_config, read_toml, validate_config
 from hopgraph.errors import HopgraphError
 
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.")
@@ -101,14 +101,94 @@ def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: 
     for problem in corpus.problems:
         click.secho(f"skipped: {problem}", fg="yellow", err=True)
     manifest = build_index(corpus.documents, out, config, progress=not quiet, overwrite=overwrite)
+    if overwrite:
+        from hopgraph.index.versions import reset_to_root  # noqa: PLC0415
+
+        if reset_to_root(out):
+            click.echo(f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)")
     counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
     seconds = sum(s["seconds"] for s in manifest["stages"].values())
     click.echo(f"indexed {len(corpus.documents)} documents into {out} ({counts}; {seconds:.1f} s of stages)")
-    for name, record in manifest["stages"].items():
-        if "llm" in record:
-            u = record["llm"]
-            click.echo(f"{name}: {u['calls']} LLM calls ({u['new_calls']} new, {u['cached_calls']} cached), "
-                       f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, {u['parse_failures']} parse failures, {u['fallbacks']} fallbacks")
+    _echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
+
+
+def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
+    for name, u in usage.items():
+        click.echo(f"{name}: {u['calls']} LLM calls ({u['new_calls']} new, {u['cached_calls']} cached), "
+                   f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, {u['parse_failures']} parse failures, {u['fallbacks']} fallbacks")
+
+
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path(file_okay=False))
+@click.option("--add", "add_paths", multiple=True, type=click.Path(), help="Documents to add, read as by `index` (files, folders, JSONL, benchmark data); a document whose id exists replaces it. Repeatable.")
+@click.option("--delete", "delete_ids", multiple=True, help="Id of a document to remove. Repeatable.")
+@click.option("--resume", is_flag=True, help="Only run jobs that are queued or were interrupted.")
+@click.option("--keep", default=2, show_default=True, help="Newest finished versions kept on disk (the live one always is); older ones are deleted after the update.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@config_options(tuple(f"llm.{name}" for name in LLM_CONNECTION_FIELDS))
+def update(index_dir: str, add_paths: tuple[str, ...], delete_ids: tuple[str, ...], resume: bool, keep: int, quiet: bool, **options: Any) -> None:
+    """Add, replace or delete documents in INDEX, building a new version and switching to it when complete.
+
+    Only new texts cost model time (vectors and LLM completions are cached by content); the
+    graphs are recomputed, so the result equals a rebuild of the final corpus. Queries keep
+    reading the old version until the new one is complete. A killed update leaves the old
+    version live and is finished by `hopgraph update INDEX --resume`. The index's own settings
+    are used; --llm.* options only say how to reach the LLM server.
+    """
+    from hopgraph.config import LLMConfig, validate_section  # noqa: PLC0415
+    from hopgraph.index import versions  # noqa: PLC0415
+    from hopgraph.store import IndexStore  # noqa: PLC0415
+
+    if resume and (add_paths or delete_ids):
+        raise click.UsageError("--resume runs the jobs already submitted; give --add/--delete without it")
+    overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
+    llm = None
+    if overrides:
+        stored = IndexStore(versions.live_root(index_dir)).require_complete()["config"].get("llm", {})
+        llm = validate_section(LLMConfig, apply_overrides(dict(stored), {k.removeprefix("llm."): v for k, v in overrides.items()}), "--llm options")
+    if not resume:
+        documents = []
+        if add_paths:
+            from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
+
+            corpus = read_corpus(add_paths)
+            for problem in corpus.problems:
+                click.secho(f"skipped: {problem}", fg="yellow", err=True)
+            documents = corpus.documents
+        job = versions.submit_update(index_dir, documents, delete_ids)
+        click.echo(f"submitted job {job['id']}: add {len(job['add'])}, delete {len(job['delete'])}")
+    done = versions.run_pending(index_dir, llm=llm, progress=not quiet)
+    if not done:
+        click.echo("no pending jobs")
+    for job in done:
+        d, counts = job.get("documents", {}), ", ".join(f"{k}={v}" for k, v in sorted(job.get("counts", {}).items()))
+        seconds = f"{job['seconds']:.1f} s" if "seconds" in job else "finished earlier"
+        click.echo(f"job {job['id']} done: live version {versions.VERSIONS}/{job['version']} "
+                   f"(+{d.get('added', 0)} added, -{d.get('deleted', 0)} deleted, {d.get('replaced', 0)} replaced; {counts}; {seconds})")
+        _echo_llm_usage(job.get("llm", {}))
+    removed = versions.collect_garbage(index_dir, keep=keep)
+    if removed:
+        click.echo(f"removed old versions: {', '.join(removed)}")
+
+
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the job records as JSON.")
+def jobs(index_dir: str, as_json: bool) -> None:
+    """List the update jobs of INDEX, oldest first, and the live version."""
+    from hopgraph.index import versions  # noqa: PLC0415
+    from hopgraph.store import IndexStore  # noqa: PLC0415
+
+    IndexStore(index_dir).read_manifest()  # a clear error where INDEX is no index
+    records = versions.list_jobs(index_dir)
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+        return
+    click.echo(f"live version: {versions.live_version(index_dir) or 'root'}")
+    for job in records:
+        took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
+        error = f": {job['error']}" if job.get("error") else ""
+        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}  +{len(job['add'])} -{len(job['delete'])}{took}{error}")
 
 
 @main.command()
@@ -197,7 +277,7 @@ def inspect(index_dir: str, top: int) -> None:
 
     loaded = LoadedIndex(index_dir)
     m = loaded.manifest
-    click.secho(f"{index_dir}: format {m['format_version']}, hopgraph {m['hopgraph_version']}", bold=True)
+    click.secho(f"{index_dir}: version {loaded.version or 'root'}, format {m['format_version']}, hopgraph {m['hopgraph_version']}", bold=True)
     click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(m["counts"].items())))
     click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in m["stages"].items()))
     click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
@@ -209,6 +289,36 @@ def inspect(index_dir: str, top: int) -> None:
     click.echo("core chunks (KNN PageRank):")
     for c in np.argsort(-chunk_rank)[:top]:
         click.echo(f"  chunk {c}: {loaded.chunks['text'][c][:100].replace(chr(10), ' ')}…")
+
+
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path())
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with [serve], [retrieval], [llm], [answer] settings (over the index's own).")
+@config_options(("serve.",) + QUERY_SECTIONS)
+def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
+    """Serve INDEX over HTTP: /v1/retrieve, /v1/answer, /v1/documents, /v1/jobs, /v1/index, /healthz, /metrics.
+
+    Every endpoint except /healthz needs a bearer token from serve.tokens_file (TOML: [[tokens]] with
+    token, user, groups, admin) or the JSON list in $HOPGRAPH_TOKENS. A reader only ever retrieves
+    chunks of documents whose acl names one of their groups (serve.unrestricted_documents decides for
+    documents without acl); inserting and deleting documents needs admin. OpenAPI docs at /docs.
+    """
+    import uvicorn  # noqa: PLC0415
+
+    from hopgraph.index.versions import live_root  # noqa: PLC0415
+    from hopgraph.serve.app import create_app  # noqa: PLC0415
+    from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
+    from hopgraph.store import IndexStore  # noqa: PLC0415
+
+    stored = IndexStore(live_root(index_dir)).require_complete()["config"]
+    merged = apply_overrides(stored, dotted_keys(read_toml(config_file)) if config_file else {})
+    overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
+    config = validate_config(apply_overrides(merged, overrides), "serve settings")
+    tokens = TokenBook.load(config.serve.tokens_file, config.serve.tokens_env)
+    click.echo(f"loading {index_dir} …")
+    app = create_app(index_dir, config, tokens)
+    click.echo(f"serving {index_dir} at http://{config.serve.host}:{config.serve.port} (docs at /docs; Ctrl-C stops)")
+    uvicorn.run(app, host=config.serve.host, port=config.serve.port, log_level="warning")
 
 
 @main.command(name="llm-server")

@@ -108,6 +108,11 @@ class LLMConfig(Section):
     cache: str = Field("~/.cache/hopgraph/llm.sqlite", description="SQLite file of completions keyed by (model, messages, parameters); empty = no cache.")
 
 
+# LLM settings that say how to reach the model, not what it produces: a caller (the server,
+# `hopgraph update --llm.base_url`) may replace them in a stored index config.
+LLM_CONNECTION_FIELDS = ("backend", "base_url", "api_key_env", "concurrency", "timeout", "retries")
+
+
 class ExtractionConfig(Section):
     kg: Literal["none", "all", "pagerank", "random", "concept"] = Field(
         "none",
@@ -203,6 +208,23 @@ class RetrievalConfig(Section):
     cue: CueMethod = CueMethod()
 
 
+class ServeConfig(Section):
+    host: str = Field("127.0.0.1", description="Address `hopgraph serve` listens on (loopback by default: put TLS termination in front for a network).")
+    port: int = Field(8080, ge=1, le=65535, description="TCP port of the server.")
+    tokens_file: str = Field("", description="TOML file of bearer tokens: [[tokens]] with token (or sha256), user, groups, admin.")
+    tokens_env: str = Field("HOPGRAPH_TOKENS", description="Environment variable that may hold the same token list as JSON (added to tokens_file).")
+    unrestricted_documents: Literal["everyone", "nobody"] = Field(
+        "everyone", description="Who may read documents without an acl: everyone, or nobody (admins included; ACLs are about reading)."
+    )
+    max_body_bytes: int = Field(10_000_000, ge=1024, description="Largest request body; larger ones get 413.")
+    max_query_chars: int = Field(2000, ge=1, le=100_000, description="Longest question accepted.")
+    max_budget: int = Field(32000, ge=50, le=1_000_000, description="Largest context budget λ a request may ask for.")
+    max_documents: int = Field(1000, ge=1, description="Most documents in one insert request.")
+    rate_limit: float = Field(20.0, ge=0, description="Sustained requests per second per token (0 = no limit); bursts up to rate_burst.")
+    rate_burst: int = Field(40, ge=1, description="Requests a token may send at once before the rate limit applies.")
+    answer_timeout: float = Field(60.0, gt=0, description="Seconds /v1/answer waits for the LLM before answering 503 (retrieval is unaffected).")
+
+
 class HopgraphConfig(Section):
     chunking: ChunkingConfig = ChunkingConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -213,6 +235,7 @@ class HopgraphConfig(Section):
     extraction: ExtractionConfig = ExtractionConfig()
     rerank: RerankConfig = RerankConfig()
     answer: AnswerConfig = AnswerConfig()
+    serve: ServeConfig = ServeConfig()
 
     def build_settings(self) -> dict[str, Any]:
         """The part of the config that decides index contents (a change means a rebuild)."""
@@ -227,15 +250,28 @@ class HopgraphConfig(Section):
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> HopgraphConfig:
     """Read a TOML file (optional) and apply dotted-key overrides such as {"chunking.size": 150}."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {path}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(path) if path is not None else {}
     return validate_config(apply_overrides(data, overrides or {}), source=str(path) if path else "configuration")
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def dotted_keys(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"ppr": {"damping": 0.6}} → {"ppr.damping": 0.6}: applied as overrides, only named leaves change."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(dotted_keys(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,9 @@ from hopgraph.config import HopgraphConfig
 from hopgraph.evaluate import report
 from hopgraph.evaluate.datasets import load_benchmark
 from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
+from hopgraph.errors import IndexFormatError
 from hopgraph.index.pipeline import build_index, peak_memory_mb
+from hopgraph.index.versions import live_version
 from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
 from hopgraph.retrieve.rerank import reranker_for
@@ -32,6 +34,9 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
     adding EM, F1 and Accuracy and the answer-generation token counts.
     """
     bench = load_benchmark(dataset, limit=limit)
+    if live_version(index_dir):
+        raise IndexFormatError(f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
+                               "so it no longer holds exactly the dataset's corpus; choose another --index")
     manifest = build_index(bench.documents, index_dir, config, progress=progress)
     retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()

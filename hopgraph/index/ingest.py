@@ -52,7 +52,7 @@ def read_corpus(paths: Sequence[str | Path], *, max_file_bytes: int = 200_000_00
         raise InputError("no input paths given")
     base = dict(default_metadata or {})
     try:
-        _check_acl_and_timestamp(base)
+        normalise_metadata(base)
     except ValueError as error:
         raise InputError(f"default metadata: {error}") from None
     reader = _Reader(max_file_bytes, base)
@@ -67,7 +67,7 @@ def read_corpus(paths: Sequence[str | Path], *, max_file_bytes: int = 200_000_00
     return IngestResult(reader.documents, reader.problems)
 
 
-def _check_acl_and_timestamp(metadata: dict[str, Any]) -> None:
+def normalise_metadata(metadata: dict[str, Any]) -> None:
     """Normalise ``acl`` to a list of strings and validate ``timestamp``, in place.
 
     Both keys carry meaning downstream (access control, recency), so a wrong type is reported
@@ -260,7 +260,7 @@ class _Reader:
             raise ValueError("'metadata' must be a JSON object")
         extra = {k: v for k, v in record.items() if k not in ("id", "text", "title", "metadata")}
         metadata = {**self.base, **nested, **extra, "source_path": source, "line": lineno}
-        _check_acl_and_timestamp(metadata)
+        normalise_metadata(metadata)
         return Document(id=str(doc_id), text=text, title=title, source=source, metadata=metadata)
 
     def add_document(self, document: Document, path: Path, line: int | None) -> None:

@@ -87,7 +87,10 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, context: int = 
     params.port = port
     params.n_parallel = parallel
     params.n_ctx = context * parallel  # llama.cpp splits the context among its parallel slots
-    params.cpuparams.n_threads = threads or max(1, os.cpu_count() or 1)
+    # One core is left to the caller: llama.cpp threads spin at barriers, so a stand-in that takes
+    # every core slows by an order of magnitude as soon as anything else runs (measured: an answer
+    # call went from ~12 s to ~120 s on 2 cores beside an indexing job).
+    params.cpuparams.n_threads = threads or max(1, (os.cpu_count() or 2) - 1)
     params.cpuparams_batch.n_threads = params.cpuparams.n_threads
     server = xllamacpp.Server(params)  # noqa: F841  (serves while referenced)
     while True:

@@ -9,16 +9,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.index.versions import live_root
 from hopgraph.store import IndexStore
 
 
 class LoadedIndex:
-    """Read-only view of an index directory; parts load on first use."""
+    """Read-only view of the live version of an index directory; parts load on first use.
+
+    The live version is resolved once, here: an update that switches versions later does not
+    change what this object reads (versions are immutable), so a reader never mixes two.
+    """
 
     def __init__(self, path: str | Path):
-        self.store = IndexStore(path)
+        live = live_root(path)
+        self.version = "" if live == Path(path) else live.name  # "" = the root index
+        self.store = IndexStore(live)
         self.manifest = self.store.require_complete()
-        self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{path}/manifest.json")
+        self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
 
     @functools.cached_property
     def documents(self) -> dict[str, list]:

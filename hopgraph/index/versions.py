@@ -1,0 +1,308 @@
+"""Versioned indexes and crash-safe incremental updates (insert, replace and delete documents).
+
+An update builds a whole new version of the index over the final corpus with the same pipeline
+and settings as the live version, then switches a pointer. That is cheap because the expensive
+work is cached by content (vectors by (model, text), LLM completions by request), so only new
+texts cost model time; the graph stages (vocabulary, KNN graph, concept graph, PageRank) are
+global quantities that are cheap kernels and are simply recomputed. Results therefore equal a
+rebuild of the same corpus by construction, and a killed job resumes through the pipeline's own
+stage records.
+
+Layout inside an index directory ``INDEX`` (whose own files, written by ``hopgraph index``, are
+version ""):
+
+    INDEX/CURRENT                       "versions/<job id>": the live version (absent: the root)
+    INDEX/versions/<job id>/            a complete index built by an update job
+    INDEX/jobs/<job id>.json            the job record (status queued|running|done|failed)
+    INDEX/jobs/<job id>.documents.jsonl the documents the job adds, written before the record
+    INDEX/jobs/.lock                    held while a job runs, so jobs run one at a time, in order
+    INDEX/cache/                        vector / completion caches when the index was built without
+
+Every file is written atomically and CURRENT only ever names a complete version, so readers open
+either the old version or the new one, never a mix. A job's ``base`` (the version it edits) is
+recorded when it first starts, so jobs queued behind each other compose and a resumed job
+recomputes exactly the same corpus.
+
+Cost trade-off of ``chunking.pack_documents`` (default true): consecutive documents are cut as
+one token stream, so appending documents re-cuts only the last chunk, but deleting or replacing
+one shifts every chunk after it in its stream, and those chunks' texts are new to the vector
+cache (re-embedded). With pack_documents=false every document has its own chunks and a delete
+costs almost nothing.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, LLMConfig, validate_config
+from hopgraph.documents import Document
+from hopgraph.errors import HopgraphError, IndexFormatError, InputError
+from hopgraph.index.pipeline import build_index
+from hopgraph.store import IndexStore, atomic_write
+
+CURRENT, VERSIONS, JOBS = "CURRENT", "versions", "jobs"
+UNFINISHED = ("queued", "running")
+_JOB_ID = re.compile(r"j\d{6}-[0-9a-f]{6}")
+
+
+# ------------------------------------------------------------------------------------ versions
+def version_dir(root: str | Path, version: str) -> Path:
+    """Directory of ``version`` ("" = the root index itself)."""
+    return Path(root) / VERSIONS / version if version else Path(root)
+
+
+def live_version(root: str | Path) -> str:
+    """Name of the live version ("" when CURRENT is absent and the root itself is live)."""
+    path = Path(root) / CURRENT
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return ""
+    name = text.removeprefix(f"{VERSIONS}/")
+    if not text.startswith(f"{VERSIONS}/") or not _JOB_ID.fullmatch(name):
+        raise IndexFormatError(f"{path}: does not name a version directory ({text[:80]!r})")
+    return name
+
+
+def live_root(root: str | Path) -> Path:
+    """The directory readers should open: the root, or the complete version CURRENT names."""
+    version = live_version(root)
+    path = version_dir(root, version)
+    if version and not (IndexStore(path).exists() and IndexStore(path).read_manifest().get("complete")):
+        raise IndexFormatError(f"{Path(root) / CURRENT} names {VERSIONS}/{version}, which is missing or incomplete; "
+                               "restore that directory or delete CURRENT to serve the root index")
+    return path
+
+
+def read_documents(index_dir: str | Path) -> list[Document]:
+    """The corpus of a built index, in index order, from its documents table."""
+    table = IndexStore(index_dir).read_table("documents")
+    return [Document(id=i, text=t, title=ti, source=s, metadata=json.loads(m))
+            for i, t, ti, s, m in zip(table["id"], table["text"], table["title"], table["source"], table["metadata"])]
+
+
+def rebuild_config(root: str | Path, stored: dict[str, Any], llm: LLMConfig | None = None) -> HopgraphConfig:
+    """The stored build config with caches switched on (only new texts may cost model time) and,
+    when given, the caller's LLM connection settings (the stored base_url may be stale)."""
+    config = validate_config(stored, source=f"{root}: stored index config")
+    cache = Path(root).resolve() / "cache"
+    embedding = config.embedding.model_copy(update={"cache": config.embedding.cache or str(cache / "embeddings.sqlite")})
+    llm_config = config.llm.model_copy(update={f: getattr(llm, f) for f in LLM_CONNECTION_FIELDS} if llm else {})
+    if not llm_config.cache:
+        llm_config = llm_config.model_copy(update={"cache": str(cache / "llm.sqlite")})
+    return config.model_copy(update={"embedding": embedding, "llm": llm_config})
+
+
+# ------------------------------------------------------------------------------------ job records
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _job_path(root: Path, job_id: str, suffix: str = ".json") -> Path:
+    return root / JOBS / f"{job_id}{suffix}"
+
+
+def _write_job(root: Path, record: dict[str, Any]) -> None:
+    text = json.dumps(record, indent=2, default=str)
+    atomic_write(_job_path(root, record["id"]), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
+    path = _job_path(Path(root), job_id)
+    if not _JOB_ID.fullmatch(job_id) or not path.is_file():
+        raise InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def list_jobs(root: str | Path) -> list[dict[str, Any]]:
+    """Every job record, oldest first (ids start with a sequence number)."""
+    folder = Path(root) / JOBS
+    names = sorted(p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else []
+    return [read_job(root, name) for name in names if _JOB_ID.fullmatch(name)]
+
+
+@contextlib.contextmanager
+def _locked(root: Path, name: str) -> Iterator[None]:
+    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies."""
+    IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
+    path = root / JOBS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _apply(ids: list[str], add: Sequence[str], delete: Sequence[str]) -> list[str]:
+    """Document ids after an update: deleted and replaced ids leave, added ids are appended."""
+    gone = set(delete) | set(add)
+    return [i for i in ids if i not in gone] + list(add)
+
+
+def _check_deletes(known: Sequence[str], delete: Sequence[str], where: str) -> None:
+    present = set(known)
+    unknown = [d for d in delete if d not in present]
+    if unknown:
+        raise InputError(f"cannot delete unknown document id(s) {', '.join(map(repr, unknown[:20]))}: not in {where}")
+
+
+# ------------------------------------------------------------------------------------ jobs
+def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[str]) -> dict[str, Any]:
+    """Queue an update (an added id that exists replaces it) and return its record; does not run it.
+
+    Deletes are checked against the corpus the queue will produce (the live version with every
+    unfinished job applied), so nothing is accepted that cannot run.
+    """
+    root = Path(root)
+    delete = list(dict.fromkeys(delete))
+    add_ids = [d.id for d in add]
+    if not add and not delete:
+        raise InputError("nothing to update: give documents to add and/or document ids to delete")
+    repeated = sorted({i for i in add_ids if add_ids.count(i) > 1})
+    if repeated:
+        raise InputError(f"document id(s) added more than once: {', '.join(map(repr, repeated[:20]))}")
+    live = IndexStore(live_root(root))
+    live.require_complete()
+    with _locked(root, ".submit.lock"):
+        ids = live.read_table("documents")["id"]
+        jobs = list_jobs(root)
+        for job in jobs:
+            if job["status"] in UNFINISHED:
+                ids = _apply(ids, job["add"], job["delete"])
+        _check_deletes(ids, delete, f"{root} (live version {live_version(root) or 'root'} and queued jobs)")
+        if not _apply(ids, add_ids, delete):
+            raise InputError("the update would leave the index without documents")
+        sequence = 1 + max((int(job["id"][1:7]) for job in jobs), default=0)
+        job_id = f"j{sequence:06d}-{secrets.token_hex(3)}"
+        lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
+        atomic_write(_job_path(root, job_id, ".documents.jsonl"), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
+        record = {"id": job_id, "kind": "update", "status": "queued", "created": _now(), "started": None, "finished": None,
+                  "add": add_ids, "delete": delete, "base": None, "version": None, "error": None}
+        _write_job(root, record)
+    return record
+
+
+def _job_documents(root: Path, job_id: str) -> list[Document]:
+    text = _job_path(root, job_id, ".documents.jsonl").read_text(encoding="utf-8")
+    return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def _finish(root: Path, record: dict[str, Any], seconds: float | None) -> dict[str, Any]:
+    manifest = IndexStore(version_dir(root, record["id"])).read_manifest()
+    stages = manifest["stages"]
+    record.update(status="done", finished=_now(), version=record["id"], error=None, counts=manifest["counts"],
+                  stage_seconds={name: rec["seconds"] for name, rec in stages.items()},
+                  llm={name: rec["llm"] for name, rec in stages.items() if "llm" in rec})
+    if seconds is not None:
+        record["seconds"] = round(seconds, 3)
+    _write_job(root, record)
+    return record
+
+
+def _run(root: Path, record: dict[str, Any], llm: LLMConfig | None, progress: bool, stop_after: str | None = None) -> dict[str, Any]:
+    """Run (or resume) one job; the caller holds the job lock."""
+    job_id, live = record["id"], live_version(root)
+    if record["status"] == "done":
+        return record
+    if live == job_id:  # killed after switching CURRENT, before recording it
+        return _finish(root, record, None)
+    started = time.perf_counter()
+    try:
+        if record["base"] is None:
+            record["base"] = live
+        elif record["base"] != live:
+            raise IndexFormatError(f"job {job_id} edits version {record['base'] or 'root'!r} but {live or 'root'!r} is live now "
+                                   "(the live version was moved outside the job queue); submit the update again")
+        record.update(status="running", started=_now(), error=None)
+        _write_job(root, record)
+        base_dir = version_dir(root, record["base"])
+        manifest = IndexStore(base_dir).require_complete()
+        base_docs = read_documents(base_dir)
+        _check_deletes([d.id for d in base_docs], record["delete"], f"version {record['base'] or 'root'!r}")
+        added = _job_documents(root, job_id)
+        by_id = {d.id: d for d in [*base_docs, *added]}  # an added document wins over the one it replaces
+        documents = [by_id[i] for i in _apply([d.id for d in base_docs], record["add"], record["delete"])]
+        replaced = set(record["add"]) - set(record["delete"])
+        record["documents"] = {"before": len(base_docs), "added": len(added), "deleted": len(record["delete"]),
+                               "replaced": sum(d.id in replaced for d in base_docs), "after": len(documents)}
+        target = version_dir(root, job_id)
+        if target.exists() and not IndexStore(target).exists():
+            shutil.rmtree(target)  # killed before its first manifest: only temporary files inside
+        if not build_index(documents, target, rebuild_config(root, manifest["config"], llm), progress=progress, stop_after=stop_after)["complete"]:
+            return record  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
+        atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{job_id}\n", encoding="utf-8"))
+    except Exception as exc:
+        record.update(status="failed", finished=_now(), error=str(exc) or type(exc).__name__)
+        _write_job(root, record)
+        if isinstance(exc, HopgraphError):
+            raise
+        raise HopgraphError(f"update job {job_id} failed: {exc}") from exc
+    return _finish(root, record, time.perf_counter() - started)
+
+
+def run_job(root: str | Path, job_id: str, *, llm: LLMConfig | None = None, progress: bool = False,
+            stop_after: str | None = None) -> dict[str, Any]:
+    """Run one job (or retry a failed one) to completion and return its record.
+
+    Refused while an older job is unfinished: jobs apply in submission order. ``stop_after`` (a
+    pipeline stage) ends the run there with the job still 'running', as a killed job is left.
+    """
+    root = Path(root)
+    with _locked(root, ".lock"):
+        record = read_job(root, job_id)
+        older = [j["id"] for j in list_jobs(root) if j["id"] < job_id and j["status"] in UNFINISHED]
+        if older:
+            raise InputError(f"job {older[0]} was submitted before {job_id} and has not finished; "
+                             f"run `hopgraph update {root} --resume`")
+        return _run(root, record, llm, progress, stop_after)
+
+
+def run_pending(root: str | Path, *, llm: LLMConfig | None = None, progress: bool = False) -> list[dict[str, Any]]:
+    """Run every queued job, and every job left 'running' by a process that died, oldest first.
+
+    Holding the lock proves that no live process is running any of them. Stops at the first
+    failure (raised); the jobs after it stay queued.
+    """
+    root = Path(root)
+    with _locked(root, ".lock"):
+        return [_run(root, job, llm, progress) for job in list_jobs(root) if job["status"] in UNFINISHED]
+
+
+def collect_garbage(root: str | Path, keep: int = 2) -> list[str]:
+    """Delete version directories that are not live, not among the newest ``keep`` finished ones,
+    and not used by an unfinished job; returns their names. Readers still holding a removed
+    version should reopen the index (``keep`` ≥ 1 spares the previous live version)."""
+    root = Path(root)
+    folder = root / VERSIONS
+    with _locked(root, ".lock"):
+        jobs = list_jobs(root)
+        done = [j["id"] for j in jobs if j["status"] == "done"]
+        protected = {live_version(root), *(done[-keep:] if keep > 0 else [])}
+        protected |= {name for j in jobs if j["status"] in UNFINISHED for name in (j["id"], j["base"]) if name}
+        removed = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in protected) if folder.is_dir() else []
+        for name in removed:
+            shutil.rmtree(folder / name)
+        for job_id in done:  # their documents now live in the version's own table
+            _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+    return removed
+
+
+def reset_to_root(root: str | Path) -> bool:
+    """Make the root index live again (after `hopgraph index --overwrite` rebuilt it); True if it was not."""
+    path = Path(root) / CURRENT
+    if not path.exists():
+        return False
+    path.unlink()
+    return True

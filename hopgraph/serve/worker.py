@@ -1,0 +1,30 @@
+"""The update worker the server starts: runs every pending job of one index, then exits.
+
+    python -m hopgraph.serve.worker INDEX --llm '{"base_url": ...}'
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hopgraph.config import LLMConfig, validate_section
+from hopgraph.errors import HopgraphError
+from hopgraph.index import versions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("index")
+    parser.add_argument("--llm", default="{}", help="LLM connection settings (JSON of the llm section) for LLM stages")
+    args = parser.parse_args(argv)
+    try:
+        versions.run_pending(args.index, llm=validate_section(LLMConfig, json.loads(args.llm), "--llm"))
+    except HopgraphError as exc:  # the job record holds the message too
+        print(f"hopgraph worker: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

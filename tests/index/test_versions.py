@@ -1,0 +1,222 @@
+"""Versioned indexes and incremental updates: real files, real embedding model, real processes."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hopgraph.cli import main
+from hopgraph.config import ExtractionConfig
+from hopgraph.documents import Document
+from hopgraph.errors import IndexFormatError, InputError
+from hopgraph.index import versions
+from hopgraph.index.pipeline import build_index
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods import LLM_FREE
+from hopgraph.retrieve.retriever import Retriever
+from tests.conftest import REPO
+
+QUERIES = [
+    "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?",
+    "Which ferry company links Sorvik with the island of Tem?",
+    "Who chairs the water board that funds the Sorvik campus?",
+    "When did the observatory on Tem island open and who designed its telescope?",
+    "Which river flows through the city where the cartography fair is held?",
+]
+NEW_DOCUMENTS = [
+    {"id": "tem-observatory", "title": "Tem Observatory", "text": "The Tem Observatory opened in 1994 on the highest hill of Tem island. "
+     "Its main telescope was designed by the optician Ilse Marwick, who later taught at the University of Castel Brun. "
+     "The observatory records the weather for the ferry company that links Sorvik with Tem."},
+    {"id": "lismore-point", "title": "Lismore Point", "text": "Lismore Point is a coastal town twinned with Sorvik. Its lighthouse, built "
+     "in 1872, guided timber barges from the Sorvik mill across Lake Orrin. The town museum keeps the mill's ledgers."},
+    {"id": "aster-bridge", "title": "Aster Bridge", "text": "The Aster Bridge in Castel Brun was rebuilt in 1958 after a flood of the river Aster. "
+     "The engineer Paul Dorsey, a graduate of the university's faculty of earth sciences, led the reconstruction."},
+]
+
+
+def new_documents() -> list[Document]:
+    return [Document(id=r["id"], text=r["text"], title=r["title"]) for r in NEW_DOCUMENTS]
+
+
+def evidence(index_dir: Path, methods: tuple[str, ...] = LLM_FREE) -> dict[tuple[str, str], list]:
+    """What each method retrieves for every query: piece kind, index, documents and text, in order."""
+    retriever = Retriever(index_dir)
+    vectors = retriever.embed(QUERIES)
+    out = {}
+    for method in methods:
+        for query, vector in zip(QUERIES, vectors):
+            result = retriever.retrieve(query, method=method, budget=400, vector=vector)
+            out[method, query] = [(e.kind, e.index, e.doc_ids, e.text) for e in result.evidence]
+    return out
+
+
+def cache_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT COUNT(*) FROM vectors").fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, sample_documents, sample_config):
+    """An index of the first five sample documents with its own (then warm) vector cache."""
+    work = tmp_path_factory.mktemp("versions")
+    config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(work / "cache.sqlite")})})
+    build_index(sample_documents[:5], work / "base", config, progress=False)
+    return work
+
+
+@pytest.fixture()
+def index(built, tmp_path) -> Path:
+    shutil.copytree(built / "base", tmp_path / "index")
+    return tmp_path / "index"
+
+
+@pytest.fixture(scope="module")
+def final_corpus(sample_documents) -> list[Document]:
+    """What the update below leaves: documents 0, 2-4, then 5, 6 and the new ones appended."""
+    return [d for i, d in enumerate(sample_documents[:5]) if i != 1] + list(sample_documents[5:]) + new_documents()
+
+
+@pytest.fixture(scope="module")
+def rebuild(tmp_path_factory, final_corpus, sample_config) -> dict:
+    """Full rebuild of the final corpus with a cold vector cache (a different cache file)."""
+    work = tmp_path_factory.mktemp("rebuild")
+    config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(work / "cold.sqlite")})})
+    build_index(final_corpus, work / "index", config, progress=False)
+    return {"dir": work / "index", "evidence": evidence(work / "index")}
+
+
+def test_update_equals_full_rebuild_and_embeds_only_new_texts(built, index, sample_documents, rebuild):
+    rows_before = cache_rows(built / "cache.sqlite")
+    base = LoadedIndex(index)
+    job = versions.submit_update(index, [*sample_documents[5:], *new_documents()], [sample_documents[1].id])
+    assert job["status"] == "queued" and LoadedIndex(index).version == ""
+    [done] = versions.run_pending(index)
+    assert done["status"] == "done" and done["documents"] == {"before": 5, "added": 5, "deleted": 1, "replaced": 0, "after": 9}
+    live = LoadedIndex(index)
+    assert live.version == job["id"] and (index / "CURRENT").read_text().strip() == f"versions/{job['id']}"
+    expected = LoadedIndex(rebuild["dir"])
+    assert live.documents["id"] == expected.documents["id"] and live.units["text"] == expected.units["text"]
+    # Only texts the base version did not have were embedded (the model is the only costly step).
+    old = set(base.units["text"]) | set(base.store.read_table("sentences")["text"])
+    new = (set(live.units["text"]) | set(live.store.read_table("sentences")["text"])) - old
+    assert cache_rows(built / "cache.sqlite") - rows_before == len(new) > 0
+    # Vectors agree with the cold rebuild up to batch-composition noise of the embedder...
+    for name in ("unit_vectors", "sentence_vectors", "keyword_vectors"):
+        assert np.abs(live.array(name) - expected.array(name)).max() < 1e-5
+    for name in ("knn", "concepts", "postings_units"):
+        assert (live.graph(name) != expected.graph(name)).nnz == 0
+    # ...and every LLM-free method retrieves the same evidence in the same order.
+    assert evidence(index) == rebuild["evidence"]
+
+
+def test_interrupted_job_keeps_old_version_and_resumes_to_same_result(index, sample_documents, rebuild):
+    job = versions.submit_update(index, [*sample_documents[5:], *new_documents()], [sample_documents[1].id])
+    stopped = versions.run_job(index, job["id"], stop_after="embed_units")
+    assert stopped["status"] == "running" and versions.read_job(index, job["id"])["status"] == "running"
+    assert LoadedIndex(index).version == "" and len(LoadedIndex(index).documents["id"]) == 5  # old version served
+    assert Retriever(index).retrieve(QUERIES[0], method="ppr").evidence
+    with pytest.raises(InputError, match="submitted before"):  # jobs apply in order
+        versions.run_job(index, versions.submit_update(index, [], ["press-2023"])["id"])
+    first, second = versions.run_pending(index)
+    assert (first["id"], first["status"], second["status"]) == (job["id"], "done", "done")
+    assert LoadedIndex(index).version == second["id"] and "press-2023" not in LoadedIndex(index).documents["id"]
+    assert evidence(versions.version_dir(index, job["id"])) == rebuild["evidence"]
+    # Garbage collection keeps the live version and the one before it.
+    assert versions.collect_garbage(index, keep=1) == [job["id"]]
+    assert LoadedIndex(index).version == second["id"]
+
+
+def test_validation_and_replace_by_id(index, sample_documents):
+    with pytest.raises(InputError, match="'no-such-doc'"):
+        versions.submit_update(index, [], ["castel-brun.md", "no-such-doc"])
+    with pytest.raises(InputError, match="nothing to update"):
+        versions.submit_update(index, [], [])
+    with pytest.raises(InputError, match="more than once"):
+        versions.submit_update(index, [new_documents()[0]] * 2, [])
+    with pytest.raises(InputError, match="without documents"):
+        versions.submit_update(index, [], [d.id for d in sample_documents[:5]])
+    assert versions.list_jobs(index) == []  # nothing refused was queued
+    replacement = Document(id="castel-brun.md", title="University of Castel Brun", text="The University of Castel Brun moved to Lake Orrin in 2001.")
+    versions.submit_update(index, [replacement, new_documents()[0]], [])
+    # What queued jobs add counts for the next submission: deleting it is valid before they ran.
+    versions.submit_update(index, [], ["tem-observatory", "memo-2024-03"])
+    first, second = versions.run_pending(index)
+    assert first["documents"]["replaced"] == 1 and second["documents"]["after"] == 4
+    live = LoadedIndex(index)
+    assert live.documents["id"] == ["harbor-institute.md", "budget-2025", "press-2023", "castel-brun.md"]
+    assert live.documents["text"][-1] == replacement.text
+
+
+def test_live_pointer_to_missing_version_is_a_clear_error(index):
+    (index / "CURRENT").write_text("versions/j000009-abcdef\n")
+    with pytest.raises(IndexFormatError, match="missing or incomplete"):
+        LoadedIndex(index)
+    (index / "CURRENT").write_text("../elsewhere\n")
+    with pytest.raises(IndexFormatError, match="does not name a version"):
+        LoadedIndex(index)
+
+
+def test_cli_update_jobs_and_clean_errors(index, tmp_path):
+    added = tmp_path / "new.jsonl"
+    added.write_text("".join(json.dumps(r) + "\n" for r in NEW_DOCUMENTS), encoding="utf-8")
+    runner = CliRunner()
+    done = runner.invoke(main, ["update", str(index), "--add", str(added), "--delete", "press-2023", "-q"])
+    assert done.exit_code == 0, done.output
+    job_id = versions.list_jobs(index)[0]["id"]
+    assert f"job {job_id} done: live version versions/{job_id}" in done.output and "+3 added, -1 deleted" in done.output
+    listed = runner.invoke(main, ["jobs", str(index)])
+    assert f"live version: {job_id}" in listed.output and "done" in listed.output
+    unknown = runner.invoke(main, ["update", str(index), "--delete", "nope"])
+    assert unknown.exit_code == 2 and "unknown document id(s) 'nope'" in unknown.output and "Traceback" not in unknown.output
+    assert runner.invoke(main, ["update", str(index), "--resume"]).output.strip() == "no pending jobs"
+    inspected = runner.invoke(main, ["inspect", str(index)])
+    assert f"version {job_id}" in inspected.output
+
+
+def test_sigkilled_cli_update_leaves_index_servable_and_resumes(index, tmp_path):
+    added = tmp_path / "new.jsonl"
+    added.write_text("".join(json.dumps(r) + "\n" for r in NEW_DOCUMENTS), encoding="utf-8")
+    command = [sys.executable, "-m", "hopgraph.cli", "update", str(index), "--add", str(added), "-q"]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill it inside the build, once the chunks stage is done
+        manifests = list((index / "versions").glob("*/manifest.json"))
+        if proc.poll() is not None or manifests and "chunks" in json.loads(manifests[0].read_text()).get("stages", {}):
+            break
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    [job] = versions.list_jobs(index)
+    assert job["status"] == "running" and LoadedIndex(index).version == ""
+    assert Retriever(index).retrieve(QUERIES[0], method="ppr").evidence
+    resumed = CliRunner().invoke(main, ["update", str(index), "--resume", "-q"])
+    assert resumed.exit_code == 0, resumed.output
+    assert LoadedIndex(index).version == job["id"] and LoadedIndex(index).documents["id"][-3:] == [r["id"] for r in NEW_DOCUMENTS]
+
+
+def test_llm_extraction_update_equals_rebuild_with_the_cached_standin(tmp_path, sample_documents, sample_config, llm_config, final_corpus):
+    def configured(cache: str):
+        return sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / cache)}),
+                                                "extraction": ExtractionConfig(kg="pagerank", core_fraction=0.1),
+                                                "llm": llm_config.model_copy(update={"max_tokens": 96, "parse_retries": 0})})
+
+    build_index(sample_documents[:5], tmp_path / "index", configured("a.sqlite"), progress=False)
+    versions.submit_update(tmp_path / "index", [*sample_documents[5:], *new_documents()], [sample_documents[1].id])
+    [done] = versions.run_pending(tmp_path / "index")
+    assert done["llm"]["kg_extract"]["calls"] > 0
+    rebuilt = build_index(final_corpus, tmp_path / "rebuild", configured("b.sqlite"), progress=False)
+    # The rebuild needs no completion the update did not already get: the same chunks went to the LLM...
+    assert rebuilt["stages"]["kg_extract"]["llm"]["new_calls"] == 0
+    assert rebuilt["counts"]["kg_entities"] == done["counts"]["kg_entities"] > 0
+    # ...so the LLM methods retrieve the same evidence from both.
+    assert evidence(tmp_path / "index", ("kg", "ket")) == evidence(tmp_path / "rebuild", ("kg", "ket"))

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from hopgraph.documents import Document
+from tests.serve import SECRET_DOCUMENTS
+
+
+@pytest.fixture(scope="session")
+def acl_documents(sample_documents):
+    """The sample corpus plus three restricted documents with codewords."""
+    secrets = [Document(id=d["id"], title=d["title"], text=d["text"], source="test", metadata={"acl": d["acl"]}) for d in SECRET_DOCUMENTS]
+    return list(sample_documents) + secrets
+
+
+@pytest.fixture(scope="session")
+def acl_index(tmp_path_factory, acl_documents, sample_config):
+    from hopgraph.index.pipeline import build_index
+
+    out = tmp_path_factory.mktemp("acl") / "index"
+    build_index(acl_documents, out, sample_config, progress=False)
+    return out
+
+
+@pytest.fixture()
+def index_copy(acl_index, tmp_path):
+    """A private copy for tests that change documents."""
+    target = tmp_path / "index"
+    shutil.copytree(acl_index, target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def serve_config(sample_config, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("serve-cache")
+    return sample_config.model_copy(update={
+        "serve": sample_config.serve.model_copy(update={"rate_limit": 0.0}),
+        "embedding": sample_config.embedding.model_copy(update={"cache": str(cache / "vectors.sqlite")}),
+    })

@@ -1,0 +1,178 @@
+"""The HTTP API over real sockets: auth on every endpoint, input limits, errors, metrics, and
+document updates as jobs. The LLM backend is a closed port here (a real connection refused), so
+/v1/answer must answer 503 while /v1/retrieve keeps working; answers from the real stand-in are in
+test_acl.py."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from hopgraph.retrieve.methods import LLM_FREE
+from hopgraph.llm.standin import free_port
+from tests.serve import CODEWORDS, LiveServer, auth, wait_for_job, wait_until
+
+ENDPOINTS = [("GET", "/metrics"), ("GET", "/v1/index"), ("POST", "/v1/retrieve"), ("POST", "/v1/answer"),
+             ("POST", "/v1/documents"), ("DELETE", "/v1/documents/sorvik"), ("GET", "/v1/jobs/j1")]
+ADMIN_ONLY = [("POST", "/v1/documents"), ("DELETE", "/v1/documents/sorvik"), ("GET", "/v1/jobs/j1")]
+
+
+def down_llm(config, tmp_path):
+    return config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": str(tmp_path / "llm.sqlite")})
+
+
+@pytest.fixture(scope="module")
+def server(acl_index, serve_config, tmp_path_factory):
+    config = serve_config.model_copy(update={"llm": down_llm(serve_config, tmp_path_factory.mktemp("llm"))})
+    with LiveServer(acl_index, config) as live:
+        yield live
+
+
+@pytest.fixture()
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def test_health_needs_no_token_and_names_the_version(client):
+    assert client.get("/healthz").json() == {"status": "ok", "version": ""}
+
+
+@pytest.mark.parametrize("verb,path", ENDPOINTS)
+@pytest.mark.parametrize("header", [None, "Bearer not-a-known-token-xyz", "Basic YWxpY2U6c2VjcmV0", "Bearer"])
+def test_every_endpoint_refuses_a_missing_or_unknown_token(client, verb, path, header):
+    response = client.request(verb, path, headers={"Authorization": header} if header else {}, json={"query": "x"})
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthenticated" and response.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("verb,path", ADMIN_ONLY)
+def test_changing_documents_needs_the_admin_scope(client, verb, path):
+    response = client.request(verb, path, headers=auth("bo"), json={"documents": [{"id": "x", "text": "y"}]})
+    assert response.status_code == 403 and "admin" in response.json()["error"]["message"]
+
+
+def test_retrieve_returns_evidence_with_provenance(client):
+    body = client.post("/v1/retrieve", json={"query": "Who was the first director of the Halvern Harbor Institute?", "method": "ppr", "budget": 300},
+                       headers=auth("guest")).json()
+    assert body["method"] == "ppr" and body["budget"] == 300 and 0 < body["tokens"] <= 300 and body["version"] == ""
+    assert body["evidence"] and all({"doc_ids", "chunk", "path", "text", "score"} <= set(ev) for ev in body["evidence"])
+    assert "Mirela Tasch" in " ".join(ev["text"] for ev in body["evidence"])
+
+
+@pytest.mark.parametrize("method", LLM_FREE)
+def test_a_reader_without_the_group_never_sees_a_restricted_document(client, method):
+    for user, visible in (("guest", set()), ("bo", {"secret-board"}), ("legal", {"secret-legal", "secret-ops"})):
+        body = client.post("/v1/retrieve", json={"query": "QUARTZFERN VELLUMTIDE MARROWGLEN settlement succession vessel incident", "method": method, "budget": 4000},
+                           headers=auth(user)).json()
+        docs = {d for ev in body["evidence"] for d in ev["doc_ids"]}
+        assert docs & set(CODEWORDS) == visible & docs
+        text = " ".join(ev["text"] for ev in body["evidence"])
+        assert not [w for d, w in CODEWORDS.items() if d not in visible and w in text]
+    # with the group, the restricted document is found
+    body = client.post("/v1/retrieve", json={"query": "settlement with the ferry company QUARTZFERN", "method": method, "budget": 4000}, headers=auth("legal")).json()
+    assert "secret-legal" in {d for ev in body["evidence"] for d in ev["doc_ids"]}
+
+
+def test_per_request_parameters_are_validated(client):
+    ok = client.post("/v1/retrieve", json={"query": "Sorvik mayor", "method": "ppr", "params": {"ppr": {"damping": 0.6}}}, headers=auth("guest"))
+    assert ok.status_code == 200
+    bad = client.post("/v1/retrieve", json={"query": "Sorvik mayor", "method": "ppr", "params": {"ppr": {"damping": 7}}}, headers=auth("guest"))
+    assert bad.status_code == 422 and "damping" in bad.json()["error"]["message"]
+    unknown = client.post("/v1/retrieve", json={"query": "Sorvik mayor", "params": {"no_such": 1}}, headers=auth("guest"))
+    assert unknown.status_code == 422 and "no_such" in unknown.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("body,status,code", [
+    ({"query": "x", "method": "bm25"}, 400, "unknown_method"),
+    ({"query": "x", "method": "kg"}, 400, "unsupported_method"),  # this index has no LLM graph
+    ({"query": "x" * 2001}, 422, "query_too_long"),
+    ({"query": "x", "budget": 10_000_000}, 422, "budget_too_large"),
+    ({"query": "x", "budget": 3}, 422, "invalid_request"),
+    ({"query": ""}, 422, "invalid_request"),
+    ({"question": "x"}, 422, "invalid_request"),
+    ({"query": "x", "extra": 1}, 422, "invalid_request"),
+    ({"query": 5}, 422, "invalid_request"),
+])
+def test_bad_requests_get_clear_json_errors(client, body, status, code):
+    response = client.post("/v1/retrieve", json=body, headers=auth("guest"))
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code and response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"query": "\xff\xfe caf\xe9"}', b"", b"[1, 2]"])
+def test_malformed_or_non_utf8_bodies_are_refused(client, content):
+    response = client.post("/v1/retrieve", content=content, headers={**auth("guest"), "Content-Type": "application/json"})
+    assert response.status_code in (400, 422)
+    assert response.json()["error"]["code"] in ("malformed_json", "invalid_request")
+
+
+def test_unknown_paths_and_verbs_get_json_errors(client):
+    assert client.get("/v1/nothing", headers=auth("guest")).json()["error"]["code"] == "not_found"
+    assert client.get("/v1/retrieve", headers=auth("guest")).json()["error"]["code"] == "method_not_allowed"
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(client, server):
+    limit = server.app.state.holder.config.serve.max_body_bytes
+    response = client.post("/v1/documents", content=b"x" * (limit + 1), headers={**auth("admin"), "Content-Type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+
+
+def test_unknown_ids_are_404(client):
+    assert client.delete("/v1/documents/no-such-doc", headers=auth("admin")).status_code == 404
+    assert client.get("/v1/jobs/j-nope", headers=auth("admin")).json()["error"]["code"] == "unknown_job"
+    assert client.get("/v1/jobs/..%2F..%2Fmanifest", headers=auth("admin")).status_code == 404
+
+
+def test_bad_documents_are_refused_with_the_document_named(client):
+    bad_acl = client.post("/v1/documents", json={"documents": [{"id": "d1", "text": "t", "acl": "board"}]}, headers=auth("admin"))
+    assert bad_acl.status_code == 422  # acl must be a list
+    stamp = client.post("/v1/documents", json={"documents": [{"id": "d1", "text": "t", "metadata": {"timestamp": "yesterday"}}]}, headers=auth("admin"))
+    assert stamp.status_code == 422 and "d1" in stamp.json()["error"]["message"]
+    twice = client.post("/v1/documents", json={"documents": [{"id": "d1", "text": "a"}, {"id": "d1", "text": "b"}]}, headers=auth("admin"))
+    assert twice.status_code == 422 and twice.json()["error"]["code"] == "duplicate_ids"
+    assert client.post("/v1/documents", json={"documents": []}, headers=auth("admin")).status_code == 422
+
+
+def test_answer_is_503_when_the_llm_is_down_while_retrieval_keeps_working(client):
+    question = {"query": "Who chairs the Orrin Basin Water Board?", "method": "text", "budget": 400}
+    down = client.post("/v1/answer", json=question, headers=auth("guest"))
+    assert down.status_code == 503 and down.json()["error"]["code"] == "llm_unavailable" and "Retry-After" in down.headers
+    assert client.post("/v1/retrieve", json=question, headers=auth("guest")).status_code == 200
+
+
+def test_index_info_and_metrics(client):
+    info = client.get("/v1/index", headers=auth("guest")).json()
+    assert info["methods"] == list(LLM_FREE) and info["counts"]["documents"] == 10 and info["jobs_pending"] == 0
+    client.post("/v1/retrieve", json={"query": "Sorvik", "method": "knng"}, headers=auth("guest"))
+    text = client.get("/metrics", headers=auth("guest")).text
+    assert 'hopgraph_requests_total{endpoint="/v1/retrieve",method="knng",status="200"}' in text
+    assert "hopgraph_request_seconds_bucket" in text and "hopgraph_job_queue_depth 0.0" in text
+    assert 'endpoint="other"' not in text or "/v1/jobs/j-nope" not in text  # ids never become labels
+
+
+def test_the_rate_limit_is_per_token(acl_index, serve_config):
+    config = serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update={"rate_limit": 1.0, "rate_burst": 3})})
+    with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=30) as c:
+        codes = [c.get("/v1/index", headers=auth("guest")).status_code for _ in range(5)]
+        assert codes[:3] == [200, 200, 200] and codes[-1] == 429
+        assert c.get("/v1/index", headers=auth("bo")).status_code == 200  # another token has its own bucket
+
+
+def test_insert_and_delete_run_as_jobs_and_publish_a_new_version(index_copy, serve_config):
+    new = {"id": "lighthouse", "title": "Orrin lighthouse", "text": "The Orrin lighthouse on Tem island was built in 1894 by the engineer Sela Varro.", "acl": ["press"]}
+    question = {"query": "Who built the Orrin lighthouse?", "method": "text", "budget": 300}
+
+    def docs_seen(c, user):
+        return {d for ev in c.post("/v1/retrieve", json=question, headers=auth(user)).json()["evidence"] for d in ev["doc_ids"]}
+
+    with LiveServer(index_copy, serve_config) as live, httpx.Client(base_url=live.url, timeout=60) as c:
+        job = c.post("/v1/documents", json={"documents": [new]}, headers=auth("admin"))
+        assert job.status_code == 202 and job.json()["status"] in ("queued", "running")
+        done = wait_for_job(c, job.json()["id"])
+        assert done["status"] == "done", done
+        wait_until(lambda: "lighthouse" in live.app.state.holder.current.doc_ids)  # switched once loaded
+        assert c.get("/healthz").json()["version"] != ""
+        assert "lighthouse" in docs_seen(c, "press") and "lighthouse" not in docs_seen(c, "guest")
+        assert wait_for_job(c, c.delete("/v1/documents/lighthouse", headers=auth("admin")).json()["id"])["status"] == "done"
+        wait_until(lambda: "lighthouse" not in live.app.state.holder.current.doc_ids)
+        assert "lighthouse" not in docs_seen(c, "press")
