@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json")
     parser.add_argument("--questions", type=int, default=3)
     parser.add_argument("--budget", type=int, default=1500, help="λ (the stand-in reads at most a few thousand tokens)")
+    parser.add_argument("--chunk-size", type=int, default=150, help="ℓ: small chunks, so λ holds several and β/κ/α act on many chunks")
     parser.add_argument("--max-tokens", type=int, default=256, help="longest extraction completion")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--no-answers", action="store_true", help="Coverage and index accounting only (no answer generation)")
@@ -68,7 +69,7 @@ def main() -> None:
     rows, variants = [], []
     try:
         with StandinServer(args.model, context=4096, parallel=2) as server:
-            base = {"retrieval.budget": args.budget, "llm.base_url": server.base_url, "llm.model": args.model, "llm.cache": str(args.cache),
+            base = {"retrieval.budget": args.budget, "chunking.size": args.chunk_size, "chunking.overlap": 0, "llm.base_url": server.base_url, "llm.model": args.model, "llm.cache": str(args.cache),
                     "llm.max_tokens": args.max_tokens, "llm.context_tokens": 4096, "llm.concurrency": 2, "llm.timeout": 1800, "answer.max_tokens": 48}
             for label, settings, methods in VARIANTS:
                 config = load_config(None, {**base, **settings})
@@ -92,7 +93,7 @@ def main() -> None:
         "benchmark": "LLM tier on a MuSiQue subset with the CPU stand-in",
         "dataset": f"{args.dataset} (first {args.questions} questions, their paragraphs only)",
         "llm": f"{args.model} via llama.cpp (xllamacpp), CPU stand-in — answer scores are not representative of a production model",
-        "budget": args.budget, "chunk_size": 1200, "results": rows, "variants": variants,
+        "budget": args.budget, "chunk_size": args.chunk_size, "results": rows, "variants": variants,
         "token_ratios": {
             "skeleton_over_kg": round(total["skeleton β=0.8 (PageRank core)"] / kg_all, 3),
             "random_core_over_kg": round(total["random core β=0.8"] / kg_all, 3),
@@ -103,13 +104,13 @@ def main() -> None:
         **report.provenance(),
     }
     report.write_json(args.out, payload)
-    columns = ["method", "variant", "coverage", "supporting_recall", "em", "f1", "accuracy", "not_found", "index_prompt_tokens", "index_completion_tokens"]
-    header = (f"# {payload['benchmark']}\n\nData: {payload['dataset']}; ℓ=1200, λ={args.budget}; LLM: {payload['llm']}.  \n"
+    columns = ["method", "variant", "coverage", "supporting_recall", "em", "f1", "accuracy", "not_found", "index_prompt_tokens", "index_completion_tokens", "reranker"]
+    header = (f"# {payload['benchmark']}\n\nData: {payload['dataset']}; ℓ={args.chunk_size} (no overlap), λ={args.budget}; LLM: {payload['llm']}.  \n"
               f"Command: `{payload['command']}`  \nMachine: {report.machine_line(payload['machine'])}, commit {payload['git_commit']}.\n\n")
     ratios = "\n".join(f"- {k}: {v}" for k, v in payload["token_ratios"].items())
     text = header + report.markdown_table(rows, columns) + f"\n\nIndex LLM tokens (prompt + completion) relative:\n{ratios}\n\nRebuild of the kg index with a warm cache: {rebuild['new_calls']} new calls of {rebuild['calls']}.\n"
     report.atomic_write(args.out.with_suffix(".md"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    report.bar_chart(args.out.with_suffix(".png"), [r["method"] for r in rows], [r["coverage"] for r in rows], f"MuSiQue subset ({args.questions} q) λ={args.budget}", "Coverage (%)")
+    report.bar_chart(args.out.with_suffix(".png"), [r["method"] for r in rows], [r["coverage"] for r in rows], f"MuSiQue subset ({args.questions} q) ℓ={args.chunk_size} λ={args.budget}", "Coverage (%)")
     print(text)
 
 
