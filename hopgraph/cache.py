@@ -61,12 +61,19 @@ class CachedEmbedder:
         for i, v in enumerate(cached):
             if v is not None:
                 out[i] = v
+        # A text repeated in one call is embedded once, so its copies get bitwise the same vector,
+        # as they would from the cache (embedded apart, batch padding makes them differ by ~1e-7,
+        # and a rebuild would then break score ties differently from an incremental update).
+        unique = list(dict.fromkeys(texts[i] for i in missing))
+        fresh_vectors: dict[str, np.ndarray] = {}
         # Embed and store in slices: an interrupted run keeps all but the last slice.
-        for start in range(0, len(missing), self.SLICE):
-            part = missing[start : start + self.SLICE]
-            fresh = self.inner.encode([texts[i] for i in part], progress=progress)
-            out[part] = fresh
-            self.cache.put_many([texts[i] for i in part], fresh)
+        for start in range(0, len(unique), self.SLICE):
+            part = unique[start : start + self.SLICE]
+            fresh = self.inner.encode(part, progress=progress)
+            self.cache.put_many(part, fresh)
+            fresh_vectors.update(zip(part, fresh))
+        for i in missing:
+            out[i] = fresh_vectors[texts[i]]
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         return out

@@ -1,0 +1,185 @@
+"""Crash safety of ``hopgraph update``: SIGKILL at random moments, check that the index stays
+servable, resume, and check that the result equals an uninterrupted run.
+
+Setup: an index of the first 200 MuSiQue paragraphs of ``kag_dev100`` (default settings), built
+with an empty ``embedding.cache`` so every copy of it uses its own ``INDEX/cache`` (warmed with the
+base texts, as after a real build), and the next 100 paragraphs to add. A reference copy runs
+``hopgraph update INDEX --add new.jsonl`` uninterrupted; its wall time T sets the kill range.
+Each trial takes a fresh copy, starts the same command, sends SIGKILL after a delay drawn
+uniformly from [0, 1.05 T] (seeded), and then records
+
+* where the job was: no job yet, queued, inside which pipeline stage, built but not switched, ...
+* servable: ``LoadedIndex(INDEX)`` opens and a ``ppr`` retrieval returns evidence (and which
+  version was live);
+* resume: ``hopgraph update INDEX --resume`` (or, when the kill came before the job was recorded,
+  the same command again, as a user would);
+* equal: every LLM-free method retrieves exactly the reference's evidence for the first 20
+  questions; whether all vectors are bitwise equal too.
+
+    python3 scripts/bench_crash.py
+    python3 scripts/bench_crash.py --trials 5 --out /tmp/crash.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench_incremental import DATASET, compare_indexes, compare_results, retrieve_all
+from hopgraph.config import load_config
+from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
+from hopgraph.index import versions
+from hopgraph.index.pipeline import build_index, planned_stages
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import IndexStore, atomic_write
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT = REPO / "scripts" / "results" / "crash_safety.json"
+
+
+def hopgraph(*args: str, log: Path) -> subprocess.Popen:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "hopgraph.cli", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+
+
+def prepare(work: Path, documents: list, n_base: int, n_add: int) -> tuple[Path, Path]:
+    """The pristine base index (own warm cache inside it) and the JSONL file of documents to add."""
+    base = work / "base"
+    config = load_config(None, {"embedding.cache": ""})
+    manifest = build_index(documents[:n_base], base, config, progress=False)
+    # Warm base/cache/embeddings.sqlite with the base texts, the cache an update of this index uses.
+    build_index(documents[:n_base], work / "warm", versions.rebuild_config(base, manifest["config"]), progress=False)
+    shutil.rmtree(work / "warm")
+    with sqlite3.connect(base / "cache" / "embeddings.sqlite") as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the copies must carry every cached vector
+    added = work / "new.jsonl"
+    added.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n"
+                             for d in documents[n_base:n_base + n_add]), encoding="utf-8")
+    return base, added
+
+
+def where(root: Path, stages: list[str]) -> str:
+    """Where the update job was when the process died."""
+    jobs = versions.list_jobs(root)
+    if not jobs:
+        return "before submit"
+    job = jobs[-1]
+    if job["status"] != "running":
+        return job["status"]
+    if versions.live_version(root) == job["id"]:
+        return "switched, not recorded"
+    target = IndexStore(versions.version_dir(root, job["id"]))
+    if not target.exists():
+        return "running, before build"
+    manifest = target.read_manifest()
+    if manifest.get("complete"):
+        return "built, not switched"
+    return f"stage {next(s for s in stages if s not in manifest['stages'])}"
+
+
+def servable(root: Path, question: str) -> tuple[bool, str, str]:
+    """(retrieval works, live version, error) right after the kill, as a new reader sees it."""
+    try:
+        index = LoadedIndex(root)
+        ok = bool(Retriever(index).retrieve(question, method="ppr").evidence)
+        return ok, index.version or "root", ""
+    except Exception as exc:  # noqa: BLE001 - any failure here is the finding
+        return False, "", f"{type(exc).__name__}: {exc}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--base", type=int, default=200, help="Paragraphs in the base index.")
+    parser.add_argument("--add", type=int, default=100, help="Paragraphs the update adds (enough that the build, not process start, fills most of the run).")
+    parser.add_argument("--questions", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULT)
+    args = parser.parse_args()
+    bench = load_benchmark(DATASET, limit=args.questions)
+    questions = [q.text for q in bench.questions]
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="hopgraph-crash-"))
+    try:
+        base, added = prepare(work, bench.documents, args.base, args.add)
+        stages = [name for name, _ in planned_stages(LoadedIndex(base).config)]
+        command = ["update", "INDEX", "--add", str(added), "-q"]
+        reference = work / "reference"
+        shutil.copytree(base, reference)
+        started = time.perf_counter()
+        proc = hopgraph(*[str(reference) if a == "INDEX" else a for a in command], log=work / "reference.log")
+        if proc.wait() != 0:
+            raise SystemExit(f"reference update failed: {(work / 'reference.log').read_text()[-2000:]}")
+        reference_seconds = time.perf_counter() - started
+        vectors = Retriever(reference).embed(questions)
+        want = retrieve_all(reference, questions, vectors)
+        trials = []
+        for trial in range(args.trials):
+            root = work / f"trial{trial}"
+            shutil.copytree(base, root)
+            delay = rng.uniform(0, 1.05 * reference_seconds)
+            run = [str(root) if a == "INDEX" else a for a in command]
+            proc = hopgraph(*run, log=work / f"trial{trial}.log")
+            time.sleep(delay)
+            os.kill(proc.pid, signal.SIGKILL)
+            exit_code = proc.wait()
+            stage = where(root, stages)
+            ok, live, error = servable(root, questions[0])
+            submitted = bool(versions.list_jobs(root))
+            resume = hopgraph(*(["update", str(root), "--resume", "-q"] if submitted else run), log=work / f"trial{trial}.log")
+            resume_rc = resume.wait()
+            final = LoadedIndex(root)
+            result = compare_results(retrieve_all(root, questions, vectors), want)
+            diff = compare_indexes(final, LoadedIndex(reference))
+            record = {"trial": trial, "kill_after_s": round(delay, 2), "exit_code": exit_code, "stage_at_kill": stage,
+                      "servable": ok, "live_after_kill": live, "error": error, "resumed_by": "--resume" if submitted else "same command again",
+                      "resume_exit_code": resume_rc, "final_version_new": final.version != "",
+                      "resumed_equal": result["identical"] == result["total"], "identical_results": f"{result['identical']}/{result['total']}",
+                      "vectors_bitwise_equal": all(diff[n].get("rows_not_bitwise_equal") == 0 for n in ("unit_vectors", "sentence_vectors", "keyword_vectors"))}
+            trials.append(record)
+            print(json.dumps(record), flush=True)
+            shutil.rmtree(root)
+        payload = {"benchmark": "crash safety of hopgraph update", "dataset": bench.name, "base_documents": args.base, "added_documents": args.add,
+                   "questions": len(questions), "seed": args.seed, "reference_seconds": round(reference_seconds, 2),
+                   "update_command": "hopgraph update INDEX --add new.jsonl -q", "trials": trials,
+                   "summary": {"trials": len(trials), "servable": sum(t["servable"] for t in trials),
+                               "resumed_equal": sum(t["resumed_equal"] for t in trials),
+                               "vectors_bitwise_equal": sum(t["vectors_bitwise_equal"] for t in trials),
+                               "stages": dict(Counter(t["stage_at_kill"] for t in trials))},
+                   **provenance()}
+        write_json(args.out, payload)
+        text = markdown(payload)
+        atomic_write(args.out.with_suffix(".md"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        s = payload["summary"]
+        print(f"{s['trials']} trials: servable {s['servable']}, resumed equal {s['resumed_equal']}, stages {s['stages']}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    s = payload["summary"]
+    columns = ["trial", "kill_after_s", "stage_at_kill", "servable", "live_after_kill", "resumed_by", "resumed_equal", "vectors_bitwise_equal"]
+    return (f"# Crash safety of `hopgraph update` ({payload['dataset']})\n\n"
+            f"Base index of {payload['base_documents']} paragraphs; `{payload['update_command']}` adds {payload['added_documents']} "
+            f"(uninterrupted: {payload['reference_seconds']} s including process start). SIGKILL after a random delay, seed {payload['seed']}.\n\n"
+            f"**{s['servable']}/{s['trials']} servable after the kill, {s['resumed_equal']}/{s['trials']} resumed to results identical to the "
+            f"uninterrupted run ({payload['questions']} questions × every LLM-free method), {s['vectors_bitwise_equal']}/{s['trials']} with bitwise-equal vectors.**\n\n"
+            + markdown_table(payload["trials"], columns) +
+            f"\nCommand: `{payload['command']}`; commit {payload['git_commit']}; machine: {machine_line(payload['machine'])}.\n")
+
+
+if __name__ == "__main__":
+    main()
