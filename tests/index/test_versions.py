@@ -24,7 +24,7 @@ from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.retrieve.retriever import Retriever
-from tests.conftest import REPO
+from tests.conftest import REPO, SAMPLE, SAMPLE_SETTINGS
 
 QUERIES = [
     "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?",
@@ -181,6 +181,10 @@ def test_cli_update_jobs_and_clean_errors(index, tmp_path):
     assert runner.invoke(main, ["update", str(index), "--resume"]).output.strip() == "no pending jobs"
     inspected = runner.invoke(main, ["inspect", str(index)])
     assert f"version {job_id}" in inspected.output
+    # Rebuilding the root with --overwrite makes the root live again.
+    small = [arg for key, value in SAMPLE_SETTINGS.items() for arg in (f"--{key}", str(value))]
+    rebuilt = runner.invoke(main, ["index", str(SAMPLE), "--out", str(index), "--overwrite", "-q", *small])
+    assert rebuilt.exit_code == 0 and "live again" in rebuilt.output and LoadedIndex(index).version == ""
 
 
 def test_sigkilled_cli_update_leaves_index_servable_and_resumes(index, tmp_path):
