@@ -6,7 +6,10 @@ with an empty ``embedding.cache`` so every copy of it uses its own ``INDEX/cache
 base texts, as after a real build), and the next 100 paragraphs to add. A reference copy runs
 ``hopgraph update INDEX --add new.jsonl`` uninterrupted; its wall time T sets the kill range.
 Each trial takes a fresh copy, starts the same command, sends SIGKILL after a delay drawn
-uniformly from [0, 1.05 T] (seeded), and then records
+uniformly from [0, T] (seeded; a run that happens to finish first is recorded as not killed, and
+trials go on until 24 runs were really killed). Random delays mostly land in the embedding stages,
+which fill most of the run, so further trials kill the process the moment it reaches each step
+(job recorded, each pipeline stage recorded, CURRENT switched). Every trial then records
 
 * where the job was: no job yet, queued, inside which pipeline stage, built but not switched, ...
 * servable: ``LoadedIndex(INDEX)`` opens and a ``ppr`` retrieval returns evidence (and which
@@ -17,7 +20,7 @@ uniformly from [0, 1.05 T] (seeded), and then records
   questions; whether all vectors are bitwise equal too.
 
     python3 scripts/bench_crash.py
-    python3 scripts/bench_crash.py --trials 5 --out /tmp/crash.json
+    python3 scripts/bench_crash.py --kills 5 --no-events --out /tmp/crash.json
 """
 from __future__ import annotations
 
@@ -100,9 +103,54 @@ def servable(root: Path, question: str) -> tuple[bool, str, str]:
         return False, "", f"{type(exc).__name__}: {exc}"
 
 
+def reached(root: Path, event: str) -> bool:
+    """Whether the update in ``root`` got to ``event``: submitted, a recorded pipeline stage, switched."""
+    if event == "submitted":
+        return any((root / "jobs").glob("j*.json"))
+    if event == "switched":
+        return (root / "CURRENT").exists()
+    manifests = list((root / "versions").glob("*/manifest.json"))
+    return bool(manifests) and event in json.loads(manifests[0].read_text(encoding="utf-8")).get("stages", {})
+
+
+def trial(number: int, trigger: str | float, base: Path, work: Path, command: list[str], stages: list[str],
+          questions: list[str], vectors: Any, want: dict, reference: Path) -> dict[str, Any]:
+    """One run of ``command`` on a fresh copy of ``base``, SIGKILLed after ``trigger`` seconds or as
+    soon as it reaches the event ``trigger``; then the checks, the resume and the comparison."""
+    root = work / f"trial{number}"
+    shutil.copytree(base, root)
+    run = [str(root) if a == "INDEX" else a for a in command]
+    log = work / f"trial{number}.log"
+    started = time.perf_counter()
+    proc = hopgraph(*run, log=log)
+    if isinstance(trigger, float):
+        time.sleep(trigger)
+    else:
+        while proc.poll() is None and not reached(root, trigger):
+            time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    exit_code = proc.wait()
+    elapsed = time.perf_counter() - started
+    stage = where(root, stages)
+    ok, live, error = servable(root, questions[0])
+    submitted = bool(versions.list_jobs(root))
+    resume_rc = hopgraph(*(["update", str(root), "--resume", "-q"] if submitted else run), log=log).wait()
+    final = LoadedIndex(root)
+    result = compare_results(retrieve_all(root, questions, vectors), want)
+    diff = compare_indexes(final, LoadedIndex(reference))
+    shutil.rmtree(root)
+    return {"trial": number, "trigger": "random delay" if isinstance(trigger, float) else f"on {trigger}", "kill_after_s": round(elapsed, 2),
+            "killed": exit_code == -signal.SIGKILL, "stage_at_kill": stage, "servable": ok, "live_after_kill": live, "error": error,
+            "resumed_by": "--resume" if submitted else "same command again", "resume_exit_code": resume_rc, "final_version_new": final.version != "",
+            "resumed_equal": result["identical"] == result["total"], "identical_results": f"{result['identical']}/{result['total']}",
+            "vectors_bitwise_equal": all(diff[n].get("rows_not_bitwise_equal") == 0 for n in ("unit_vectors", "sentence_vectors", "keyword_vectors"))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--kills", type=int, default=24, help="Random-delay trials until this many runs were really killed...")
+    parser.add_argument("--max-trials", type=int, default=40, help="...or this many random-delay trials were run.")
+    parser.add_argument("--no-events", action="store_true", help="Skip the trials that kill on reaching each stage.")
     parser.add_argument("--base", type=int, default=200, help="Paragraphs in the base index.")
     parser.add_argument("--add", type=int, default=100, help="Paragraphs the update adds (enough that the build, not process start, fills most of the run).")
     parser.add_argument("--questions", type=int, default=20)
@@ -126,36 +174,19 @@ def main() -> None:
         reference_seconds = time.perf_counter() - started
         vectors = Retriever(reference).embed(questions)
         want = retrieve_all(reference, questions, vectors)
-        trials = []
-        for trial in range(args.trials):
-            root = work / f"trial{trial}"
-            shutil.copytree(base, root)
-            delay = rng.uniform(0, 1.05 * reference_seconds)
-            run = [str(root) if a == "INDEX" else a for a in command]
-            proc = hopgraph(*run, log=work / f"trial{trial}.log")
-            time.sleep(delay)
-            os.kill(proc.pid, signal.SIGKILL)
-            exit_code = proc.wait()
-            stage = where(root, stages)
-            ok, live, error = servable(root, questions[0])
-            submitted = bool(versions.list_jobs(root))
-            resume = hopgraph(*(["update", str(root), "--resume", "-q"] if submitted else run), log=work / f"trial{trial}.log")
-            resume_rc = resume.wait()
-            final = LoadedIndex(root)
-            result = compare_results(retrieve_all(root, questions, vectors), want)
-            diff = compare_indexes(final, LoadedIndex(reference))
-            record = {"trial": trial, "kill_after_s": round(delay, 2), "exit_code": exit_code, "stage_at_kill": stage,
-                      "servable": ok, "live_after_kill": live, "error": error, "resumed_by": "--resume" if submitted else "same command again",
-                      "resume_exit_code": resume_rc, "final_version_new": final.version != "",
-                      "resumed_equal": result["identical"] == result["total"], "identical_results": f"{result['identical']}/{result['total']}",
-                      "vectors_bitwise_equal": all(diff[n].get("rows_not_bitwise_equal") == 0 for n in ("unit_vectors", "sentence_vectors", "keyword_vectors"))}
-            trials.append(record)
-            print(json.dumps(record), flush=True)
-            shutil.rmtree(root)
+        shared = (base, work, command, stages, questions, vectors, want, reference)
+        trials: list[dict[str, Any]] = []
+        while sum(t["killed"] for t in trials) < args.kills and len(trials) < args.max_trials:
+            trials.append(trial(len(trials), rng.uniform(0, reference_seconds), *shared))
+            print(json.dumps(trials[-1]), flush=True)
+        for event in [] if args.no_events else ["submitted", *stages, "switched"]:
+            trials.append(trial(len(trials), event, *shared))
+            print(json.dumps(trials[-1]), flush=True)
         payload = {"benchmark": "crash safety of hopgraph update", "dataset": bench.name, "base_documents": args.base, "added_documents": args.add,
                    "questions": len(questions), "seed": args.seed, "reference_seconds": round(reference_seconds, 2),
                    "update_command": "hopgraph update INDEX --add new.jsonl -q", "trials": trials,
-                   "summary": {"trials": len(trials), "servable": sum(t["servable"] for t in trials),
+                   "summary": {"trials": len(trials), "random_delay_trials": sum(t["trigger"] == "random delay" for t in trials),
+                               "killed": sum(t["killed"] for t in trials), "servable": sum(t["servable"] for t in trials),
                                "resumed_equal": sum(t["resumed_equal"] for t in trials),
                                "vectors_bitwise_equal": sum(t["vectors_bitwise_equal"] for t in trials),
                                "stages": dict(Counter(t["stage_at_kill"] for t in trials))},
@@ -164,18 +195,19 @@ def main() -> None:
         text = markdown(payload)
         atomic_write(args.out.with_suffix(".md"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
         s = payload["summary"]
-        print(f"{s['trials']} trials: servable {s['servable']}, resumed equal {s['resumed_equal']}, stages {s['stages']}")
+        print(f"{s['trials']} trials, {s['killed']} killed: servable {s['servable']}, resumed equal {s['resumed_equal']}, stages {s['stages']}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def markdown(payload: dict[str, Any]) -> str:
     s = payload["summary"]
-    columns = ["trial", "kill_after_s", "stage_at_kill", "servable", "live_after_kill", "resumed_by", "resumed_equal", "vectors_bitwise_equal"]
+    columns = ["trial", "trigger", "kill_after_s", "killed", "stage_at_kill", "servable", "live_after_kill", "resumed_by", "resumed_equal", "vectors_bitwise_equal"]
     return (f"# Crash safety of `hopgraph update` ({payload['dataset']})\n\n"
             f"Base index of {payload['base_documents']} paragraphs; `{payload['update_command']}` adds {payload['added_documents']} "
-            f"(uninterrupted: {payload['reference_seconds']} s including process start). SIGKILL after a random delay, seed {payload['seed']}.\n\n"
-            f"**{s['servable']}/{s['trials']} servable after the kill, {s['resumed_equal']}/{s['trials']} resumed to results identical to the "
+            f"(uninterrupted: {payload['reference_seconds']} s including process start). SIGKILL after a random delay "
+            f"(seed {payload['seed']}) in {s['random_delay_trials']} trials, and on reaching each step of the job in the others.\n\n"
+            f"**{s['killed']} of {s['trials']} runs killed (the others finished first); {s['servable']}/{s['trials']} servable after the kill, {s['resumed_equal']}/{s['trials']} resumed to results identical to the "
             f"uninterrupted run ({payload['questions']} questions × every LLM-free method), {s['vectors_bitwise_equal']}/{s['trials']} with bitwise-equal vectors.**\n\n"
             + markdown_table(payload["trials"], columns) +
             f"\nCommand: `{payload['command']}`; commit {payload['git_commit']}; machine: {machine_line(payload['machine'])}.\n")

@@ -34,11 +34,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import re
 import secrets
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -170,14 +170,13 @@ def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[st
     add_ids = [d.id for d in add]
     if not add and not delete:
         raise InputError("nothing to update: give documents to add and/or document ids to delete")
-    repeated = sorted({i for i in add_ids if add_ids.count(i) > 1})
+    repeated = sorted(i for i, n in Counter(add_ids).items() if n > 1)
     if repeated:
         raise InputError(f"document id(s) added more than once: {', '.join(map(repr, repeated[:20]))}")
-    live = IndexStore(live_root(root))
-    live.require_complete()
+    IndexStore(live_root(root)).require_complete()
     with _locked(root, ".submit.lock"):
-        ids = live.read_table("documents")["id"]
-        jobs = list_jobs(root)
+        jobs = list_jobs(root)  # before the live version: a job finishing now is then counted twice, never lost
+        ids = IndexStore(live_root(root)).read_table("documents")["id"]
         for job in jobs:
             if job["status"] in UNFINISHED:
                 ids = _apply(ids, job["add"], job["delete"])
