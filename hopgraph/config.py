@@ -223,6 +223,7 @@ class ServeConfig(Section):
     rate_limit: float = Field(20.0, ge=0, description="Sustained requests per second per token (0 = no limit); bursts up to rate_burst.")
     rate_burst: int = Field(40, ge=1, description="Requests a token may send at once before the rate limit applies.")
     answer_timeout: float = Field(60.0, gt=0, description="Seconds /v1/answer waits for the LLM before answering 503 (retrieval is unaffected).")
+    job_niceness: int = Field(10, ge=0, le=19, description="Unix nice increment of the update worker: a running insert/delete job gets a smaller CPU share than readers (0 = equal).")
 
 
 class HopgraphConfig(Section):

@@ -59,7 +59,69 @@ def scale() -> str:
             f"{slope['seconds_other_stages']:.2f}, peak memory {slope['peak_memory_mb']:.2f} (target ≤ 1.2).")
 
 
-SECTIONS = {"coverage": coverage_tables, "speed": speed, "scale": scale}
+def incremental() -> str:
+    parts = []
+    for name in ("incremental_musique.json", "incremental_llm_musique.json"):
+        if not (RESULTS / name).exists():
+            continue
+        d = _load(name)
+        llm = bool(d.get("llm"))
+        rows = ["| pack_documents | documents built + inserted − deleted | build s | insert s (share of build) | delete s (share of build) "
+                + ("| LLM calls build / insert / delete / rebuild " if llm else "| texts embedded insert / delete ")
+                + "| identical to a cold rebuild | identical to a rebuild from the same caches |", "|---|---|---|---|---|---|---|---|"]
+        for r in d["runs"]:
+            cold, warm = r["retrieval_vs_rebuild"], r.get("retrieval_vs_warm_cache_rebuild")
+            same_as_warm = f"{warm['identical']}/{warm['total']}" if warm else "not measured"
+            paid = (" / ".join(str(r[k].get("llm_calls")) for k in ("build", "insert", "delete", "rebuild")) if llm
+                    else f"{r['insert']['texts_embedded']:,} / {r['delete']['texts_embedded']:,}")
+            rows.append(f"| {str(r['pack_documents']).lower()} | {r['documents_initial']:,} + {r['documents_inserted']} − {r['documents_deleted']} "
+                        f"| {r['build']['seconds']:.1f} | {r['insert']['seconds']:.1f} ({100 * r['insert_over_build']:.1f}%) "
+                        f"| {r['delete']['seconds']:.1f} ({100 * r['delete_over_build']:.1f}%) | {paid} "
+                        f"| {cold['identical']}/{cold['total']} (same pieces {cold['same_pieces_any_order']}) "
+                        f"| {same_as_warm} |")
+        what = (f"{d['n_documents']} paragraphs (`{d['dataset']}`), {d['n_questions']} question(s), methods {', '.join(d.get('methods', ['text', 'knng', 'keyword', 'concept', 'ppr']))}; {d['llm']}"
+                if llm else f"{d['n_documents']:,} paragraphs (`{d['dataset']}`), {d['n_questions']} questions, methods {', '.join(d.get('methods', ['text', 'knng', 'keyword', 'concept', 'ppr']))}")
+        parts.append(f"`python3 {d['command']}` → `{name}`: {what}.\n\n" + "\n".join(rows))
+    return "\n\n".join(parts)
+
+
+def server() -> str:
+    parts = []
+    if (RESULTS / "serve_load.json").exists():
+        d = _load("serve_load.json")
+        rows = ["| phase | requests | errors | requests/s | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+        for label, r in (("read-only", d["read_only"]), ("with insert jobs", d["mixed_with_inserts"])):
+            rows.append(f"| {label} | {r['requests']:,} | {r['errors']} | {r['throughput_rps']} | {r['latency_ms_p50']} | {r['latency_ms_p95']} | {r['latency_ms_p99']} |")
+        jobs = d["mixed_with_inserts"]["insert_jobs"]
+        ratio = d["mixed_over_read_only"]
+        parts.append(f"Load (`python3 {d['command']}` → `serve_load.json`): {d['clients']} clients, each with its own token and one keep-alive "
+                     f"connection, {d['seconds_per_phase']:g} s per phase, `/v1/retrieve` with `{d['method']}` at λ={d['budget']} on {d['dataset']}.\n\n"
+                     + "\n".join(rows) + f"\n\nDuring the mixed phase {len(jobs)} insert jobs ran ({sum(j['documents'] for j in jobs)} documents, "
+                     f"{', '.join(str(j['seconds']) for j in jobs)} s from submit to done, statuses {sorted({j['status'] for j in jobs})}); reader latency "
+                     f"mixed / read-only p50 {ratio['p50']}×, p95 {ratio['p95']}×, p99 {ratio['p99']}× against the stated bound of "
+                     f"{d['bound']}× on p50 and p95 with 0 errors: **{'met' if d['readers_within_bound'] else 'not met'}** "
+                     f"(update worker at nice {d['job_niceness']}).")
+    if (RESULTS / "crash_safety.json").exists():
+        d = _load("crash_safety.json")
+        s = d["summary"]
+        stages = ", ".join(f"{k} {v}" for k, v in sorted(s["stages"].items()))
+        parts.append(f"Crash safety (`python3 {d['command']}` → `crash_safety.json`): `{d['update_command']}` adding {d['added_documents']} paragraphs "
+                     f"to a {d['base_documents']}-paragraph index ({d['reference_seconds']} s uninterrupted), SIGKILLed in {s['trials']} trials "
+                     f"({s.get('random_delay_trials', s['trials'])} after a random delay, the rest the moment each step was reached; {s.get('killed', s['trials'])} "
+                     f"really killed). Servable right after the kill: **{s['servable']}/{s['trials']}**; resumed to retrieval identical to the "
+                     f"uninterrupted run ({d['questions']} questions × 5 methods): **{s['resumed_equal']}/{s['trials']}**, vectors bitwise equal "
+                     f"{s['vectors_bitwise_equal']}/{s['trials']}. Where the kills landed: {stages}.")
+    if (RESULTS / "acl_audit.json").exists():
+        d = _load("acl_audit.json")
+        r, a = d["retrieve"], d["answer"]
+        parts.append(f"Access control (`python3 {d['command']}` → `acl_audit.json`): {d['corpus']['documents']} documents, {d['corpus']['restricted']} "
+                     f"restricted, {len(d['users'])} users with overlapping groups; {r['queries']:,} random `/v1/retrieve` queries over all "
+                     f"{len(r['by_method'])} methods and {a['queries']} `/v1/answer` queries: **{r['forbidden_chunks'] + a['forbidden_chunks']} "
+                     f"forbidden pieces, {r['leaked_codewords'] + a['leaked_codewords']} leaked codewords**, {r['errors'] + a['errors']} errors.")
+    return "\n\n".join(parts)
+
+
+SECTIONS = {"coverage": coverage_tables, "speed": speed, "scale": scale, "incremental": incremental, "server": server}
 
 
 def rewrite_readme(path: Path = REPO / "README.md") -> None:

@@ -18,7 +18,7 @@ from hopgraph.retrieve.query import Scope, make_query
 
 
 class Retriever:
-    """Answers ``retrieve(question)`` over one index with any LLM-free method."""
+    """Answers ``retrieve(question)`` over one index with any method; retrieval itself never calls the LLM."""
 
     def __init__(self, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None):
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)

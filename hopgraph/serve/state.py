@@ -139,7 +139,7 @@ class JobRunner:
 
     def _run_child(self) -> None:
         llm = json.dumps(self.config.llm.model_dump())
-        command = [sys.executable, "-m", "hopgraph.serve.worker", str(self.root), "--llm", llm]
+        command = [sys.executable, "-m", "hopgraph.serve.worker", str(self.root), "--llm", llm, "--nice", str(self.config.serve.job_niceness)]
         with self._lock:
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()

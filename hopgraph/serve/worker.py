@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from hopgraph.config import LLMConfig, validate_section
@@ -17,7 +18,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index")
     parser.add_argument("--llm", default="{}", help="LLM connection settings (JSON of the llm section) for LLM stages")
+    parser.add_argument("--nice", type=int, default=0, help="lower this process's CPU priority by this much, so readers come first")
     args = parser.parse_args(argv)
+    if args.nice and hasattr(os, "nice"):
+        os.nice(args.nice)
     try:
         versions.run_pending(args.index, llm=validate_section(LLMConfig, json.loads(args.llm), "--llm"))
     except HopgraphError as exc:  # the job record holds the message too
