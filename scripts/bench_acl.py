@@ -72,7 +72,8 @@ def main() -> None:
         with StandinServer("smollm2-135m", context=4096, parallel=2) as llm:
             config = load_config(None, {**SAMPLE_SETTINGS, "chunking.size": 300, "extraction.kg": "all", "extraction.cue_alpha": 0.5,
                                         "llm.base_url": llm.base_url, "llm.model": "smollm2-135m", "llm.cache": str(args.llm_cache),
-                                        "llm.max_tokens": 160, "llm.context_tokens": 4096, "llm.timeout": 1800, "serve.rate_limit": 0.0,
+                                        "llm.max_tokens": 160, "llm.context_tokens": 4096, "llm.timeout": 1800, "answer.max_tokens": 48,
+                                        "serve.rate_limit": 0.0, "serve.answer_timeout": 600,
                                         "embedding.cache": str(work / "vectors.sqlite")})
             built = build_index(documents, work / "index", config, progress=True)
             with LiveServer(work / "index", config) as server, httpx.Client(base_url=server.url, timeout=600) as client:

@@ -148,7 +148,7 @@ def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path
     final = [d for d in initial if d.id not in set(deleted)] + inserted
     root, cache = work / f"pack_{pack}", work / f"cache_a_{pack}.sqlite"
     config = load_config(None, {**(settings or {}), "chunking.pack_documents": pack, "embedding.cache": str(cache)})
-    llm = config.llm if config.extraction.kg != "none" or config.extraction.cue_alpha > 0 else None
+    llm = config.llm if config.extraction.kg != "none" or (config.extraction.cue_alpha or 0) > 0 else None
 
     paid = Paid(cache, llm.cache if llm else None)
     started = time.perf_counter()
