@@ -132,8 +132,10 @@ def audit_acl(client: httpx.Client, methods: Sequence[str], doc_acl: dict[str, l
         payload = response.json()
         seen = {d for ev in payload["evidence"] for d in ev["doc_ids"]} | {d for c in payload.get("citations", []) for d in c["doc_ids"]}
         bad = seen - allowed
-        text = json.dumps({k: v for k, v in payload.items() if k != "query"})  # the query may name a codeword itself
-        leaked = [w for d, w in CODEWORDS.items() if d not in allowed and w in text]
+        text = json.dumps({k: v for k, v in payload.items() if k != "query"})
+        # A codeword the query itself names proves nothing when an answer repeats it (models echo
+        # the question); forbidden pieces are still counted for those queries above.
+        leaked = [w for d, w in CODEWORDS.items() if d not in allowed and w in text and w not in body["query"]]
         report.forbidden_chunks += sum(1 for ev in payload["evidence"] if set(ev["doc_ids"]) - allowed)
         report.leaked_codewords += len(leaked)
         if bad or leaked:
