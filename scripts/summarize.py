@@ -79,8 +79,8 @@ def incremental() -> str:
                         f"| {r['delete']['seconds']:.1f} ({100 * r['delete_over_build']:.1f}%) | {paid} "
                         f"| {cold['identical']}/{cold['total']} (same pieces {cold['same_pieces_any_order']}) "
                         f"| {same_as_warm} |")
-        what = (f"{d['n_documents']} paragraphs (`{d['dataset']}`), {d['n_questions']} question(s), methods {', '.join(d.get('methods', ['text', 'knng', 'keyword', 'concept', 'ppr']))}; {d['llm']}"
-                if llm else f"{d['n_documents']:,} paragraphs (`{d['dataset']}`), {d['n_questions']} questions, methods {', '.join(d.get('methods', ['text', 'knng', 'keyword', 'concept', 'ppr']))}")
+        what = (f"{d['n_documents']} paragraphs (`{d['dataset']}`), {d['n_questions']} question(s), methods {', '.join(d['methods'])}; {d['llm']}"
+                if llm else f"{d['n_documents']:,} paragraphs (`{d['dataset']}`), {d['n_questions']} questions, methods {', '.join(d['methods'])}")
         parts.append(f"`python3 {d['command']}` → `{name}`: {what}.\n\n" + "\n".join(rows))
     return "\n\n".join(parts)
 
@@ -107,7 +107,7 @@ def server() -> str:
         stages = ", ".join(f"{k} {v}" for k, v in sorted(s["stages"].items()))
         parts.append(f"Crash safety (`python3 {d['command']}` → `crash_safety.json`): `{d['update_command']}` adding {d['added_documents']} paragraphs "
                      f"to a {d['base_documents']}-paragraph index ({d['reference_seconds']} s uninterrupted), SIGKILLed in {s['trials']} trials "
-                     f"({s.get('random_delay_trials', s['trials'])} after a random delay, the rest the moment each step was reached; {s.get('killed', s['trials'])} "
+                     f"({s['random_delay_trials']} after a random delay, the rest the moment each step was reached; {s['killed']} "
                      f"really killed). Servable right after the kill: **{s['servable']}/{s['trials']}**; resumed to retrieval identical to the "
                      f"uninterrupted run ({d['questions']} questions × 5 methods): **{s['resumed_equal']}/{s['trials']}**, vectors bitwise equal "
                      f"{s['vectors_bitwise_equal']}/{s['trials']}. Where the kills landed: {stages}.")
