@@ -74,8 +74,14 @@ def model_path(name: str, cache: Path = Path("~/.cache/hopgraph/models").expandu
     raise DependencyError(f"unknown stand-in model {name!r}: choose {', '.join(MODELS)} or give a local .gguf file")
 
 
-def serve(model: str, host: str = "127.0.0.1", port: int = 8000, context: int = 8192, parallel: int = 2, threads: int | None = None) -> None:
-    """Serve until the process ends (xllamacpp runs the llama.cpp HTTP server in this process)."""
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000, context: int = 8192, parallel: int = 2,
+          threads: int | None = None, parent_pid: int | None = None) -> None:
+    """Serve until the process ends (xllamacpp runs the llama.cpp HTTP server in this process).
+
+    With ``parent_pid``, also end when that process is gone: a parent killed without running its
+    cleanup (SIGKILL, or SIGTERM to a script that started the stand-in) must not leave a server
+    holding a port and a core behind it.
+    """
     try:
         import xllamacpp  # noqa: PLC0415
     except ImportError:
@@ -93,8 +99,10 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, context: int = 
     params.cpuparams.n_threads = threads or max(1, (os.cpu_count() or 2) - 1)
     params.cpuparams_batch.n_threads = params.cpuparams.n_threads
     server = xllamacpp.Server(params)  # noqa: F841  (serves while referenced)
-    while True:
-        time.sleep(3600)
+    # An orphan is re-parented (to init or a subreaper), so a changed parent id means the parent died.
+    while parent_pid is None or os.getppid() == parent_pid:
+        time.sleep(3600 if parent_pid is None else 1)
+    os._exit(0)  # llama.cpp's server threads would keep a normal exit waiting
 
 
 def free_port() -> int:
@@ -121,7 +129,7 @@ class StandinServer:
 
         model_path(self.model)  # a missing model fails here, with its message, not as a dead child
         command = [sys.executable, "-m", "hopgraph.llm.standin", "--model", self.model, "--port", str(self.port),
-                   "--context", str(self.context), "--parallel", str(self.parallel)]
+                   "--context", str(self.context), "--parallel", str(self.parallel), "--parent-pid", str(os.getpid())]
         # llama.cpp logs every request to stderr; a pipe nobody reads would fill and stall the server,
         # so the log goes to an unnamed file that is read back only if the child dies.
         self._log = tempfile.TemporaryFile()
@@ -167,8 +175,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--context", type=int, default=8192, help="context tokens per parallel request")
     parser.add_argument("--parallel", type=int, default=2, help="requests served at once")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the one that started the server) ends")
     args = parser.parse_args(argv)
-    serve(args.model, port=args.port, context=args.context, parallel=args.parallel, threads=args.threads)
+    serve(args.model, port=args.port, context=args.context, parallel=args.parallel, threads=args.threads, parent_pid=args.parent_pid)
 
 
 if __name__ == "__main__":
