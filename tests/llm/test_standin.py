@@ -33,6 +33,7 @@ def alive(pid: int) -> bool:
 
 def test_the_standin_exits_when_its_parent_is_killed_without_cleanup():
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    server_pid = None
     try:
         server_pid = int(parent.stdout.readline())
         assert alive(server_pid)
@@ -44,3 +45,5 @@ def test_the_standin_exits_when_its_parent_is_killed_without_cleanup():
         assert not alive(server_pid), "the stand-in outlived its parent"
     finally:
         parent.kill()
+        if server_pid is not None and alive(server_pid):
+            os.kill(server_pid, signal.SIGKILL)  # never leave a failed run's server behind
