@@ -217,7 +217,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, help="Only the first N questions.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--llm", action="store_true", help="LLM methods with the stand-in; the corpus is the first question's paragraphs.")
-    parser.add_argument("--llm-cache", type=Path, default=REPO / ".hopgraph" / "llm-incremental.sqlite", help="completion cache (a re-run pays nothing)")
+    parser.add_argument("--llm-cache", type=Path, help="completion cache to share across runs; default: a fresh one per run, "
+                        "so the LLM calls each step paid are counted from an empty cache")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hopgraph-incremental-"))
@@ -234,17 +235,19 @@ def main() -> None:
             subset = load_benchmark(write_subset(args.dataset, 1, work / f"{args.dataset.stem}_first1.json"))
             documents, name, out = subset.documents, f"{bench.name}, paragraphs of question 1", args.out or LLM_RESULT
             server = stack.enter_context(StandinServer("smollm2-135m", context=4096, parallel=2))
-            args.llm_cache.parent.mkdir(parents=True, exist_ok=True)
+            cache = args.llm_cache or work / "completions.sqlite"
+            cache.parent.mkdir(parents=True, exist_ok=True)
             # Small chunks so a 1-paragraph insert or delete touches few of them; short completions keep the stand-in quick.
             settings = {"chunking.size": 150, "chunking.overlap": 0, "extraction.kg": "all", "extraction.cue_alpha": 0.5,
-                        "llm.base_url": server.base_url, "llm.model": "smollm2-135m", "llm.cache": str(args.llm_cache), "llm.max_tokens": 160,
+                        "llm.base_url": server.base_url, "llm.model": "smollm2-135m", "llm.cache": str(cache), "llm.max_tokens": 160,
                         "llm.context_tokens": 4096, "llm.concurrency": 2, "llm.timeout": 1800}
             methods = (*LLM_FREE, *LLM_METHODS)
         payload: dict[str, Any] = {"benchmark": "incremental updates", "dataset": name, "n_documents": len(documents),
                                    "n_questions": len(questions), "seed": args.seed, "methods": list(methods), "runs": [], **provenance()}
         if args.llm:
             payload["llm"] = "smollm2-135m via llama.cpp (CPU stand-in), KG of every chunk + CUE α=0.5, max_tokens 160"
-            payload["settings"] = {k: v for k, v in settings.items() if k != "llm.base_url"}
+            payload["settings"] = {k: v for k, v in settings.items() if k not in ("llm.base_url", "llm.cache")}
+            payload["completion_cache_rows_at_start"] = cache_rows(cache, "completions")
         for pack in {"true": [True], "false": [False], "both": [True, False]}[args.pack]:
             payload["runs"].append(run(pack, documents, questions, args.seed, work, settings, methods))
             write_json(out, payload)  # after every setting, so a long run keeps what it measured

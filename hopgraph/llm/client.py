@@ -60,6 +60,8 @@ class Usage:
     paid_completion_tokens: int = 0
     parse_failures: int = 0
     fallbacks: int = 0
+    retry_calls: int = 0  # calls that re-asked for an output that did not parse (included in calls)
+    retry_tokens: int = 0  # their prompt + completion tokens (included in the token counts)
     seconds: float = 0.0
     extra: dict[str, int] = field(default_factory=dict)
 

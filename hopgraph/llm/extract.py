@@ -21,17 +21,24 @@ from hopgraph.models import count_tokens, get_encoding
 
 PROMPTS = Path(__file__).parent / "prompts"
 
+# Bounded string lengths matter with small models: their typical failure is a description that
+# loops ("... the daughter of the late ... the daughter of the late ...") until max_tokens cuts the
+# JSON before a single item is complete. A grammar that enforces maxLength closes the string and
+# keeps the item; a backend that ignores the bound loses nothing.
+NAME = {"type": "string", "maxLength": 100}
+SENTENCE = {"type": "string", "maxLength": 300}
+
 KG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "entities": {"type": "array", "maxItems": 40, "items": {
             "type": "object",
-            "properties": {"name": {"type": "string"}, "type": {"type": "string"}, "description": {"type": "string"}},
+            "properties": {"name": NAME, "type": {"type": "string", "maxLength": 40}, "description": SENTENCE},
             "required": ["name", "type", "description"],
         }},
         "relations": {"type": "array", "maxItems": 40, "items": {
             "type": "object",
-            "properties": {"source": {"type": "string"}, "target": {"type": "string"}, "description": {"type": "string"},
+            "properties": {"source": NAME, "target": NAME, "description": SENTENCE,
                            "strength": {"type": "integer", "minimum": 1, "maximum": 10}},
             "required": ["source", "target", "description", "strength"],
         }},
@@ -41,7 +48,7 @@ KG_SCHEMA: dict[str, Any] = {
 
 UNITS_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"knowledge_units": {"type": "array", "maxItems": 80, "items": {"type": "string"}}},
+    "properties": {"knowledge_units": {"type": "array", "maxItems": 80, "items": SENTENCE}},
     "required": ["knowledge_units"],
 }
 
@@ -182,6 +189,9 @@ def extract(llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig
         requests = [ChatRequest(messages[i], schema, config.max_tokens, temperature, attempt) for i in pending]
         done = llm.complete(requests, progress=progress, desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else ""))
         usage.add(done)
+        if attempt:
+            usage.retry_calls += len(done)
+            usage.retry_tokens += sum(c.prompt_tokens + c.completion_tokens for c in done)
         failed = []
         for i, completion in zip(pending, done):
             value = task.validate(parse_json(completion.text))

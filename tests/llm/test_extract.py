@@ -11,7 +11,7 @@ import pytest
 
 from hopgraph.config import LLMConfig
 from hopgraph.llm import open_llm
-from hopgraph.llm.extract import KG_SCHEMA, TASKS, UNITS_SCHEMA, extract, fit_passage, parse_json, prompt, validate_kg, validate_units
+from hopgraph.llm.extract import KG_SCHEMA, SENTENCE, TASKS, UNITS_SCHEMA, extract, fit_passage, parse_json, prompt, validate_kg, validate_units
 from hopgraph.models import count_tokens
 from tests.llm import ScriptedServer
 
@@ -126,6 +126,7 @@ def check_consistent(results, usage, task_name, passages):
     # Attempt k+1 re-asks exactly the passages that failed attempt k, so every failure but the
     # final ones costs one more call.
     assert usage.calls == len(passages) + usage.parse_failures - usage.fallbacks
+    assert usage.retry_calls == usage.parse_failures - usage.fallbacks
     assert usage.new_calls == usage.calls and usage.cached_calls == 0
     assert usage.prompt_tokens > 0 and usage.completion_tokens > 0
 
@@ -137,6 +138,11 @@ def test_extract_from_the_standin_gives_valid_values_or_recorded_fallbacks(llm_c
     llm = open_llm(config)
     results, usage = extract(llm, task_name, PASSAGES, config)
     check_consistent(results, usage, task_name, PASSAGES)
+    if structured:  # the grammar enforces the schema's string bounds (a looping description is cut, not fatal)
+        bound = SENTENCE["maxLength"]
+        texts = [u for r in results if r for u in r] if task_name == "units" else \
+            [item["description"] for r in results if r for item in r["entities"] + r["relations"]]
+        assert all(len(t) <= bound for t in texts)
     # The same extraction again costs nothing and gives the same results (greedy first attempt,
     # seeded retries, every completion cached).
     again, usage_again = extract(llm, task_name, PASSAGES, config)
@@ -155,6 +161,8 @@ def test_a_model_that_never_writes_json_ends_in_fallbacks_not_errors(tmp_path, t
     assert results == [None, None, None]
     assert usage.parse_failures == len(passages) * (config.parse_retries + 1) == usage.calls == 9
     assert usage.fallbacks == len(passages)
+    assert usage.retry_calls == len(passages) * config.parse_retries
+    assert 0 < usage.retry_tokens < usage.prompt_tokens + usage.completion_tokens
     # Attempt k is seeded k; retries sample at temperature 0.7 so they can differ from the greedy answer.
     assert sorted(body["seed"] for body in server.bodies) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     assert {body["temperature"] for body in server.bodies if body["seed"] == 0} == {0.0}
