@@ -15,6 +15,7 @@ python3 scripts/bench_index_speed.py
 python3 scripts/bench_scale.py
 python3 scripts/bench_llm_tier.py --questions 3
 python3 scripts/bench_extraction.py
+python3 scripts/bench_rerank.py
 python3 scripts/bench_incremental.py
 python3 scripts/bench_incremental.py --llm
 python3 scripts/bench_crash.py
