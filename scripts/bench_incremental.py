@@ -22,7 +22,7 @@ entity resolution, the merged graphs. It counts the LLM calls each step paid for
 
     python3 scripts/bench_incremental.py
     python3 scripts/bench_incremental.py --pack true --questions 20 --out /tmp/incremental.json
-    python3 scripts/bench_incremental.py --llm          # -> incremental_llm_musique.json, ~10 min on 2 cores
+    python3 scripts/bench_incremental.py --llm          # -> incremental_llm_musique.json, ~20 min on 2 cores (both packings)
 """
 from __future__ import annotations
 
