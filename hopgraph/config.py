@@ -7,6 +7,7 @@ seeds' settings unless a field's description says otherwise.
 """
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -224,9 +225,26 @@ class ServeConfig(Section):
     rate_burst: int = Field(40, ge=1, description="Requests a token may send at once before the rate limit applies.")
     answer_timeout: float = Field(60.0, gt=0, description="Seconds /v1/answer waits for the LLM before answering 503 (retrieval is unaffected).")
     job_niceness: int = Field(10, ge=0, le=19, description="Unix nice increment of the update worker: a running insert/delete job gets a smaller CPU share than readers (0 = equal).")
+    request_deadline: float = Field(10.0, gt=0, le=600, description="Seconds one retrieval may compute before it is stopped (504); the searches check it as they go.")
+    answer_concurrency: int = Field(4, ge=1, le=256, description="Answers generated at once; more wait for a slot (503 after answer_timeout). Retrieval and /healthz never wait for these slots.")
+    max_queued_jobs: int = Field(8, ge=1, le=10_000, description="Update jobs queued or running at most; a submit beyond it gets 429 with Retry-After.")
+    job_attempts: int = Field(3, ge=1, le=20, description="Times a crashed update worker is restarted for the same job (with growing back-off) before the job ends 'failed'.")
+    keep_versions: int = Field(2, ge=1, le=100, description="Finished versions kept on disk besides the live one (and any a request still reads); older ones are deleted after each job.")
+    max_filter_keys: int = Field(16, ge=1, le=1000, description="Most metadata keys in one request's `where` filter.")
+    max_filter_values: int = Field(256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter.")
+
+
+class AccessConfig(Section):
+    isolation: bool = Field(
+        False,
+        description="Build corpus statistics (vocabulary, IDF, co-occurrence and KNN edges, PageRank, entity resolution) per ACL "
+        "partition, so a reader's results depend only on documents the reader may read (costs one sub-index per distinct ACL). "
+        "Off: forbidden pieces are never scored or shown, but corpus-wide statistics still include them (see README).",
+    )
 
 
 class HopgraphConfig(Section):
+    access: AccessConfig = AccessConfig()
     chunking: ChunkingConfig = ChunkingConfig()
     embedding: EmbeddingConfig = EmbeddingConfig()
     keywords: KeywordConfig = KeywordConfig()
@@ -240,7 +258,7 @@ class HopgraphConfig(Section):
 
     def build_settings(self) -> dict[str, Any]:
         """The part of the config that decides index contents (a change means a rebuild)."""
-        return self.model_dump(include={"chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size", "cache"}})
+        return self.model_dump(include={"access", "chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size", "cache"}})
 
     def extraction_settings(self) -> dict[str, Any]:
         """What decides the LLM-built parts: changing it redoes only the LLM stages (cached calls are free)."""
@@ -311,3 +329,34 @@ def leaf_fields(model: type[BaseModel] = HopgraphConfig, prefix: str = "") -> li
         else:
             leaves.append((f"{prefix}{name}", info))
     return leaves
+
+
+def example_toml() -> str:
+    """``examples/hopgraph.toml``: every setting with its default and description (a test keeps the file equal to this)."""
+    lines = ["# hopgraph settings with their defaults. Every key can also be given on the command line,",
+             "# e.g. --chunking.size 150 or --retrieval.ppr.text_weight 0.5 (command line > this file > default)."]
+
+    def section(model: type[BaseModel], name: str) -> None:
+        lines.extend(["", f"[{name}]"])
+        nested = []
+        for key, info in model.model_fields.items():
+            annotation = info.annotation
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                nested.append((key, annotation))
+                continue
+            lines.append(f"# {info.description}")
+            default = info.default
+            if default is None:
+                lines.append(f"# {key} =   (unset)")
+            elif isinstance(default, bool):
+                lines.append(f"{key} = {'true' if default else 'false'}")
+            elif isinstance(default, str):
+                lines.append(f"{key} = {json.dumps(default, ensure_ascii=False)}")
+            else:
+                lines.append(f"{key} = {default!r}")
+        for key, annotation in nested:
+            section(annotation, f"{name}.{key}")
+
+    for key, info in HopgraphConfig.model_fields.items():
+        section(info.annotation, key)
+    return "\n".join(lines) + "\n"

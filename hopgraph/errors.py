@@ -29,3 +29,19 @@ class DependencyError(HopgraphError):
 
 class LLMUnavailableError(HopgraphError):
     """The LLM backend is down, too slow or refuses requests (the message names it; work done is cached)."""
+
+
+class LLMRequestError(HopgraphError):
+    """The LLM backend refused a request as malformed (a 4xx, e.g. a prompt over its context): retrying cannot help."""
+
+
+class DeadlineExceeded(HopgraphError):
+    """A request's work ran past its deadline and was stopped (cooperative checks inside the searches)."""
+
+
+class QueueFullError(HopgraphError):
+    """The update-job queue is at its bound; ``retry_after`` says when to try again (seconds)."""
+
+    def __init__(self, message: str, retry_after: float = 30.0):
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -45,9 +45,11 @@ def test_every_leaf_has_a_description():
 def test_example_settings_file_lists_every_default():
     from pathlib import Path
 
-    from hopgraph.config import HopgraphConfig, leaf_fields, load_config
+    from hopgraph.config import HopgraphConfig, example_toml, leaf_fields, load_config
 
     example = Path(__file__).resolve().parents[1] / "examples" / "hopgraph.toml"
     assert load_config(example) == HopgraphConfig()
     text = example.read_text(encoding="utf-8")
     assert all(f"{dotted.rsplit('.', 1)[1]} =" in text for dotted, _ in leaf_fields())
+    # Regenerate with: python -c "from hopgraph.config import example_toml; print(example_toml(), end='')" > examples/hopgraph.toml
+    assert text == example_toml()
