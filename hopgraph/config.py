@@ -193,8 +193,10 @@ class CueMethod(Section):
 
 
 class RetrievalConfig(Section):
-    method: Literal["text", "knng", "keyword", "concept", "ppr", "kg", "hybrid", "ket", "g2cons", "cue"] = Field(
-        "ppr", description="Retrieval method (kg, hybrid, ket, g2cons need an index built with extraction.kg; cue needs extraction.cue_alpha)."
+    method: str = Field(
+        "ppr", pattern=r"^[a-z][a-z0-9_-]{0,40}$",
+        description="Retrieval method, one of those registered in hopgraph/retrieve/methods: text, knng, keyword, concept, ppr; "
+        "kg, hybrid, ket, g2cons (need an index built with extraction.kg); cue (needs extraction.cue_alpha).",
     )
     budget: int = Field(12000, ge=50, le=1_000_000, description="λ: context budget in tokens.")
     sentence_mix: float = Field(0.5, ge=0, le=1, description="Share of a sub-chunk's query similarity taken from its best sentence (0 = sub-chunk vector only); used by every sub-chunk method.")

@@ -23,7 +23,7 @@ def ivf_cosine_topk(vectors: Any, k: int, *, probes: int = 16, seed: int = 0) ->
     try:
         import faiss
     except ImportError:
-        raise DependencyError("approximate KNN needs faiss: pip install faiss-cpu (or faiss-gpu on a GPU machine)") from None
+        raise DependencyError("approximate KNN needs faiss: pip install faiss-cpu (on a GPU machine instead: faiss-gpu-cu12)") from None
     data = np.ascontiguousarray(to_numpy(vectors), dtype=np.float32)
     n, dim = data.shape
     k = max(0, min(k, n - 1))

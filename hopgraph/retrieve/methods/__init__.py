@@ -1,10 +1,25 @@
-"""Retrieval methods: each module exposes ``rank(index, query, scope, config) -> candidates``.
+"""Retrieval methods: each module registers ``rank(index, query, scope, config) -> candidates``
+with :func:`hopgraph.retrieve.registry.register` (name, the index stages it needs, its settings).
 
 LLM-free: text, knng, keyword, concept, ppr. On an index with an LLM knowledge graph: kg, hybrid,
-ket, g2cons. On an index with a CUE graph (any α, including 0): cue.
+ket, g2cons. On an index with a CUE graph (any α, including 0): cue. To add a method, add a module
+here and its name to the import below (see the README's "Adding a retrieval method").
 """
-from hopgraph.retrieve.methods import concept, cue, g2cons, keyword, kg, ket, knng, ppr, text
+from __future__ import annotations
 
-METHODS = {"text": text.rank, "knng": knng.rank, "keyword": keyword.rank, "concept": concept.rank, "ppr": ppr.rank,
-           "kg": kg.rank, "hybrid": ket.rank_hybrid, "ket": ket.rank, "g2cons": g2cons.rank, "cue": cue.rank}
-LLM_FREE = ("text", "knng", "keyword", "concept", "ppr")
+from typing import TYPE_CHECKING
+
+from hopgraph.retrieve.methods import concept, cue, g2cons, ket, keyword, kg, knng, ppr, text  # noqa: F401  (they register)
+from hopgraph.retrieve.registry import MethodSpec, registered
+
+if TYPE_CHECKING:
+    from hopgraph.retrieve.loaded import LoadedIndex
+
+SPECS: dict[str, MethodSpec] = registered()
+METHODS = {name: spec.rank for name, spec in SPECS.items()}
+LLM_FREE = tuple(name for name, spec in SPECS.items() if spec.llm_free)
+
+
+def available_methods(index: "LoadedIndex") -> list[str]:
+    """Methods whose parts this index has, in registration order."""
+    return [name for name, spec in SPECS.items() if spec.available(index)]

@@ -11,6 +11,7 @@ from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine, units_of
+from hopgraph.retrieve.registry import register
 
 
 def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
@@ -29,6 +30,7 @@ def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
     return np.asarray(found, dtype=np.int64)
 
 
+@register("concept", order=40, needs=(), settings="concept", description="Chunks reached by BFS over the concept graph from the query's nearest concepts (G2ConS).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.concept
     similarity = keyword_cosine(index, query)

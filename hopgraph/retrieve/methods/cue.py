@@ -27,6 +27,7 @@ from hopgraph.models import load_embedder
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, top_indices
+from hopgraph.retrieve.registry import register
 from hopgraph.retrieve.rerank import Reranker, reranker_for
 
 
@@ -166,6 +167,7 @@ def _assemble(index: LoadedIndex, graph: CueGraph, query: Query, trace: Trace, r
         yield Candidate("chunk", chunks[i], float(scores[i]), f"{how(first_unit[chunks[i]])}, chunk rerank #{rank_} {tag}")
 
 
+@register("cue", order=100, needs=("cue_graph",), settings="cue", description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank.")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.cue
     graph = cue_graph(index)

@@ -12,8 +12,10 @@ from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import concept, kg
 from hopgraph.retrieve.packing import Candidate, within
 from hopgraph.retrieve.query import Query, Scope
+from hopgraph.retrieve.registry import register
 
 
+@register("g2cons", order=90, needs=("kg_extract",), settings="g2cons", description="G2ConS: core-KG channel plus the concept channel.")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     kg_share = config.g2cons.kg_weight * config.budget
     from_kg = list(within(index, kg.candidates(index, query, scope, config, kg_share), kg_share))

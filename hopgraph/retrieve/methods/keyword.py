@@ -10,8 +10,10 @@ from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, descending, keyword_cosine, ranked, unit_cosine
+from hopgraph.retrieve.registry import register
 
 
+@register("keyword", order=30, needs=(), settings="keyword", description="Sub-chunks reached through the query's nearest keywords in the keyword–sub-chunk bipartite graph (KET Alg. 4).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterable[Candidate]:
     target = config.keyword.pool_factor * config.budget
     postings = index.keyword_units

@@ -16,6 +16,7 @@ from hopgraph.errors import ConfigError
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate, piece_tokens
 from hopgraph.retrieve.query import Query, Scope, ranked, top_indices, unit_cosine
+from hopgraph.retrieve.registry import register
 
 
 def require_kg(index: LoadedIndex) -> None:
@@ -81,5 +82,6 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     yield from ranked("unit", scores, scope.units & near, lambda u: f"kg: chunk {unit_chunk[u]} of seed entities")
 
 
+@register("kg", order=60, needs=("kg_extract",), settings="kg", description="KG local search: seed entities, their relations, adjacent sub-chunks (KG-RAG / KET Alg. 2).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     return candidates(index, query, scope, config, config.budget)

@@ -15,6 +15,7 @@ from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, ranked, unit_cosine
+from hopgraph.retrieve.registry import register
 
 
 def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -38,6 +39,7 @@ def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarra
     return best, via
 
 
+@register("knng", order=20, needs=(), settings="knng", description="Chunks by cosine, plus a share of each seed's score passed to its KNN-graph neighbours (KET).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     own = index.array("chunk_vectors") @ query.vector
     own = np.where(scope.chunks, own, -1.0)

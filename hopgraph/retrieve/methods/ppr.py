@@ -18,6 +18,7 @@ from hopgraph.kernels.backend import to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine
+from hopgraph.retrieve.registry import register
 
 
 def bipartite(index: LoadedIndex) -> sp.csr_matrix:
@@ -47,6 +48,7 @@ def _freshness(index: LoadedIndex) -> np.ndarray:
     return np.array([max(doc_fresh[d] for d in docs) for docs in index.units["docs"]])
 
 
+@register("ppr", order=50, needs=(), settings="ppr", description="Hybrid score: text cosine + personalised PageRank over keywords + seed paths + freshness (KG-RAG practice).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.ppr
     n_units, n_keywords = len(index.unit_tokens), len(index.keywords)

@@ -1,0 +1,199 @@
+"""The public Python API: build, open, query, answer and update an index in a few calls.
+
+Everything the command line does goes through here or the layer right below it::
+
+    index = Index.build(["docs/"], ".hopgraph/docs")
+    result = index.retrieve("Who founded ...?", method="ppr", groups={"legal"})
+    reply = index.answer("Who founded ...?", llm=LLMConfig(base_url="http://127.0.0.1:8000/v1"))
+    index = index.update(add=[Document(id="memo-7", text="...")], delete=["memo-1"])
+
+Opening an index to read it loads no build pipeline, LLM client or NER model: those are imported
+only by the calls that need them (:meth:`Index.build`, :meth:`Index.update`, :meth:`Index.answer`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, validate_config
+from hopgraph.documents import Document
+from hopgraph.retrieve.filters import MetadataFilter
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.packing import Evidence, RetrievalResult
+from hopgraph.retrieve.retriever import Retriever
+
+if TYPE_CHECKING:
+    from hopgraph.retrieve.answer import Answer
+
+Config = HopgraphConfig
+Source = str | Path | Document
+
+
+@dataclass(frozen=True)
+class Job:
+    """An update job: ``status`` is queued, running, done (``version`` is then live) or failed (``error`` says why)."""
+
+    id: str
+    status: str
+    add: tuple[str, ...]
+    delete: tuple[str, ...]
+    version: str | None = None
+    error: str | None = None
+    record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the full record as stored
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "Job":
+        return cls(record["id"], record["status"], tuple(record.get("add", ())), tuple(record.get("delete", ())),
+                   record.get("version"), record.get("error"), dict(record))
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    """An answer with its citations and the retrieval it was made from."""
+
+    answer: "Answer"
+    retrieval: RetrievalResult
+
+    @property
+    def text(self) -> str:
+        return self.answer.text
+
+    @property
+    def found(self) -> bool:
+        return self.answer.found
+
+
+def _documents(sources: Iterable[Source]) -> tuple[list[Document], list[str]]:
+    """Documents given as objects plus those read from paths (files, folders, JSONL, benchmark
+    files), and the problems of skipped inputs."""
+    given = list(sources)
+    documents = [s for s in given if isinstance(s, Document)]
+    paths = [s for s in given if not isinstance(s, Document)]
+    problems: list[str] = []
+    if paths:
+        from hopgraph.index.ingest import read_corpus  # noqa: PLC0415  (build side only)
+
+        corpus = read_corpus(paths)
+        documents += corpus.documents
+        problems = [str(p) for p in corpus.problems]
+    return documents, problems
+
+
+class Index:
+    """One index directory opened for reading (its live version); build and update return a new one."""
+
+    def __init__(self, path: str | Path, config: HopgraphConfig | None = None, *, skipped: Sequence[str] = ()):
+        self.path = Path(path)
+        self._loaded = LoadedIndex(self.path)
+        self.config: HopgraphConfig = config or self._loaded.config
+        self._retriever = Retriever(self._loaded, self.config.retrieval, device=self.config.embedding.device)
+        self.skipped: list[str] = list(skipped)  # inputs a build or update left out, with the reason
+
+    # ------------------------------------------------------------------ opening and building
+    @classmethod
+    def open(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> "Index":
+        """Open the live version of ``path``; ``overrides`` change query-time settings by TOML name,
+        e.g. ``{"retrieval.method": "kg", "llm.base_url": "..."}`` (build settings are the index's own)."""
+        index = cls(path)
+        if overrides:
+            config = validate_config(apply_overrides(index.config.model_dump(), dict(overrides)), "Index.open overrides")
+            index = cls(path, config)
+        return index
+
+    @classmethod
+    def build(cls, sources: Iterable[Source], path: str | Path, config: HopgraphConfig | None = None, *,
+              overwrite: bool = False, progress: bool = False) -> "Index":
+        """Index ``sources`` (paths and/or :class:`Document` objects) into ``path`` and open it.
+
+        An interrupted build resumes when called again with the same corpus and settings; an index
+        of another corpus or settings is replaced only with ``overwrite``.
+        """
+        from hopgraph.index.pipeline import build_index  # noqa: PLC0415
+        from hopgraph.index.versions import reset_to_root  # noqa: PLC0415
+
+        documents, problems = _documents(sources)
+        build_index(documents, path, config or HopgraphConfig(), progress=progress, overwrite=overwrite)
+        if overwrite:
+            reset_to_root(path)
+        return cls(path, skipped=problems)
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def version(self) -> str:
+        """The version read ("" = the index built by :meth:`build`, else the update job that made it)."""
+        return self._loaded.version
+
+    @property
+    def methods(self) -> list[str]:
+        """Retrieval methods this index has the parts for."""
+        from hopgraph.retrieve.methods import available_methods  # noqa: PLC0415
+
+        return available_methods(self._loaded)
+
+    def documents(self) -> list[Document]:
+        """The documents of the live version, in index order."""
+        table = self._loaded.documents
+        return [Document(id=i, text=t, title=ti, source=s, metadata=m)
+                for i, t, ti, s, m in zip(table["id"], table["text"], table["title"], table["source"], table["metadata"])]
+
+    def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
+                 groups: Iterable[str] | None = None, where: Mapping[str, Any] | None = None,
+                 params: Mapping[str, Any] | None = None) -> RetrievalResult:
+        """Evidence for ``question`` within ``budget`` tokens, each piece with its graph path and sources.
+
+        ``groups``: the reader's groups (only documents whose acl names one of them, and documents
+        without acl, are used); None reads everything. ``where``: metadata key → allowed value(s).
+        ``params``: retrieval settings as in the [retrieval] section, e.g. ``{"ppr": {"damping": 0.6}}``.
+        """
+        flt = None
+        if groups is not None or where:
+            flt = MetadataFilter(groups=frozenset(groups) if groups is not None else None, where=dict(where or {}))
+        from hopgraph.config import dotted_keys  # noqa: PLC0415
+
+        return self._retriever.retrieve(question, method=method, budget=budget, metadata_filter=flt,
+                                        overrides=dotted_keys(dict(params)) if params else None)
+
+    def answer(self, question: str, *, llm: LLMConfig | None = None, **retrieve_args: Any) -> AnswerResult:
+        """Retrieve, then answer from the evidence with the LLM (``llm`` or the index's [llm] settings)."""
+        from hopgraph.llm import open_llm  # noqa: PLC0415
+        from hopgraph.retrieve.answer import answer  # noqa: PLC0415
+
+        result = self.retrieve(question, **retrieve_args)
+        return AnswerResult(answer(open_llm(llm or self.config.llm), result, self.config.answer), result)
+
+    # ------------------------------------------------------------------ updating
+    def update(self, *, add: Iterable[Source] = (), delete: Iterable[str] = (), wait: bool = True,
+               keep: int = 2, llm: LLMConfig | None = None, progress: bool = False) -> "Index | Job":
+        """Add (an existing id is replaced) and delete documents as one job.
+
+        With ``wait`` (default) the job runs now and the returned :class:`Index` reads the new live
+        version; old versions beyond ``keep`` are deleted. Without it the job is only queued and
+        its :class:`Job` is returned (run it later with ``update(wait=True)`` or ``hopgraph update --resume``).
+        """
+        from hopgraph.index import versions  # noqa: PLC0415
+
+        documents, problems = _documents(add)
+        deletes = list(delete)
+        job = None
+        if documents or deletes:
+            job = Job.from_record(versions.submit_update(self.path, documents, deletes))
+            if not wait:
+                return job
+        for record in versions.run_pending(self.path, llm=llm, progress=progress):
+            if job is not None and record["id"] == job.id and record["status"] != "done":
+                return Job.from_record(record)
+        versions.collect_garbage(self.path, keep=keep)
+        return type(self)(self.path, self.config, skipped=problems)
+
+    def jobs(self) -> list[Job]:
+        """Every update job of this index directory, oldest first."""
+        from hopgraph.index import versions  # noqa: PLC0415
+
+        return [Job.from_record(r) for r in versions.list_jobs(self.path)]
+
+    def __repr__(self) -> str:
+        return f"Index({str(self.path)!r}, version={self.version or 'root'!r})"
+
+
+__all__ = ["AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult"]

@@ -1,0 +1,63 @@
+"""The registry of retrieval methods: each method module registers itself with what it needs.
+
+A method is a function ``rank(index, query, scope, config) -> candidates`` decorated with
+:func:`register`, which records the index stages it needs (none for LLM-free methods), the
+[retrieval] config section it reads and a one-line description. Everything that lists methods
+(the config check, the CLI, the server's ``/v1/index``, the evaluation harness) asks this registry,
+so adding a method is one module in ``hopgraph/retrieve/methods/`` (and, if it has settings, its
+section in ``RetrievalConfig``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    from hopgraph.config import RetrievalConfig
+    from hopgraph.retrieve.loaded import LoadedIndex
+    from hopgraph.retrieve.packing import Candidate
+    from hopgraph.retrieve.query import Query, Scope
+
+RankFn = Callable[["LoadedIndex", "Query", "Scope", "RetrievalConfig"], "Iterable[Candidate]"]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    rank: RankFn
+    needs: tuple[str, ...]  # pipeline stages the index must have finished (LLM stages: kg_extract, cue_graph)
+    settings: str | None  # the [retrieval.<settings>] section it reads, if any
+    description: str
+    order: int  # where it is listed (LLM-free methods first)
+
+    @property
+    def llm_free(self) -> bool:
+        """Built entirely without an LLM (the LLM-built stages are the only ones a method can need)."""
+        return not self.needs
+
+    def available(self, index: "LoadedIndex") -> bool:
+        stages = index.manifest.get("stages", {})
+        return all(stages.get(stage, {}).get("done") for stage in self.needs)
+
+
+_METHODS: dict[str, MethodSpec] = {}
+
+
+def register(name: str, *, order: int = 1000, needs: tuple[str, ...] = (), settings: str | None = None,
+             description: str = "") -> Callable[[RankFn], RankFn]:
+    """Decorator: make ``rank`` the method ``name``; registering a name twice is a programming error."""
+
+    def decorate(rank: RankFn) -> RankFn:
+        if name in _METHODS and _METHODS[name].rank is not rank:
+            raise ValueError(f"retrieval method {name!r} registered twice")
+        _METHODS[name] = MethodSpec(name, rank, needs, settings, description or (rank.__doc__ or "").strip().split("\n")[0], order)
+        return rank
+
+    return decorate
+
+
+def registered() -> dict[str, MethodSpec]:
+    """Every registered method (the built-in ones are registered by importing ``hopgraph.retrieve.methods``)."""
+    import hopgraph.retrieve.methods  # noqa: F401  (registers the built-in methods)
+
+    return {spec.name: spec for spec in sorted(_METHODS.values(), key=lambda s: (s.order, s.name))}
