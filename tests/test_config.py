@@ -21,7 +21,7 @@ def test_toml_then_overrides(tmp_path):
 
 @pytest.mark.parametrize("overrides, fragment", [
     ({"chunking.size": 100, "chunking.overlap": 60}, "overlap"),
-    ({"retrieval.method": "nope"}, "retrieval.method"),
+    ({"retrieval.method": "No Such Method!"}, "retrieval.method"),
     ({"chunking.sise": 3}, "chunking.sise"),
 ])
 def test_bad_settings_name_the_key(overrides, fragment):

@@ -5,30 +5,13 @@ overlap is computed from them, never by comparing all pairs of texts.
 """
 from __future__ import annotations
 
-import functools
-import re
-from importlib import resources
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import KeywordConfig
-
-WORD = re.compile(r"[^\W_]+")
-
-
-@functools.lru_cache(maxsize=1)
-def stop_words() -> frozenset[str]:
-    text = resources.files("hopgraph.index").joinpath("stopwords.txt").read_text(encoding="utf-8")
-    return frozenset(word for line in text.splitlines() if not line.startswith("#") for word in line.split())
-
-
-def words(text: str, min_length: int = 2) -> list[str]:
-    """Lower-cased word tokens of ``text`` that can be keywords (stop words removed)."""
-    stops = stop_words()
-    return [w for w in WORD.findall(text.lower()) if len(w) >= min_length and w not in stops]
-
+from hopgraph.text import words
 
 def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2) -> sp.csr_matrix:
     """Binary texts × keywords matrix: the postings of every keyword over ``texts``."""

@@ -2,24 +2,24 @@
 
 Each passage becomes one chat request whose output is JSON constrained by a schema (when the
 backend supports it). Output is parsed tolerantly (code fences, prose around the JSON, trailing
-commas), validated item by item (bad items are dropped, not the whole answer), retried a bounded
-number of times, and finally replaced by a recorded fallback: a broken completion never breaks
-an index. Prompts are plain text files beside this module.
+commas; :mod:`hopgraph.llm.jsonparse`), validated item by item (bad items are dropped, not the
+whole answer), retried a bounded number of times, and finally replaced by a recorded fallback: a
+broken completion never breaks an index. Prompts are text files (:mod:`hopgraph.llm.templates`).
+
+The schemas stay hand-written JSON Schema rather than generated from pydantic models: they are part
+of every cached request's key (a generated schema adds titles and changes every key), and the
+validators are deliberately more tolerant than a schema (bad items are dropped, fields default).
 """
 from __future__ import annotations
 
-import functools
-import json
-import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hopgraph.config import LLMConfig
 from hopgraph.llm.client import LLM, ChatRequest, Usage
+from hopgraph.llm.jsonparse import parse_json
+from hopgraph.llm.templates import prompt
 from hopgraph.models import count_tokens, get_encoding
-
-PROMPTS = Path(__file__).parent / "prompts"
 
 # Bounded string lengths matter with small models: their typical failure is a description that
 # loops ("... the daughter of the late ... the daughter of the late ...") until max_tokens cuts the
@@ -51,73 +51,6 @@ UNITS_SCHEMA: dict[str, Any] = {
     "properties": {"knowledge_units": {"type": "array", "maxItems": 80, "items": SENTENCE}},
     "required": ["knowledge_units"],
 }
-
-
-@functools.lru_cache(maxsize=None)
-def prompt(name: str) -> str:
-    return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8")
-
-
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
-_TRAILING_COMMA = re.compile(r",\s*([\]}])")
-
-
-def parse_json(text: str) -> Any | None:
-    """The JSON value in ``text``, tolerating fences, surrounding prose and trailing commas; None if absent."""
-    fenced = _FENCE.search(text)
-    body = fenced.group(1) if fenced else text
-    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
-    if not starts:
-        return None
-    start = min(starts)
-    end = body.rfind("}" if body[start] == "{" else "]")
-    if end <= start:
-        return _salvage(body[start:])
-    candidate = body[start : end + 1]
-    for attempt in (candidate, _TRAILING_COMMA.sub(r"\1", candidate)):
-        try:
-            return json.loads(attempt)
-        except json.JSONDecodeError:
-            continue
-    return _salvage(body[start:])
-
-
-def _salvage(text: str, tries: int = 30) -> Any | None:
-    """Keep the complete items of JSON cut off mid-way (a completion that hit max_tokens).
-
-    Scans once, remembering every point where a value inside an array or object has just closed,
-    then tries those cut points from the latest, closing the brackets still open.
-    """
-    stack: list[str] = []
-    cuts: list[tuple[int, str]] = []
-    in_string = escaped = False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-                if stack and stack[-1] == "]":  # a string item of an array is complete
-                    cuts.append((i + 1, "".join(reversed(stack))))
-            continue
-        if ch == '"':
-            in_string = True
-        elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
-            if not stack:
-                break
-            stack.pop()
-            if stack:
-                cuts.append((i + 1, "".join(reversed(stack))))
-    for end, closing in reversed(cuts[-tries:]):
-        try:
-            return json.loads(_TRAILING_COMMA.sub(r"\1", text[:end] + closing))
-        except json.JSONDecodeError:
-            continue
-    return None
 
 
 def _text(value: Any) -> str:

@@ -6,7 +6,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from hopgraph.index.keywords import words
+from hopgraph.text import words
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 

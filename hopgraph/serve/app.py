@@ -32,7 +32,8 @@ from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
-from hopgraph.serve.metrics import Metrics, RateLimiter
+from hopgraph.serve.metrics import Metrics
+from hopgraph.serve.ratelimit import RateLimiter
 from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
 
 

@@ -1,9 +1,6 @@
 """Prometheus metrics of one server (its own registry, so two apps in one process stay apart)."""
 from __future__ import annotations
 
-import threading
-import time
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
@@ -25,26 +22,3 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-class RateLimiter:
-    """Token bucket per API token: ``rate`` requests per second sustained, ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: int):
-        self.rate, self.burst = rate, burst
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def allow(self, key: str) -> float:
-        """0 if the request may go ahead, else seconds until it may."""
-        if self.rate <= 0:
-            return 0.0
-        now = time.monotonic()
-        with self._lock:
-            tokens, last = self._buckets.get(key, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate

@@ -1,7 +1,8 @@
 import numpy as np
 
 from hopgraph.config import KeywordConfig
-from hopgraph.index.keywords import build_vocabulary, incidence, keyword_vectors, words
+from hopgraph.index.keywords import build_vocabulary, incidence, keyword_vectors
+from hopgraph.text import words
 
 
 def test_words_drop_stop_words_and_short_tokens():

@@ -62,3 +62,12 @@ def test_knng_best_neighbour_matches_a_row_by_row_scan():
         neighbours = graph.indices[graph.indptr[row] : graph.indptr[row + 1]]
         expected = (scores[neighbours].max(), neighbours[np.argmax(scores[neighbours])]) if len(neighbours) else (-1, -1)
         assert (best[row], via[row]) == expected
+
+
+def test_unknown_method_is_refused_with_the_registered_choices(sample_index):
+    """Method names are checked against the registry (config only checks their spelling)."""
+    from hopgraph.errors import ConfigError
+    from hopgraph.retrieve.retriever import Retriever
+
+    with pytest.raises(ConfigError, match="unknown method 'nope'.*text, knng, keyword, concept, ppr"):
+        Retriever(sample_index).retrieve("anything", method="nope")
