@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from hopgraph import __version__
+from hopgraph.artifacts import SCHEMA, Kind
 from hopgraph.errors import IndexFormatError
 
 FORMAT_VERSION = 1
@@ -100,7 +101,15 @@ class IndexStore:
     def _file(self, kind: str, name: str, suffix: str) -> Path:
         return self.root / kind / f"{name}{suffix}"
 
+    @staticmethod
+    def _declared(name: str, kind: Kind) -> None:
+        """Only artifacts of the schema (hopgraph/artifacts.py) are written: the schema stays complete."""
+        declared = SCHEMA.get(name)
+        if declared is None or declared.kind != kind:
+            raise ValueError(f"index artifact {name!r} ({kind}) is not declared in hopgraph/artifacts.py")
+
     def write_table(self, name: str, columns: dict[str, Any]) -> None:
+        self._declared(name, "table")
         table = pa.table(columns)
         atomic_write(self._file("tables", name, ".parquet"), lambda tmp: pq.write_table(table, tmp))
 
@@ -114,6 +123,7 @@ class IndexStore:
             raise IndexFormatError(f"{path}: corrupt table ({exc})") from None
 
     def write_array(self, name: str, array: np.ndarray) -> None:
+        self._declared(name, "array")
         atomic_write(self._file("arrays", name, ".npy"), lambda tmp: _save_npy(tmp, array))
 
     def read_array(self, name: str, mmap: bool = False) -> np.ndarray:
@@ -126,6 +136,7 @@ class IndexStore:
             raise IndexFormatError(f"{path}: corrupt array ({exc})") from None
 
     def write_graph(self, name: str, matrix: sp.spmatrix) -> None:
+        self._declared(name, "graph")
         csr = sp.csr_matrix(matrix)
         atomic_write(self._file("graphs", name, ".npz"), lambda tmp: _save_npz(tmp, csr))
 
