@@ -360,5 +360,7 @@ def example_toml() -> str:
             section(annotation, f"{name}.{key}")
 
     for key, info in HopgraphConfig.model_fields.items():
-        section(info.annotation, key)
+        annotation = info.annotation
+        assert isinstance(annotation, type) and issubclass(annotation, BaseModel)  # every top-level field is a section
+        section(annotation, key)
     return "\n".join(lines) + "\n"

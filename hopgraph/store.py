@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` then move tmp over ``path``: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

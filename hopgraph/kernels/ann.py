@@ -31,7 +31,7 @@ def ivf_cosine_topk(vectors: Any, k: int, *, probes: int = 16, seed: int = 0) ->
         return np.zeros((n, 0), np.float32), np.zeros((n, 0), np.int64)
     lists = max(1, min(int(4 * math.sqrt(n)), n // 39))  # FAISS wants ≥ 39 training points per list
     quantizer = faiss.IndexFlatIP(dim)
-    index = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)
+    index: Any = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)  # or its GPU copy below
     index.cp.seed = seed
     index.nprobe = min(probes, lists)  # set before a GPU copy, which takes it over
     if faiss.get_num_gpus() > 0:

@@ -10,7 +10,7 @@ from hopgraph.retrieve.query import Query, Scope, ranked
 from hopgraph.retrieve.registry import register
 
 
-@register("text", order=10, needs=(), settings=None, description="Sub-chunks by query cosine (the vector-RAG baseline).")
+@register("text", order=10, needs=(), settings=None, description="Chunks by query cosine (the vector-RAG baseline).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     scores = index.array("chunk_vectors") @ query.vector
     return ranked("chunk", scores, scope.chunks, "dense")
