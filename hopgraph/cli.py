@@ -321,6 +321,23 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     uvicorn.run(app, host=config.serve.host, port=config.serve.port, log_level="warning")
 
 
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path(), required=False)
+def methods(index_dir: str | None) -> None:
+    """List the retrieval methods: name, the index stages each needs, and (given INDEX) whether INDEX has them."""
+    from hopgraph.retrieve.methods import SPECS  # noqa: PLC0415
+
+    loaded = None
+    if index_dir:
+        from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
+
+        loaded = LoadedIndex(index_dir)
+    for spec in SPECS.values():
+        needs = ", ".join(spec.needs) or "no LLM"
+        here = "" if loaded is None else ("  [offered]" if spec.available(loaded) else "  [not built]")
+        click.echo(f"{spec.name:<8} ({needs}){here}  {spec.description}")
+
+
 @main.command(name="llm-server")
 @click.option("--model", default="smollm2-135m", show_default=True, help="smollm2-135m (tests), qwen2.5-coder-0.5b (demos, needs the 'qwen' extra) or a local .gguf file.")
 @click.option("--port", default=8000, show_default=True, help="Port on 127.0.0.1.")

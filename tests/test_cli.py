@@ -114,3 +114,15 @@ def test_help_documents_every_setting():
         assert option in text
     query_help = hopgraph("query", "--help").stdout
     assert "--retrieval.ppr.text_weight" in query_help and "--retrieval.sentence_mix" in query_help
+
+
+def test_methods_lists_the_registry_and_what_an_index_offers(sample_index):
+    from click.testing import CliRunner
+
+    from hopgraph.cli import main
+
+    out = CliRunner().invoke(main, ["methods", str(sample_index)])
+    assert out.exit_code == 0, out.output
+    lines = {line.split()[0]: line for line in out.output.splitlines()}
+    assert "[offered]" in lines["bm25"] and "[offered]" in lines["ppr"]
+    assert "[not built]" in lines["kg"] and "kg_extract" in lines["kg"] and "[not built]" in lines["cue"]

@@ -1,7 +1,7 @@
 """Retrieval methods: each module registers ``rank(index, query, scope, config) -> candidates``
 with :func:`hopgraph.retrieve.registry.register` (name, the index stages it needs, its settings).
 
-LLM-free: text, knng, keyword, concept, ppr. On an index with an LLM knowledge graph: kg, hybrid,
+LLM-free: text, bm25, knng, keyword, concept, ppr. On an index with an LLM knowledge graph: kg, hybrid,
 ket, g2cons. On an index with a CUE graph (any α, including 0): cue. To add a method, add a module
 here and its name to the import below (see the README's "Adding a retrieval method").
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hopgraph.retrieve.methods import concept, cue, g2cons, ket, keyword, kg, knng, ppr, text  # noqa: F401  (they register)
+from hopgraph.retrieve.methods import bm25, concept, cue, g2cons, ket, keyword, kg, knng, ppr, text  # noqa: F401  (they register)
 from hopgraph.retrieve.registry import MethodSpec, registered
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
     return np.asarray(found, dtype=np.int64)
 
 
-@register("concept", order=40, needs=(), settings="concept", description="Chunks reached by BFS over the concept graph from the query's nearest concepts (G2ConS).")
+@register("concept", order=40, needs=(), settings="concept", description="Sub-chunks reached from the query's nearest concepts and their BFS neighbours in the concept graph (G2ConS).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.concept
     similarity = keyword_cosine(index, query)

@@ -39,7 +39,7 @@ def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarra
     return best, via
 
 
-@register("knng", order=20, needs=(), settings="knng", description="Chunks by cosine, plus a share of each seed's score passed to its KNN-graph neighbours (KET).")
+@register("knng", order=20, needs=(), settings="knng", description="Sub-chunks by their own and their chunk's similarity; a chunk inherits a share of its best KNN neighbour's score (KET).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     own = index.array("chunk_vectors") @ query.vector
     own = np.where(scope.chunks, own, -1.0)
