@@ -3,7 +3,7 @@
 The public API (see ``hopgraph.api`` and the README's "Python API"): :class:`Index` to build, open,
 query, answer and update an index; :class:`Config` (every setting); :class:`Document`;
 :class:`MetadataFilter`; result types :class:`RetrievalResult`, :class:`Evidence`,
-:class:`AnswerResult` and :class:`Job`. Names load on first use, so ``import hopgraph.retrieve``
+:class:`AnswerResult` and :class:`Job`; :func:`load_config` (a TOML file and dotted overrides). Names load on first use, so ``import hopgraph.retrieve``
 stays light.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = ["AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult",
-           "__version__"]
+           "load_config"]
 
 if TYPE_CHECKING:
-    from hopgraph.api import AnswerResult, Config, Document, Evidence, Index, Job, LLMConfig, MetadataFilter, RetrievalResult
+    from hopgraph.api import AnswerResult, Config, Document, Evidence, Index, Job, LLMConfig, MetadataFilter, RetrievalResult, load_config
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, validate_config
+from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
 from hopgraph.documents import Document
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -125,6 +125,11 @@ class Index:
         return self._loaded.version
 
     @property
+    def manifest(self) -> dict[str, Any]:
+        """The version's manifest: counts, seconds and LLM usage per stage, peak memory, settings."""
+        return self._loaded.manifest
+
+    @property
     def methods(self) -> list[str]:
         """Retrieval methods this index has the parts for."""
         from hopgraph.retrieve.methods import available_methods  # noqa: PLC0415
@@ -196,4 +201,4 @@ class Index:
         return f"Index({str(self.path)!r}, version={self.version or 'root'!r})"
 
 
-__all__ = ["AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult"]
+__all__ = ["AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult", "load_config"]

@@ -13,6 +13,14 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 SAMPLE_SETTINGS = {"chunking.size": 96, "chunking.overlap": 8, "chunking.splits": 1, "graph.theta_co": 2, "graph.theta_sem": 0.3, "keywords.max_df": 0.5}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that start the LLM stand-in are slow (minutes on 2 cores): marked so, whatever their file,
+    so `pytest -m "not slow"` is the quick loop and CI still runs everything."""
+    for item in items:
+        if "llm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def sample_documents():
     from hopgraph.index.ingest import read_corpus
