@@ -141,10 +141,10 @@ def test_answer_is_503_when_the_llm_is_down_while_retrieval_keeps_working(client
 
 
 def test_index_info_and_metrics(client):
-    info = client.get("/v1/index", headers=auth("guest")).json()
+    info = client.get("/v1/index", headers=auth("admin")).json()
     assert info["methods"] == list(LLM_FREE) and info["counts"]["documents"] == 10 and info["jobs_pending"] == 0
     client.post("/v1/retrieve", json={"query": "Sorvik", "method": "knng"}, headers=auth("guest"))
-    text = client.get("/metrics", headers=auth("guest")).text
+    text = client.get("/metrics", headers=auth("admin")).text
     assert 'hopgraph_requests_total{endpoint="/v1/retrieve",method="knng",status="200"}' in text
     assert "hopgraph_request_seconds_bucket" in text and "hopgraph_job_queue_depth 0.0" in text
     assert 'endpoint="other"' not in text or "/v1/jobs/j-nope" not in text  # ids never become labels
