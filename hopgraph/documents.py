@@ -1,8 +1,27 @@
 """The document record that flows from ingestion to retrieved evidence."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+# C0 control characters and DEL, except tab, line feed and carriage return.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be indexed as a document, or None if it can.
+
+    The one rule for every way in (corpus files, JSONL records, the server's inserts): text that is
+    only whitespace has nothing to retrieve, and control characters other than tab and line breaks
+    mean binary or corrupted input that would reach prompts and responses unseen.
+    """
+    if not text.strip():
+        return "text is empty or only whitespace"
+    found = _CONTROL.search(text)
+    if found:
+        return f"text contains the control character U+{ord(found.group()):04X} at character {found.start()}"
+    return None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hopgraph.documents import Document
+from hopgraph.documents import Document, text_problem
 from hopgraph.errors import InputError
 from hopgraph.evaluate.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
 
@@ -217,6 +217,10 @@ class _Reader:
         text = self.read_text(path)
         if text is None:
             return
+        problem = text_problem(text)
+        if problem:
+            self.problem(path, None, problem)
+            return
         title = (_markdown_title(text) if path.suffix.lower() == ".md" else None) or path.stem
         source = str(path.resolve())
         metadata = {**self.base, "source_path": source, "modified": _modified(path)}
@@ -247,8 +251,11 @@ class _Reader:
         if not isinstance(record, dict):
             raise ValueError("record is not a JSON object")
         text = record.get("text")
-        if not isinstance(text, str) or not text.strip():
+        if not isinstance(text, str):
             raise ValueError("record has no non-empty 'text' string")
+        problem = text_problem(text)
+        if problem:
+            raise ValueError(f"'text': {problem}")
         doc_id = record.get("id", default_id)
         if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
             raise ValueError("'id' must be a non-empty string or an integer")

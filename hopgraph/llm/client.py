@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol, Sequence
 from tqdm import tqdm
 
 from hopgraph.config import LLMConfig
-from hopgraph.errors import LLMUnavailableError
+from hopgraph.errors import LLMRequestError, LLMUnavailableError
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ class LLM(Protocol):
     def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
         """One completion per request, in order; ``on_done(i, completion)`` as each arrives.
 
-        Raises LLMUnavailableError when the backend cannot answer; completions that arrived before
+        Raises LLMUnavailableError when the backend cannot answer (down, slow, 5xx) and
+        LLMRequestError when it refuses a request as malformed (a 4xx); completions that arrived before
         have been passed to ``on_done`` (that is how the cache keeps them).
         """
 
@@ -149,6 +150,8 @@ class HttpLLM:
             if response.status_code in self.RETRY_STATUS:
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
                 continue
+            if 400 <= response.status_code < 500:  # 408 and 429 were retried above: the request itself is wrong
+                raise LLMRequestError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")
             if response.status_code != 200:
                 raise LLMUnavailableError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")
             try:
@@ -236,6 +239,14 @@ class CachedLLM:
                     on_done(i, c)
         self.inner.complete([requests[i] for i in missing], progress=progress, desc=desc, on_done=store)
         return [c for c in out if c is not None]
+
+
+def context_window(llm: Any) -> int:
+    """The served model's context size in tokens, from the backend's settings (through any cache)."""
+    while hasattr(llm, "inner"):
+        llm = llm.inner
+    config = getattr(llm, "config", None)
+    return config.context_tokens if isinstance(config, LLMConfig) else LLMConfig().context_tokens
 
 
 def open_llm(config: LLMConfig) -> LLM:

@@ -1,5 +1,9 @@
 """Answers from packed evidence: numbered evidence, the question repeated after it (CUE §4.1), a
-short-answer instruction, citations back to chunks and documents, and an explicit "not found"."""
+short-answer instruction, citations back to chunks and documents, and an explicit "not found".
+
+The retrieval budget λ is chosen for coverage, not for the answer model, so the evidence is fitted
+to the model's context window before the call: whole items are dropped from the end (the lowest
+ranked) and the answer says how many (``evidence_dropped``)."""
 from __future__ import annotations
 
 import re
@@ -8,11 +12,17 @@ from typing import Any, Sequence
 
 from hopgraph.config import AnswerConfig
 from hopgraph.evaluate.metrics import normalize_answer
-from hopgraph.llm.client import LLM, ChatRequest, Usage
+from hopgraph.llm.client import LLM, ChatRequest, Usage, context_window
 from hopgraph.llm.extract import prompt
+from hopgraph.models import count_tokens
 from hopgraph.retrieve.packing import RetrievalResult
 
 _CITATION = re.compile(r"\[(\d+)\]")
+# Evidence is counted with cl100k, but the served model's tokenizer differs (SmolLM2, Llama, Qwen
+# use up to ~30% more tokens on prose with names and numbers), so counts are scaled by this factor
+# and a fixed reserve is kept for the chat template around the prompt.
+TOKENIZER_SLACK = 1.3
+RESERVE_TOKENS = 48
 
 
 @dataclass
@@ -21,35 +31,60 @@ class Answer:
     found: bool
     citations: list[dict[str, Any]] = field(default_factory=list)  # evidence number, chunk, documents, path
     raw: str = ""
+    evidence_dropped: int = 0  # evidence items left out of the prompt to fit the model's context
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def answer_request(result: RetrievalResult, config: AnswerConfig) -> ChatRequest:
-    context = "\n\n".join(f"[{n}] ({', '.join(t for t in ev.titles if t) or 'untitled'}) {ev.text}" for n, ev in enumerate(result.evidence, 1))
-    text = prompt("answer").replace("{not_found}", config.not_found).replace("{context}", context).replace("{question}", result.query)
-    return ChatRequest((("user", text),), None, config.max_tokens, 0.0)
+def _item(n: int, ev: Any) -> str:
+    return f"[{n}] ({', '.join(t for t in ev.titles if t) or 'untitled'}) {ev.text}"
 
 
-def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig) -> Answer:
-    cited = [int(n) for n in dict.fromkeys(_CITATION.findall(raw)) if 1 <= int(n) <= len(result.evidence)]
+def _prompt(result: RetrievalResult, config: AnswerConfig, context: str) -> str:
+    return prompt("answer").replace("{not_found}", config.not_found).replace("{context}", context).replace("{question}", result.query)
+
+
+def evidence_that_fits(result: RetrievalResult, config: AnswerConfig, context_tokens: int) -> int:
+    """How many leading evidence items fit in a prompt for a model with ``context_tokens`` of context."""
+    room = (context_tokens - config.max_tokens - RESERVE_TOKENS) / TOKENIZER_SLACK - count_tokens(_prompt(result, config, ""))
+    used = 0.0
+    for n, ev in enumerate(result.evidence, 1):
+        used += count_tokens(_item(n, ev)) + (2 if n > 1 else 0)  # the blank line between items
+        if used > room:
+            return n - 1
+    return len(result.evidence)
+
+
+def answer_request(result: RetrievalResult, config: AnswerConfig, keep: int | None = None) -> ChatRequest:
+    """The chat request over the first ``keep`` evidence items (all when None)."""
+    context = "\n\n".join(_item(n, ev) for n, ev in enumerate(result.evidence[:keep], 1))
+    return ChatRequest((("user", _prompt(result, config, context)),), None, config.max_tokens, 0.0)
+
+
+def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig, keep: int | None = None) -> Answer:
+    shown = len(result.evidence) if keep is None else keep
+    cited = [int(n) for n in dict.fromkeys(_CITATION.findall(raw)) if 1 <= int(n) <= shown]
     text = " ".join(_CITATION.sub("", raw).split()).strip(" .") or config.not_found
     found = bool(result.evidence) and not normalize_answer(text).startswith(normalize_answer(config.not_found)[:20])
     citations = [{"evidence": n, "chunk": result.evidence[n - 1].chunk, "doc_ids": result.evidence[n - 1].doc_ids,
                   "titles": result.evidence[n - 1].titles, "path": result.evidence[n - 1].path} for n in cited]
-    return Answer(text=text if found else config.not_found, found=found, citations=citations, raw=raw)
+    return Answer(text=text if found else config.not_found, found=found, citations=citations, raw=raw,
+                  evidence_dropped=len(result.evidence) - shown)
 
 
 def answer_many(llm: LLM, results: Sequence[RetrievalResult], config: AnswerConfig, *, progress: bool = False) -> tuple[list[Answer], Usage]:
-    """One answer per retrieval result; with no evidence at all the answer is "not found" without a call."""
+    """One answer per retrieval result, its evidence fitted to the model's context; with no evidence
+    (or none that fits) the answer is "not found" without a call."""
     usage = Usage()
-    asked = [i for i, r in enumerate(results) if r.evidence]
-    done = llm.complete([answer_request(results[i], config) for i in asked], progress=progress, desc="answers")
+    window = context_window(llm)
+    keep = [evidence_that_fits(r, config, window) for r in results]
+    asked = [i for i, r in enumerate(results) if keep[i]]
+    done = llm.complete([answer_request(results[i], config, keep[i]) for i in asked], progress=progress, desc="answers")
     usage.add(done)
-    answers = [Answer(config.not_found, False) for _ in results]
+    answers = [Answer(config.not_found, False, evidence_dropped=len(r.evidence)) for r in results]
     for i, completion in zip(asked, done):
-        answers[i] = read_answer(completion.text, results[i], config)
+        answers[i] = read_answer(completion.text, results[i], config, keep[i])
     return answers, usage
 
 

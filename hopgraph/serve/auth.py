@@ -8,9 +8,18 @@ Tokens come from a TOML file and/or an environment variable holding the same lis
     groups = ["legal", "staff"]
     admin = false                   # admin scope: insert and delete documents
 
+Each record is checked against :class:`TokenRecord` with strict types (``admin = "false"`` is an
+error, not a truthy string), unknown keys are refused, and the same token given twice (as a token
+or as its digest) stops the start-up with a :class:`ConfigError`.
+
+A plain ``token`` must have at least 16 characters. A ``sha256`` entry cannot be checked for
+strength, since only its digest is known: the operator must hash a token of at least 16 random
+characters (e.g. ``python -c "import secrets; print(secrets.token_urlsafe(24))"``).
+
 Only SHA-256 digests are kept in memory, and a presented token is compared against every entry
 with :func:`hmac.compare_digest`, so neither the comparison nor the lookup order tells an attacker
-how close a guess was.
+how close a guess was. A tokens file that its group or other users may write is reported with a
+warning: whoever can write it can make themselves admin.
 """
 from __future__ import annotations
 
@@ -18,11 +27,15 @@ import hashlib
 import hmac
 import json
 import os
+import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgraph.config import read_toml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from hopgraph.config import read_toml, validate_section
 from hopgraph.errors import ConfigError
 
 
@@ -37,6 +50,38 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
 
 
+class TokenRecord(BaseModel):
+    """One ``[[tokens]]`` entry: strict types, no unknown keys, exactly one of token and sha256."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    token: str | None = Field(None, min_length=16, description="The bearer token itself (at least 16 characters).")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$", description="Hex SHA-256 digest of a token of at least 16 random characters.")
+    user: str = Field(min_length=1)
+    groups: list[str] = Field(default_factory=list)
+    admin: bool = False
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> "TokenRecord":
+        if (self.token is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of token or sha256")
+        return self
+
+    def digest(self) -> bytes:
+        return _digest(self.token) if self.token is not None else bytes.fromhex(self.sha256 or "")
+
+
+def warn_if_writable_by_others(path: Path) -> None:
+    """Whoever may write the tokens file may grant themselves admin: say so at start-up."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # read_toml reports a missing file
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        warnings.warn(f"tokens file {path} is writable by its group or by other users (mode {stat.filemode(mode)}); "
+                      f"run `chmod go-w {path}`", UserWarning, stacklevel=2)
+
+
 class TokenBook:
     """The known tokens; :meth:`lookup` is the only way in."""
 
@@ -46,34 +91,19 @@ class TokenBook:
         self._entries = entries
 
     @classmethod
-    def from_records(cls, records: list[dict[str, Any]], source: str) -> "TokenBook":
-        entries = []
-        for n, record in enumerate(records, 1):
+    def from_records(cls, records: list[Any], source: str) -> "TokenBook":
+        entries: list[tuple[bytes, Principal]] = []
+        first: dict[bytes, int] = {}
+        for n, raw in enumerate(records, 1):
             where = f"{source}: token {n}"
-            if not isinstance(record, dict):
-                raise ConfigError(f"{where}: expected a table with token, user, groups")
-            unknown = set(record) - {"token", "sha256", "user", "groups", "admin"}
-            if unknown:
-                raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-            if bool(record.get("token")) == bool(record.get("sha256")):
-                raise ConfigError(f"{where}: give exactly one of token or sha256")
-            if not isinstance(record.get("user"), str) or not record["user"]:
-                raise ConfigError(f"{where}: user must be a non-empty string")
-            groups = record.get("groups", [])
-            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-                raise ConfigError(f"{where}: groups must be a list of strings")
-            if record.get("token"):
-                if len(record["token"]) < 16:
-                    raise ConfigError(f"{where}: token shorter than 16 characters")
-                digest = _digest(record["token"])
-            else:
-                try:
-                    digest = bytes.fromhex(record["sha256"])
-                except ValueError:
-                    digest = b""
-                if len(digest) != 32:
-                    raise ConfigError(f"{where}: sha256 must be 64 hex digits")
-            entries.append((digest, Principal(record["user"], frozenset(groups), bool(record.get("admin", False)))))
+            if not isinstance(raw, dict):
+                raise ConfigError(f"{where}: expected a table with token (or sha256), user, groups")
+            record = validate_section(TokenRecord, raw, where)
+            digest = record.digest()
+            if digest in first:
+                raise ConfigError(f"{where}: the same token as token {first[digest]} (each token, or its sha256, may appear once)")
+            first[digest] = n
+            entries.append((digest, Principal(record.user, frozenset(record.groups), record.admin)))
         return cls(entries)
 
     @classmethod
@@ -82,14 +112,21 @@ class TokenBook:
         sources = []
         if tokens_file:
             path = Path(tokens_file).expanduser()
-            records += read_toml(path).get("tokens", [])
+            warn_if_writable_by_others(path)
+            listed = read_toml(path).get("tokens", [])
+            if not isinstance(listed, list):
+                raise ConfigError(f"{path}: 'tokens' must be an array of tables ([[tokens]])")
+            records += listed
             sources.append(str(path))
         raw = os.environ.get(tokens_env, "") if tokens_env else ""
         if raw.strip():
             try:
-                records += json.loads(raw)
+                listed = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"environment variable {tokens_env}: not a JSON list of tokens ({exc})") from None
+            if not isinstance(listed, list):
+                raise ConfigError(f"environment variable {tokens_env}: not a JSON list of tokens")
+            records += listed
             sources.append(f"${tokens_env}")
         return cls.from_records(records, " + ".join(sources) or "tokens")
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from hopgraph.config import LLMConfig
-from hopgraph.errors import LLMUnavailableError
+from hopgraph.errors import LLMRequestError, LLMUnavailableError
 from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
@@ -106,17 +106,27 @@ def test_a_503_that_persists_exhausts_the_retries(tmp_path):
         assert len(server.bodies) == 3
 
 
-def test_a_400_fails_at_once_with_the_servers_reason(tmp_path):
+@pytest.mark.parametrize("status", [400, 404, 413, 422])
+def test_a_4xx_fails_at_once_as_a_request_error_with_the_servers_reason(tmp_path, status):
     # Scripted: a request the server rejects (llama.cpp/vLLM answer 400 to e.g. a prompt longer than the context).
     reason = '{"error": {"message": "the request exceeds the available context size"}}'
-    with ScriptedServer(lambda body, n: (400, reason, 0)) as server:
+    with ScriptedServer(lambda body, n: (status, reason, 0)) as server:
         started = time.perf_counter()
-        with pytest.raises(LLMUnavailableError) as failure:
+        with pytest.raises(LLMRequestError) as failure:
             HttpLLM(scripted_config(server, tmp_path, retries=3)).complete([QUESTIONS[0]])
         assert time.perf_counter() - started < 1.5  # no retry: three would back off 0.5 + 1 + 2 s
         assert len(server.bodies) == 1
     message = str(failure.value)
-    assert "refused the request: HTTP 400" in message and "exceeds the available context size" in message and server.base_url in message
+    assert not isinstance(failure.value, LLMUnavailableError)  # a request error, not "down": no Retry-After
+    assert f"refused the request: HTTP {status}" in message and "exceeds the available context size" in message and server.base_url in message
+
+
+@pytest.mark.parametrize("status", [408, 429])
+def test_timeouts_and_rate_limits_from_the_backend_are_retried(tmp_path, status):
+    # Scripted: a 408/429 first (the backend is busy, not refusing the request), then an answer.
+    with ScriptedServer(lambda body, n: (status, '{"error": "busy"}', 0) if n == 0 else (200, "fine", 0)) as server:
+        done = HttpLLM(scripted_config(server, tmp_path, retries=1)).complete([QUESTIONS[0]])
+    assert [c.text for c in done] == ["fine"] and len(server.bodies) == 2
 
 
 @pytest.mark.parametrize("body", ["<html>proxy login</html>", '{"choices": []}', '{"object": "error"}'])
@@ -170,3 +180,32 @@ def test_structured_requests_carry_the_json_schema(tmp_path, monkeypatch):
     assert constrained["max_tokens"] == 64 and constrained["temperature"] == 0.0 and constrained["model"] == "scripted"
     assert "response_format" not in plain and "response_format" not in unstructured
     assert server.headers[0].get("authorization") == "Bearer s3cret" and "authorization" not in server.headers[2]
+
+
+# ------------------------------------------------------------------ answers fitted to the context
+def test_answer_evidence_is_fitted_to_the_models_context(llm_config, sample_documents):
+    """A budget far over the model's 4,096-token context: the stand-in answers (no 400) and the
+    answer says how much evidence was left out. The stand-in's own prompt count checks the margin
+    kept for its tokenizer (SmolLM2's, not cl100k)."""
+    from hopgraph.config import AnswerConfig
+    from hopgraph.models import count_tokens
+    from hopgraph.retrieve.answer import answer_many
+    from hopgraph.retrieve.packing import Evidence, RetrievalResult
+
+    # About 12,000 cl100k tokens of real prose: the sample corpus, paragraph by paragraph, repeated.
+    paragraphs = [p.strip() for d in sample_documents for p in d.text.split("\n\n") if len(p.strip()) > 40]
+    evidence: list[Evidence] = []
+    while sum(e.tokens for e in evidence) < 12_000:
+        text = paragraphs[len(evidence) % len(paragraphs)]
+        evidence.append(Evidence("chunk", len(evidence), 1.0, "text", count_tokens(text), text, len(evidence), ["d"], ["Sample"]))
+    result = RetrievalResult("Who was the first director of the Halvern Harbor Institute?", "text", 12_000, evidence)
+    config = AnswerConfig(max_tokens=32)
+    (reply,), usage = answer_many(open_llm(llm_config), [result], config)
+    assert usage.calls == 1 and reply.text
+    assert 0 < reply.evidence_dropped < len(evidence)
+    kept = len(evidence) - reply.evidence_dropped
+    assert all(c["evidence"] <= kept for c in reply.citations)
+    # The served model counted the prompt itself: prompt + answer fit the context with room to spare.
+    assert usage.prompt_tokens + config.max_tokens <= llm_config.context_tokens
+    assert usage.prompt_tokens > 0.5 * llm_config.context_tokens  # and the context is used, not wasted
+    print(f"evidence kept {kept}/{len(evidence)}, served prompt tokens {usage.prompt_tokens} of {llm_config.context_tokens}")

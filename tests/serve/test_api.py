@@ -141,10 +141,10 @@ def test_answer_is_503_when_the_llm_is_down_while_retrieval_keeps_working(client
 
 
 def test_index_info_and_metrics(client):
-    info = client.get("/v1/index", headers=auth("guest")).json()
+    info = client.get("/v1/index", headers=auth("admin")).json()
     assert info["methods"] == list(LLM_FREE) and info["counts"]["documents"] == 10 and info["jobs_pending"] == 0
     client.post("/v1/retrieve", json={"query": "Sorvik", "method": "knng"}, headers=auth("guest"))
-    text = client.get("/metrics", headers=auth("guest")).text
+    text = client.get("/metrics", headers=auth("admin")).text
     assert 'hopgraph_requests_total{endpoint="/v1/retrieve",method="knng",status="200"}' in text
     assert "hopgraph_request_seconds_bucket" in text and "hopgraph_job_queue_depth 0.0" in text
     assert 'endpoint="other"' not in text or "/v1/jobs/j-nope" not in text  # ids never become labels
@@ -176,3 +176,106 @@ def test_insert_and_delete_run_as_jobs_and_publish_a_new_version(index_copy, ser
         assert wait_for_job(c, c.delete("/v1/documents/lighthouse", headers=auth("admin")).json()["id"])["status"] == "done"
         wait_until(lambda: "lighthouse" not in live.app.state.holder.current.doc_ids)
         assert "lighthouse" not in docs_seen(c, "press")
+
+
+# ------------------------------------------------------------------------------------ what non-admins learn
+def test_counts_and_metrics_are_for_admins_only(client):
+    info = client.get("/v1/index", headers=auth("guest"))
+    assert info.status_code == 200 and "counts" not in info.json() and "jobs_pending" not in info.json()
+    assert info.json()["methods"] == list(LLM_FREE) and info.json()["limits"]["max_filter_keys"] > 0
+    metrics = client.get("/metrics", headers=auth("guest"))
+    assert metrics.status_code == 403 and metrics.json()["error"]["code"] == "forbidden"
+    assert client.get("/metrics", headers=auth("admin")).status_code == 200
+
+
+def test_llm_errors_name_no_internal_address(client, server):
+    down = client.post("/v1/answer", json={"query": "Who chairs the Orrin Basin Water Board?", "method": "text"}, headers=auth("guest"))
+    assert down.status_code == 503
+    llm_url = server.app.state.holder.config.llm.base_url  # the index's own setting; the server's is the closed port
+    text = down.text
+    assert "127.0.0.1" not in text and "http://" not in text and llm_url not in text
+
+
+def test_only_health_and_the_api_description_are_open(client, server):
+    from tests.conftest import REPO
+
+    open_paths = {"/healthz", "/docs", "/openapi.json"}
+    for path in sorted(open_paths):
+        assert client.get(path).status_code == 200, path
+    spec = client.get("/openapi.json").json()
+    assert not any(word in client.get("/openapi.json").text for word in CODEWORDS.values())  # no index data in it
+    for route in server.app.routes:
+        path = getattr(route, "path", "")
+        if path in open_paths or path == "/docs/oauth2-redirect":
+            continue
+        for verb in getattr(route, "methods", ()) - {"HEAD"}:
+            assert client.request(verb, path.replace("{doc_id:path}", "x").replace("{job_id}", "x")).status_code == 401, (verb, path)
+    assert client.get("/redoc").status_code in (401, 404)
+    description = spec["info"]["description"]
+    assert all(p in description for p in open_paths)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    server_section = readme[readme.index("## Query server"):readme.index("## Incremental updates")]
+    for p in open_paths:
+        assert f"`GET {p}` | nobody needs a token" in server_section, p
+
+
+# ------------------------------------------------------------------------------------ the LLM behind /v1/answer
+ANSWER_QUESTION = {"query": "Who chairs the Orrin Basin Water Board?", "method": "text", "budget": 400}
+
+
+def scripted_llm(config, server):
+    return config.llm.model_copy(update={"base_url": server.base_url, "model": "scripted", "cache": ""})
+
+
+def test_a_request_the_llm_refuses_is_422_without_retry_after(acl_index, serve_config):
+    from tests.llm import ScriptedServer
+
+    reason = '{"error": {"message": "the request exceeds the available context size"}}'
+    with ScriptedServer(lambda body, n: (400, reason, 0)) as llm:  # scripted: a backend that rejects the prompt
+        config = serve_config.model_copy(update={"llm": scripted_llm(serve_config, llm)})
+        with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=30) as c:
+            response = c.post("/v1/answer", json=ANSWER_QUESTION, headers=auth("guest"))
+        assert len(llm.bodies) == 1  # asked once: retrying cannot help
+    assert response.status_code == 422 and response.json()["error"]["code"] == "llm_rejected"
+    assert "retry-after" not in response.headers and llm.base_url not in response.text
+
+
+def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, serve_config):
+    # Scripted: an LLM that takes 6 s per answer (the real stand-in cannot be slowed on demand).
+    # 40 answers at once with 2 answer slots: on the thread pool alone they would hold all 40
+    # worker threads for seconds and /healthz and /v1/retrieve would queue behind them.
+    import threading
+    import time
+
+    from tests.llm import ScriptedServer
+
+    with ScriptedServer(lambda body, n: (200, "Sela Varro [1]", 6.0)) as llm:
+        serve = serve_config.serve.model_copy(update={"answer_concurrency": 2, "answer_timeout": 8.0})
+        config = serve_config.model_copy(update={"llm": scripted_llm(serve_config, llm), "serve": serve})
+        with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=60) as probe:
+            answers: list[httpx.Response] = []
+
+            def ask() -> None:
+                with httpx.Client(base_url=live.url, timeout=60) as c:
+                    answers.append(c.post("/v1/answer", json=ANSWER_QUESTION, headers=auth("guest")))
+
+            threads = [threading.Thread(target=ask) for _ in range(40)]
+            for t in threads:
+                t.start()
+            time.sleep(2.0)  # the answers' own retrievals are done; every slot waits on the slow LLM
+            waits = []
+            for _ in range(3):
+                for request in (lambda: probe.get("/healthz"), lambda: probe.post("/v1/retrieve", json=ANSWER_QUESTION, headers=auth("guest"))):
+                    started = time.perf_counter()
+                    assert request().status_code == 200
+                    waits.append(time.perf_counter() - started)
+                time.sleep(0.5)
+            in_flight = len(llm.bodies)
+            for t in threads:
+                t.join()
+    assert max(waits) < 2.0, waits
+    assert in_flight <= 2  # the slots bound the calls the LLM sees at once
+    codes = sorted(r.status_code for r in answers)
+    assert len(codes) == 40 and 200 in codes and set(codes) <= {200, 503}
+    busy = [r for r in answers if r.status_code == 503]
+    assert busy and all(r.json()["error"]["code"] == "answers_busy" and r.headers["retry-after"] == "8" for r in busy)

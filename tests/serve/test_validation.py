@@ -1,0 +1,136 @@
+"""Request validation over real HTTP: no non-finite numbers in or out, no empty questions, one
+rule for indexable text shared with the corpus reader, 413 for chunked bodies, bounded filters,
+short ids in messages, and ids with "/" that can be deleted like any other."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import httpx
+import pytest
+
+from hopgraph.index.ingest import read_corpus
+from hopgraph.llm.standin import free_port
+from tests.serve import LiveServer, auth, wait_for_job, wait_until
+
+QUESTION = "Who was the first director of the Halvern Harbor Institute?"
+
+
+@pytest.fixture(scope="module")
+def server(acl_index, serve_config, tmp_path_factory):
+    """A server over a private copy of the index (one test inserts and deletes a document)."""
+    root = tmp_path_factory.mktemp("validation") / "index"
+    shutil.copytree(acl_index, root)
+    llm = serve_config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": ""})
+    with LiveServer(root, serve_config.model_copy(update={"llm": llm})) as live:
+        yield live
+
+
+@pytest.fixture()
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+def post_raw(client, path: str, text: str, user: str = "guest") -> httpx.Response:
+    return client.post(path, content=text.encode(), headers={**auth(user), "Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e999"])
+@pytest.mark.parametrize("path", ["/v1/retrieve", "/v1/answer"])
+def test_non_finite_numbers_in_params_are_refused(client, literal, path):
+    # text_weight has no upper bound of its own; Python's JSON parser reads these literals as inf/nan.
+    response = post_raw(client, path, f'{{"query": "{QUESTION}", "method": "ppr", "params": {{"ppr": {{"text_weight": {literal}}}}}}}')
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "invalid_request" and "ppr.text_weight" in response.json()["error"]["message"]
+    assert "finite" in response.json()["error"]["message"]
+
+
+def test_non_finite_numbers_in_a_filter_are_refused(client):
+    response = post_raw(client, "/v1/retrieve", f'{{"query": "{QUESTION}", "where": {{"year": [2020, NaN]}}}}')
+    assert response.status_code == 422 and "where: Value error, year.1" in response.json()["error"]["message"]
+
+
+def test_scores_that_overflow_are_never_sent_as_null(client):
+    body = {"query": QUESTION, "method": "ppr", "params": {"ppr": {"text_weight": 1e308, "graph_weight": 1e308}}}
+    response = client.post("/v1/retrieve", json=body, headers=auth("guest"))
+    # Either the settings are refused or the overflowing result is; never 200 with "score": null.
+    assert response.status_code == 422, response.text[:300]
+    assert response.json()["error"]["code"] in ("invalid_request", "non_finite_result")
+
+
+@pytest.mark.parametrize("query", [" ", "\t\n  \r\n"])
+def test_a_whitespace_only_query_is_refused(client, query):
+    response = client.post("/v1/retrieve", json={"query": query}, headers=auth("guest"))
+    assert response.status_code == 422 and "only whitespace" in response.json()["error"]["message"]
+
+
+BAD_TEXTS = {"blank": " \n\t ", "nul": "harbour\x00records", "bell": "harbour \x07 records", "escape": "colour \x1b[31m red"}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TEXTS))
+def test_text_the_corpus_reader_skips_is_refused_by_the_server(client, tmp_path, name):
+    text = BAD_TEXTS[name]
+    (tmp_path / "records.jsonl").write_text(json.dumps({"id": "bad", "text": text}) + "\n" + json.dumps({"id": "good", "text": "fine"}) + "\n")
+    (tmp_path / "bad.txt").write_text(text, encoding="utf-8")
+    read = read_corpus([tmp_path])
+    assert [d.id for d in read.documents] == ["good"]
+    reasons = {p.reason for p in read.problems}
+    response = client.post("/v1/documents", json={"documents": [{"id": "bad", "text": text}]}, headers=auth("admin"))
+    assert response.status_code == 422, response.text
+    served = response.json()["error"]["message"]
+    # The same rule, the same words: the server's reason is the reader's.
+    rule = "only whitespace" if name == "blank" else "control character"
+    assert rule in served and any(rule in r for r in reasons)
+
+
+def test_tabs_and_line_breaks_are_text():
+    from hopgraph.documents import text_problem
+
+    assert text_problem("line one\r\n\tline two\n") is None
+    assert "U+0000" in text_problem("a\x00b") and "U+007F" in text_problem("a\x7fb")
+
+
+def test_a_chunked_body_over_the_limit_gets_413(client, server):
+    limit = server.app.state.holder.config.serve.max_body_bytes
+    block = b"x" * 65536
+    blocks = (limit + limit // 20) // len(block) + 1  # about 10.5 MB with the default 10 MB limit
+
+    def chunks():
+        for _ in range(blocks):
+            yield block
+
+    response = client.post("/v1/documents", content=chunks(), headers={**auth("admin"), "Content-Type": "application/json"})
+    assert "content-length" not in response.request.headers and response.request.headers["transfer-encoding"] == "chunked"
+    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+
+
+def test_ids_echoed_in_messages_are_cut(client):
+    long_id = "d" * 5000
+    for response in (client.delete(f"/v1/documents/{long_id}", headers=auth("admin")),
+                     client.get(f"/v1/jobs/{long_id}", headers=auth("admin")),
+                     client.post("/v1/retrieve", json={"query": "x", "method": "m" * 5000}, headers=auth("guest"))):
+        assert response.status_code in (400, 404)
+        message = response.json()["error"]["message"]
+        assert "…" in message and len(message) < 300, message[:400]
+
+
+def test_filters_are_bounded(client):
+    huge = client.post("/v1/retrieve", json={"query": QUESTION, "where": {f"k{i}": i for i in range(50_000)}}, headers=auth("guest"))
+    assert huge.status_code == 422 and huge.json()["error"]["code"] == "invalid_filter" and "at most 16" in huge.json()["error"]["message"]
+    nested = client.post("/v1/retrieve", json={"query": QUESTION, "where": {"team": {"$in": ["a"]}}}, headers=auth("guest"))
+    assert nested.status_code == 422 and nested.json()["error"]["code"] == "invalid_filter"
+    flat = client.post("/v1/retrieve", json={"query": QUESTION, "method": "text", "where": {"source": ["test", "nowhere"]}}, headers=auth("admin"))
+    assert flat.status_code == 200
+
+
+def test_an_id_with_a_slash_can_be_inserted_and_deleted(client, server):
+    doc = {"id": "reports/2024/tem", "text": "The Tem island survey of 2024 counted 412 grey seals on the northern rocks."}
+    inserted = client.post("/v1/documents", json={"documents": [doc]}, headers=auth("admin"))
+    assert inserted.status_code == 202
+    assert wait_for_job(client, inserted.json()["id"])["status"] == "done"
+    wait_until(lambda: doc["id"] in server.app.state.holder.current.doc_ids)
+    deleted = client.delete("/v1/documents/reports%2F2024%2Ftem", headers=auth("admin"))
+    assert deleted.status_code == 202, deleted.text
+    assert wait_for_job(client, deleted.json()["id"])["status"] == "done"
+    wait_until(lambda: doc["id"] not in server.app.state.holder.current.doc_ids)
