@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -24,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hopgraph import __version__
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.documents import Document
-from hopgraph.errors import ConfigError, HopgraphError, InputError, LLMUnavailableError
+from hopgraph.errors import ConfigError, DeadlineExceeded, HopgraphError, InputError, LLMUnavailableError
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
@@ -32,6 +31,7 @@ from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
+from hopgraph.serve.limits import OverLimit, check_params
 from hopgraph.serve.metrics import Metrics, RateLimiter
 from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
 
@@ -134,8 +134,6 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     metrics = Metrics()
     limiter = RateLimiter(serve.rate_limit, serve.rate_burst)
     llm = open_llm(config.llm.model_copy(update={"timeout": serve.answer_timeout, "retries": 0}))
-    # Hugging Face fast tokenizers are not safe to call from several threads at once.
-    model_lock = threading.Lock()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -214,12 +212,18 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         overrides = dotted_keys(body.params)
         if "budget" in overrides or "method" in overrides:
             raise APIError(422, "invalid_request", "give method and budget as fields of the request, not in params")
+        try:
+            check_params(overrides, serve.request_limits)
+        except OverLimit as exc:
+            raise APIError(422, "over_limit", str(exc)) from None
         flt = reader_filter(who, body.where)
-        with model_lock:
-            vector = snap.retriever.embed([body.query])[0]
-            if method == "cue":  # its reranker calls the model too
-                return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, vector=vector, overrides=overrides)
-        return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, vector=vector, overrides=overrides)
+        # No lock across the retrieval: the models lock themselves per call, so a long search
+        # only ever delays others by one model call, and the deadline stops it.
+        try:
+            return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, overrides=overrides,
+                                                 deadline=serve.request_deadline)
+        except DeadlineExceeded as exc:
+            raise APIError(504, "deadline_exceeded", str(exc)) from None
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, Any]:
