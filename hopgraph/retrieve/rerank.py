@@ -66,11 +66,11 @@ class BiEncoderReranker:
     """Cosine between query and passage embeddings: no query–passage interaction, so weaker than a
     cross-encoder. Long passages are embedded as averaged windows, as at indexing time."""
 
-    def __init__(self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base"):
+    def __init__(self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base", batch_size: int = 32):
         self.embedder = embedder
         self.window_tokens = config.window_tokens
         self.encoding = encoding
-        self.batch_size = config.batch_size
+        self.batch_size = batch_size  # rerank.batch_size: passages per model call (and per deadline check)
         self.name = f"bi-encoder cosine ({config.model})"
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
@@ -88,7 +88,7 @@ def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: st
     """The cross-encoder when ``rerank.model`` names a folder, else the labelled bi-encoder fallback."""
     if rerank.model:
         return CrossEncoderReranker(rerank, embedding.device)
-    return BiEncoderReranker(load_embedder(embedding), embedding, encoding)
+    return BiEncoderReranker(load_embedder(embedding), embedding, encoding, rerank.batch_size)
 
 
 def reranker_for(index: LoadedIndex) -> Reranker:
