@@ -318,7 +318,9 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     click.echo(f"loading {index_dir} …")
     app = create_app(index_dir, config, tokens)
     click.echo(f"serving {index_dir} at http://{config.serve.host}:{config.serve.port} (docs at /docs; Ctrl-C stops)")
-    uvicorn.run(app, host=config.serve.host, port=config.serve.port, log_level="warning")
+    # On SIGTERM, in-flight requests get a few seconds to finish; any retrieval still computing
+    # stops at its deadline (serve.request_deadline), so the process exits within both bounds.
+    uvicorn.run(app, host=config.serve.host, port=config.serve.port, log_level="warning", timeout_graceful_shutdown=5)
 
 
 @main.command()

@@ -22,7 +22,8 @@ OFFLINE_MINILM = "offline:all-minilm-l6-v2"
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Infinity and NaN are never a meaningful setting: refusing them here covers every float field.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ChunkingConfig(Section):
@@ -152,20 +153,20 @@ class KnngMethod(Section):
 
 
 class KeywordMethod(Section):
-    pool_factor: float = Field(2.0, ge=1, description="Seed keywords are added until their sub-chunks hold pool_factor × budget tokens (KET Alg. 4 line 2).")
+    pool_factor: float = Field(2.0, ge=1, le=100, description="Seed keywords are added until their sub-chunks hold pool_factor × budget tokens (KET Alg. 4 line 2).")
 
 
 class ConceptMethod(Section):
-    top_k: int = Field(25, ge=1, description="k: directly associated concepts (G2ConS).")
+    top_k: int = Field(25, ge=1, le=10_000, description="k: directly associated concepts (G2ConS).")
     depth: int = Field(2, ge=0, le=6, description="N: BFS depth for expanded concepts.")
 
 
 class PprMethod(Section):
-    text_weight: float = Field(0.5, ge=0, description="α: weight of query–passage cosine.")
-    graph_weight: float = Field(1.0, ge=0, description="β: weight of personalised PageRank over the keyword graph.")
-    path_weight: float = Field(0.1, ge=0, description="γ: weight of the best seed-keyword path into the passage.")
-    meta_weight: float = Field(0.0, ge=0, description="δ: weight of metadata freshness (newer timestamp = higher).")
-    seed_keywords: int = Field(25, ge=1, description="Query seeds: keywords most similar to the query.")
+    text_weight: float = Field(0.5, ge=0, le=1000, description="α: weight of query–passage cosine.")
+    graph_weight: float = Field(1.0, ge=0, le=1000, description="β: weight of personalised PageRank over the keyword graph.")
+    path_weight: float = Field(0.1, ge=0, le=1000, description="γ: weight of the best seed-keyword path into the passage.")
+    meta_weight: float = Field(0.0, ge=0, le=1000, description="δ: weight of metadata freshness (newer timestamp = higher).")
+    seed_keywords: int = Field(25, ge=1, le=100_000, description="Query seeds: keywords most similar to the query.")
     damping: float = Field(0.5, gt=0, lt=1, description="PPR continuation probability (low = stay near the seeds).")
 
 
@@ -211,6 +212,23 @@ class RetrievalConfig(Section):
     cue: CueMethod = CueMethod()
 
 
+class RequestLimits(Section):
+    """Bounds on the retrieval settings one request may give in ``params``: callers of the server are
+    not trusted as a config file is, so these are far below what [retrieval] itself accepts. A value
+    over its bound is refused with 422; the server's own [retrieval] settings are not checked."""
+
+    cue_top_k: int = Field(10, ge=1, le=100, description="Largest retrieval.cue.top_k a request may give.")
+    cue_depth: int = Field(4, ge=1, le=10, description="Largest retrieval.cue.depth a request may give.")
+    cue_beam: int = Field(10, ge=1, le=100, description="Largest retrieval.cue.beam a request may give.")
+    cue_chunks: int = Field(20, ge=1, le=1000, description="Largest retrieval.cue.chunks a request may give.")
+    concept_top_k: int = Field(50, ge=1, le=10_000, description="Largest retrieval.concept.top_k a request may give.")
+    concept_depth: int = Field(3, ge=0, le=6, description="Largest retrieval.concept.depth a request may give.")
+    ppr_seed_keywords: int = Field(100, ge=1, le=100_000, description="Largest retrieval.ppr.seed_keywords a request may give.")
+    kg_seed_entities: int = Field(50, ge=1, le=200, description="Largest retrieval.kg.seed_entities a request may give.")
+    keyword_pool_factor: float = Field(4.0, ge=1, le=100, description="Largest retrieval.keyword.pool_factor a request may give.")
+    weights: float = Field(100.0, ge=0, le=1000, description="Largest value of any *_weight setting (e.g. ppr.graph_weight) a request may give.")
+
+
 class ServeConfig(Section):
     host: str = Field("127.0.0.1", description="Address `hopgraph serve` listens on (loopback by default: put TLS termination in front for a network).")
     port: int = Field(8080, ge=1, le=65535, description="TCP port of the server.")
@@ -234,6 +252,7 @@ class ServeConfig(Section):
     keep_versions: int = Field(2, ge=1, le=100, description="Finished versions kept on disk besides the live one (and any a request still reads); older ones are deleted after each job.")
     max_filter_keys: int = Field(16, ge=1, le=1000, description="Most metadata keys in one request's `where` filter.")
     max_filter_values: int = Field(256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter.")
+    request_limits: RequestLimits = RequestLimits()
 
 
 class AccessConfig(Section):

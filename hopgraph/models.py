@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -85,14 +86,19 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension())
         self.name = path
+        # Hugging Face fast tokenizers are not safe to call from several threads at once, and every
+        # caller (request threads, the version warm-up, rerankers) shares this object: the lock is
+        # held for one encode call only, so a long caller that encodes in batches lets others in.
+        self._lock = threading.Lock()
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.model.encode(
-            list(texts), batch_size=self.batch_size, show_progress_bar=progress,
-            normalize_embeddings=False, convert_to_numpy=True,
-        )
+        with self._lock:
+            vectors = self.model.encode(
+                list(texts), batch_size=self.batch_size, show_progress_bar=progress,
+                normalize_embeddings=False, convert_to_numpy=True,
+            )
         return _unit_rows(vectors)
 
 
@@ -116,11 +122,13 @@ class BgeM3Embedder:
         self.batch_size = batch_size
         self.dim = 1024
         self.name = str(folder)
+        self._lock = threading.Lock()  # one model call at a time, as for SentenceTransformerEmbedder
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        out = self.model.encode(list(texts), batch_size=self.batch_size, return_dense=True)["dense_vecs"]
+        with self._lock:
+            out = self.model.encode(list(texts), batch_size=self.batch_size, return_dense=True)["dense_vecs"]
         return _unit_rows(out)
 
 

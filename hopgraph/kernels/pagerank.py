@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from hopgraph.deadline import check_deadline
 from hopgraph.kernels.backend import module_of, sparse_module
 
 
@@ -50,6 +51,7 @@ class RandomWalk:
         p = xp.full(n, 1.0 / n) if personalization is None else self._restart(personalization)
         x = xp.full(n, 1.0 / n)
         for _ in range(max_iter):
+            check_deadline()  # a request's deadline stops the walk between iterations
             previous = x
             # Dangling mass stays on the device (0-d array): one host sync per iteration, for the check.
             x = damping * (self.transition_t @ x + x[self.dangling].sum() * p) + (1.0 - damping) * p

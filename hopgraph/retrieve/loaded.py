@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -11,6 +13,8 @@ import scipy.sparse as sp
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.index.versions import live_root
 from hopgraph.store import IndexStore
+
+T = TypeVar("T")
 
 
 class LoadedIndex:
@@ -26,6 +30,22 @@ class LoadedIndex:
         self.store = IndexStore(live)
         self.manifest = self.store.require_complete()
         self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
+        # Everything derived from this version lives here and dies with this object: a server opens
+        # one LoadedIndex per published version, so no cache outside it may be keyed by an index.
+        self._memo: dict[tuple[str, str], Any] = {}
+        self._memo_lock = threading.RLock()
+
+    def memo(self, kind: str, name: str, make: Callable[[], T]) -> T:
+        """``make()`` computed once per (kind, name) for this index (thread-safe; readers share it)."""
+        key = (kind, name)
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        with self._memo_lock:
+            if key not in self._memo:
+                self._memo[key] = make()
+            return self._memo[key]
 
     @functools.cached_property
     def documents(self) -> dict[str, list]:
@@ -81,25 +101,13 @@ class LoadedIndex:
         return self.table(self.PIECE_TABLES.get(kind, kind))
 
     def table(self, name: str) -> dict[str, list]:
-        return self._tables(name)
-
-    @functools.lru_cache(maxsize=None)
-    def _tables(self, name: str) -> dict[str, list]:
-        return self.store.read_table(name)
+        return self.memo("table", name, lambda: self.store.read_table(name))
 
     def array(self, name: str) -> np.ndarray:
-        return self._arrays(name)
+        return self.memo("array", name, lambda: self.store.read_array(name))
 
     def graph(self, name: str) -> sp.csr_matrix:
-        return self._graphs(name)
-
-    @functools.lru_cache(maxsize=None)
-    def _arrays(self, name: str) -> np.ndarray:
-        return self.store.read_array(name)
-
-    @functools.lru_cache(maxsize=None)
-    def _graphs(self, name: str) -> sp.csr_matrix:
-        return self.store.read_graph(name)
+        return self.memo("graph", name, lambda: self.store.read_graph(name))
 
     @functools.cached_property
     def entity_mentions(self) -> list[list[int]]:

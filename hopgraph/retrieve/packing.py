@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
+from hopgraph.deadline import check_deadline
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.loaded import LoadedIndex
 
@@ -78,6 +79,7 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
     taken: set[tuple[str, int]] = set()
     packed: list[Evidence] = []
     for cand in candidates:
+        check_deadline()
         key = (cand.kind, cand.index)
         if key in taken:
             continue

@@ -6,6 +6,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from hopgraph.deadline import check_deadline
 from hopgraph.text import words
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
@@ -40,6 +41,7 @@ def ranked(kind: str, scores: np.ndarray, mask: np.ndarray, path: str | Callable
     ids = np.flatnonzero(mask) if pool is None else pool[mask[pool]]
     order = ids[np.lexsort((ids, -scores[ids]))]
     for i in order:
+        check_deadline()
         yield Candidate(kind, int(i), float(scores[i]), path if isinstance(path, str) else path(int(i)))
 
 

@@ -6,13 +6,14 @@ name says so: results made with it must not be read as cross-encoder results.
 """
 from __future__ import annotations
 
-import functools
+import threading
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 from hopgraph.config import EmbeddingConfig, RerankConfig
+from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError, DependencyError
 from hopgraph.models import Embedder, embed_long_texts, load_embedder, resolve_device
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -40,40 +41,56 @@ class CrossEncoderReranker:
         self.model = FlagReranker(str(folder), use_fp16=device == "cuda", devices=device, batch_size=config.batch_size)
         self.batch_size = config.batch_size
         self.name = f"cross-encoder {folder.name}"
+        self._lock = threading.Lock()  # the model and its fast tokenizer are not safe to call from two threads
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros(0, dtype=np.float32)
-        scores = self.model.compute_score([[query, t] for t in texts], batch_size=self.batch_size, normalize=True)
-        return np.atleast_1d(np.asarray(scores, dtype=np.float32))
+        def one_batch(batch: Sequence[str]) -> np.ndarray:
+            with self._lock:
+                scores = self.model.compute_score([[query, t] for t in batch], batch_size=self.batch_size, normalize=True)
+            return np.atleast_1d(np.asarray(scores, dtype=np.float32))
+
+        return in_batches(texts, self.batch_size, one_batch)
+
+
+def in_batches(texts: Sequence[str], size: int, score: Callable[[Sequence[str]], np.ndarray]) -> np.ndarray:
+    """``score`` over batches of ``size`` texts, checking the request deadline before each: a long
+    rerank stops within one batch of its deadline, and a shared model is held one batch at a time."""
+    parts = []
+    for start in range(0, len(texts), size):
+        check_deadline()
+        parts.append(score(texts[start : start + size]))
+    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, dtype=np.float32)
 
 
 class BiEncoderReranker:
     """Cosine between query and passage embeddings: no query–passage interaction, so weaker than a
     cross-encoder. Long passages are embedded as averaged windows, as at indexing time."""
 
-    def __init__(self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base"):
+    def __init__(self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base", batch_size: int = 32):
         self.embedder = embedder
         self.window_tokens = config.window_tokens
         self.encoding = encoding
+        self.batch_size = batch_size  # rerank.batch_size: passages per model call (and per deadline check)
         self.name = f"bi-encoder cosine ({config.model})"
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0, dtype=np.float32)
         q = self.embedder.encode([query])[0]
-        passages = embed_long_texts(self.embedder, list(texts), window_tokens=self.window_tokens, encoding=self.encoding)
-        return (passages @ q).astype(np.float32)
+
+        def one_batch(batch: Sequence[str]) -> np.ndarray:
+            return embed_long_texts(self.embedder, list(batch), window_tokens=self.window_tokens, encoding=self.encoding) @ q
+
+        return in_batches(texts, self.batch_size, one_batch)
 
 
 def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: str = "cl100k_base") -> Reranker:
     """The cross-encoder when ``rerank.model`` names a folder, else the labelled bi-encoder fallback."""
     if rerank.model:
         return CrossEncoderReranker(rerank, embedding.device)
-    return BiEncoderReranker(load_embedder(embedding), embedding, encoding)
+    return BiEncoderReranker(load_embedder(embedding), embedding, encoding, rerank.batch_size)
 
 
-@functools.lru_cache(maxsize=4)
 def reranker_for(index: LoadedIndex) -> Reranker:
-    """The reranker an index is configured with, loaded once per opened index."""
-    return make_reranker(index.config.rerank, index.config.embedding, index.config.chunking.encoding)
+    """The reranker an index is configured with, loaded once per opened index (and dropped with it)."""
+    return index.memo("reranker", "", lambda: make_reranker(index.config.rerank, index.config.embedding, index.config.chunking.encoding))

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
+from hopgraph.deadline import deadline_after
 from hopgraph.errors import ConfigError
 from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter, piece_mask
@@ -40,8 +41,17 @@ class Retriever:
 
     def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
                  metadata_filter: MetadataFilter | None = None, vector: np.ndarray | None = None,
-                 overrides: dict[str, Any] | None = None) -> RetrievalResult:
-        """Context and provenance for ``question``; ``vector`` skips embedding (batch evaluation)."""
+                 overrides: dict[str, Any] | None = None, deadline: float | None = None) -> RetrievalResult:
+        """Context and provenance for ``question``; ``vector`` skips embedding (batch evaluation).
+
+        With ``deadline`` (seconds), the work stops with DeadlineExceeded once it runs that long:
+        the searches check it as they go, so nothing keeps a core busy after its caller gave up.
+        """
+        with deadline_after(deadline):
+            return self._retrieve(question, method, budget, metadata_filter, vector, overrides)
+
+    def _retrieve(self, question: str, method: str | None, budget: int | None, metadata_filter: MetadataFilter | None,
+                  vector: np.ndarray | None, overrides: dict[str, Any] | None) -> RetrievalResult:
         config = self.config
         if method or budget or overrides:
             update: dict[str, Any] = dict(overrides or {})

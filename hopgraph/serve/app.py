@@ -18,7 +18,6 @@ import hashlib
 import logging
 import math
 import re
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hopgraph import __version__
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.documents import Document, text_problem
-from hopgraph.errors import ConfigError, HopgraphError, InputError, LLMRequestError, LLMUnavailableError
+from hopgraph.errors import ConfigError, DeadlineExceeded, HopgraphError, InputError, LLMRequestError, LLMUnavailableError
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
@@ -42,6 +41,7 @@ from hopgraph.retrieve.filters import MetadataFilter, check_where
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
+from hopgraph.serve.limits import OverLimit, check_params
 from hopgraph.serve.metrics import Metrics
 from hopgraph.serve.ratelimit import RateLimiter
 from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
@@ -225,8 +225,6 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     answer_pool = ThreadPoolExecutor(max_workers=serve.answer_concurrency, thread_name_prefix="hopgraph-answer")
     answer_slots = asyncio.Semaphore(serve.answer_concurrency)
     busy_retry = str(max(1, math.ceil(serve.answer_timeout)))
-    # Hugging Face fast tokenizers are not safe to call from several threads at once.
-    model_lock = threading.Lock()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -320,12 +318,18 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         overrides = dotted_keys(body.params)
         if "budget" in overrides or "method" in overrides:
             raise APIError(422, "invalid_request", "give method and budget as fields of the request, not in params")
+        try:
+            check_params(overrides, serve.request_limits)
+        except OverLimit as exc:
+            raise APIError(422, "over_limit", str(exc)) from None
         flt = reader_filter(who, body.where)
-        with model_lock:
-            vector = snap.retriever.embed([body.query])[0]
-            if method == "cue":  # its reranker calls the model too
-                return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, vector=vector, overrides=overrides)
-        return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, vector=vector, overrides=overrides)
+        # No lock across the retrieval: the models lock themselves per call, so a long search
+        # only ever delays others by one model call, and the deadline stops it.
+        try:
+            return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, overrides=overrides,
+                                                 deadline=serve.request_deadline)
+        except DeadlineExceeded as exc:
+            raise APIError(504, "deadline_exceeded", str(exc)) from None
 
     def finite(payload: dict[str, Any]) -> dict[str, Any]:
         """JSON has no Infinity/NaN: a result with one is refused, never sent as null or as a bare literal."""

@@ -8,6 +8,7 @@ from typing import Iterator
 import numpy as np
 
 from hopgraph.config import RetrievalConfig
+from hopgraph.deadline import check_deadline
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine, units_of
@@ -21,6 +22,7 @@ def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
     for _ in range(depth):
         nxt = []
         for node in frontier:
+            check_deadline()
             for nb in graph.indices[graph.indptr[node] : graph.indptr[node + 1]]:
                 if int(nb) not in seen:
                     seen.add(int(nb))

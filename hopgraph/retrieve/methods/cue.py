@@ -13,7 +13,6 @@ whose every unit is forbidden cannot be matched, so nothing is reached through t
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
@@ -21,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import CueMethod, RetrievalConfig
+from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError
 from hopgraph.index.cue import query_entities
 from hopgraph.models import load_embedder
@@ -45,14 +45,17 @@ class CueGraph:
         return self.entity_units.indices[self.entity_units.indptr[entity] : self.entity_units.indptr[entity + 1]]
 
 
-@functools.lru_cache(maxsize=4)
 def cue_graph(index: LoadedIndex) -> CueGraph:
-    """The multi-partite graph of an index, loaded once per opened index."""
+    """The multi-partite graph of an index, loaded once per opened index (and dropped with it)."""
     if not index.store.has("tables", "cue_units"):
         raise ConfigError("method cue needs an index built with --extraction.cue_alpha (0 = sentence units, no LLM)")
-    unit_entities = index.graph("cue_unit_entities")
-    return CueGraph(index.array("cue_unit_vectors"), unit_entities, unit_entities.T.tocsr(),
-                    np.asarray(index.table("cue_units")["chunk"], dtype=np.int64))
+
+    def load() -> CueGraph:
+        unit_entities = index.graph("cue_unit_entities")
+        return CueGraph(index.array("cue_unit_vectors"), unit_entities, unit_entities.T.tocsr(),
+                        np.asarray(index.table("cue_units")["chunk"], dtype=np.int64))
+
+    return index.memo("cue", "graph", load)
 
 
 @dataclass
@@ -93,6 +96,7 @@ def search(graph: CueGraph, seeds: Sequence[int], query_vector: np.ndarray, usab
         states: dict[tuple[int, ...], State] = {}
         expansions = 0
         for entity, vector, units, route in queue:
+            check_deadline()  # one expansion batch per queued anchor
             options = graph.units_of(entity)
             options = options[usable[options] & ~np.isin(options, units)]
             for unit in options[top_indices(graph.unit_vectors[options] @ vector, top_k)].tolist():

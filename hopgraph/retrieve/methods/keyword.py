@@ -7,6 +7,7 @@ from typing import Iterable
 import numpy as np
 
 from hopgraph.config import RetrievalConfig
+from hopgraph.deadline import check_deadline
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, descending, keyword_cosine, ranked, unit_cosine
@@ -21,6 +22,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     reached_by = np.full(len(index.unit_tokens), -1, dtype=np.int64)
     tokens = 0
     for kw in descending(keyword_cosine(index, query)):
+        check_deadline()
         units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
         fresh = units[scope.units[units] & ~in_pool[units]]
         in_pool[fresh] = True

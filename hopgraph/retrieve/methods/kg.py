@@ -12,6 +12,7 @@ from typing import Iterator
 import numpy as np
 
 from hopgraph.config import RetrievalConfig
+from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate, piece_tokens
@@ -63,6 +64,7 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     chosen = []
     # Relations joining two seeds first, then those touching one; by cosine within each group.
     for r in np.flatnonzero(usable)[np.lexsort((-relation_scores[usable], -seed_ends[usable]))]:
+        check_deadline()
         text = f"{names[source[r]]} — {names[target[r]]}: {relations['description'][r]}"
         cand = Candidate("relation", int(r), float(relation_scores[r]), f"kg relation of seed {names[source[r]] if is_seed[source[r]] else names[target[r]]}",
                          text=text, chunk=int(rel_chunk[r]), docs=list(index.chunks["docs"][rel_chunk[r]]))

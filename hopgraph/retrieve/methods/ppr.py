@@ -6,7 +6,6 @@ so a sub-chunk scores when it is close to several seeds, directly or through sha
 """
 from __future__ import annotations
 
-import functools
 from typing import Iterator
 
 import numpy as np
@@ -27,10 +26,9 @@ def bipartite(index: LoadedIndex) -> sp.csr_matrix:
     return sp.bmat([[None, postings], [postings.T, None]], format="csr")
 
 
-@functools.lru_cache(maxsize=4)
 def open_walk(index: LoadedIndex) -> RandomWalk:
-    """The walk over the whole bipartite graph, built once per index (the unfiltered case)."""
-    return RandomWalk(bipartite(index))
+    """The walk over the whole bipartite graph, built once per opened index (the unfiltered case)."""
+    return index.memo("walk", "open", lambda: RandomWalk(bipartite(index)))
 
 
 def _minmax(values: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -1,0 +1,42 @@
+"""A deadline for one unit of work (one retrieval), carried in a context variable.
+
+The server (or a library caller) opens :func:`deadline_after` around a request; the long loops of
+the searches, the reranker and the PageRank kernel call :func:`check_deadline`, which raises
+:class:`~hopgraph.errors.DeadlineExceeded` once the time is up. A context variable reaches every
+function on the request's thread without changing their signatures, and never leaks into other
+requests (each runs in its own context).
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from typing import Iterator
+
+from hopgraph.errors import DeadlineExceeded
+
+# (monotonic end, the limit in seconds as given, what is being timed); None = no deadline.
+_DEADLINE: contextvars.ContextVar[tuple[float, float, str] | None] = contextvars.ContextVar("hopgraph_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline_after(seconds: float | None, what: str = "retrieval") -> Iterator[None]:
+    """Work inside must finish within ``seconds`` (None = no limit); a nested, later deadline never extends an outer one."""
+    if seconds is None:
+        yield
+        return
+    end = time.monotonic() + seconds
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(outer if outer is not None and outer[0] <= end else (end, seconds, what))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def check_deadline() -> None:
+    """Raise DeadlineExceeded if the current deadline has passed; costs a clock read otherwise."""
+    current = _DEADLINE.get()
+    if current is not None and time.monotonic() > current[0]:
+        raise DeadlineExceeded(f"{current[2]} stopped after its deadline of {current[1]:g} s (serve.request_deadline)")
+

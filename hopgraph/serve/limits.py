@@ -1,0 +1,45 @@
+"""What one request may ask of the server: its retrieval ``params`` checked against
+``serve.request_limits`` before any work starts.
+
+The [retrieval] bounds suit a trusted config file; a caller of the server could otherwise ask for a
+search whose cost grows as top_k·beam per depth (cue) or that reaches the whole graph (concept), and
+keep a core busy long after its deadline matters. The deadline (:mod:`hopgraph.deadline`) stops
+whatever still runs too long; these bounds keep an accepted request's cost near the ordinary.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hopgraph.config import RequestLimits
+
+
+class OverLimit(ValueError):
+    """A request parameter over its server bound; ``field`` is its dotted name under params."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def limit_for(setting: str, limits: RequestLimits) -> tuple[str, float] | None:
+    """(name under serve.request_limits, bound) for a dotted retrieval setting, or None if unbounded here."""
+    name = setting.replace(".", "_")
+    if name in RequestLimits.model_fields:
+        return name, getattr(limits, name)
+    if setting.endswith("_weight"):
+        return "weights", limits.weights
+    return None
+
+
+def check_params(overrides: dict[str, Any], limits: RequestLimits) -> None:
+    """Raise OverLimit for the first numeric setting in ``overrides`` (dotted keys) over its bound,
+    or not finite; other values are left to the RetrievalConfig validation."""
+    for setting, value in overrides.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            raise OverLimit(setting, f"params.{setting} = {value}: must be a finite number")
+        bound = limit_for(setting, limits)
+        if bound is not None and value > bound[1]:
+            raise OverLimit(setting, f"params.{setting} = {value:g} is over the server's limit {bound[1]:g} (serve.request_limits.{bound[0]})")
