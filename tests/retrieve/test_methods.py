@@ -69,5 +69,5 @@ def test_unknown_method_is_refused_with_the_registered_choices(sample_index):
     from hopgraph.errors import ConfigError
     from hopgraph.retrieve.retriever import Retriever
 
-    with pytest.raises(ConfigError, match="unknown method 'nope'.*text, knng, keyword, concept, ppr"):
+    with pytest.raises(ConfigError, match="unknown method .nope.*text, bm25, knng, keyword, concept, ppr"):
         Retriever(sample_index).retrieve("anything", method="nope")

@@ -83,7 +83,7 @@ def test_per_request_parameters_are_validated(client):
 
 
 @pytest.mark.parametrize("body,status,code", [
-    ({"query": "x", "method": "bm25"}, 400, "unknown_method"),
+    ({"query": "x", "method": "no-such-method"}, 400, "unknown_method"),
     ({"query": "x", "method": "kg"}, 400, "unsupported_method"),  # this index has no LLM graph
     ({"query": "x" * 2001}, 422, "query_too_long"),
     ({"query": "x", "budget": 10_000_000}, 422, "budget_too_large"),

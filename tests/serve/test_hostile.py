@@ -23,7 +23,7 @@ from tests.serve import USERS, LiveServer, auth
 DEADLINE = 2.0
 # One model call of rerank.batch_size passages, or one expansion batch, on a slow shared CPU:
 # how long past its deadline a request may run, and how long it may hold up another reader.
-OVERSHOOT = 6.0
+OVERSHOOT = 10.0
 MAYOR = "Who is the mayor of Sorvik, the town with a campus of the Halvern Harbor Institute?"
 ORDINARY = ["Who was the first director of the Halvern Harbor Institute?", "What budget did the water board approve?", MAYOR]
 
@@ -108,7 +108,7 @@ def test_parameters_over_the_server_limits_are_refused(server, params, field, li
 def test_non_finite_numbers_are_refused(server, literal):
     body = '{"query": "harbor", "method": "ppr", "params": {"ppr": {"text_weight": %s}}}' % literal
     response = httpx.post(f"{server.url}/v1/retrieve", content=body, headers={**auth("guest"), "Content-Type": "application/json"}, timeout=60)
-    assert response.status_code == 422 and "params.ppr.text_weight" in response.json()["error"]["message"]
+    assert response.status_code == 422 and "ppr.text_weight" in response.json()["error"]["message"]
 
 
 def test_one_embedder_serves_many_threads_one_call_at_a_time(monkeypatch):
