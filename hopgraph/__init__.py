@@ -10,17 +10,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from hopgraph.version import __version__
 
-__all__ = ["AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult",
+__all__ = ["__version__", "AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult",
            "load_config"]
 
 if TYPE_CHECKING:
-    from hopgraph.api import AnswerResult, Config, Document, Evidence, Index, Job, LLMConfig, MetadataFilter, RetrievalResult, load_config
+    from hopgraph.api import (
+        AnswerResult,
+        Config,
+        Document,
+        Evidence,
+        Index,
+        Job,
+        LLMConfig,
+        MetadataFilter,
+        RetrievalResult,
+        load_config,
+    )
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in __all__ and name != "__version__":
         from hopgraph import api
 
         return getattr(api, name)

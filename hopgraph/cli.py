@@ -14,7 +14,16 @@ from typing import Any, Callable
 
 import click
 
-from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, apply_overrides, dotted_keys, leaf_fields, load_config, read_toml, validate_config
+from hopgraph.config import (
+    LLM_CONNECTION_FIELDS,
+    HopgraphConfig,
+    apply_overrides,
+    dotted_keys,
+    leaf_fields,
+    load_config,
+    read_toml,
+    validate_config,
+)
 from hopgraph.errors import HopgraphError
 
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.")
@@ -248,7 +257,8 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, with
 @config_options(BUILD_SECTIONS + ("retrieval.", "rerank.", "answer."), exclude=("retrieval.method",))
 def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out: str | None, config_file: str | None, quiet: bool, answers: bool, **options: Any) -> None:
     """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format): Coverage at λ (and EM/F1/Accuracy with --answers)."""
-    from hopgraph.evaluate.runner import evaluate as run, write_outputs  # noqa: PLC0415
+    from hopgraph.evaluate.runner import evaluate as run  # noqa: PLC0415
+    from hopgraph.evaluate.runner import write_outputs
     from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
 
     chosen = [m.strip() for m in methods.split(",") if m.strip()]

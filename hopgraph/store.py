@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from hopgraph import __version__
+from hopgraph.version import __version__
 from hopgraph.artifacts import SCHEMA, Kind
 from hopgraph.errors import IndexFormatError
 

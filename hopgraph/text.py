@@ -1,11 +1,13 @@
-"""Words that can be keywords: the one tokeniser shared by indexing (postings) and querying.
+"""Text rules shared across layers: the keyword tokeniser (indexing and querying use the same one)
+and answer normalisation (answers and their metrics compare text the same way).
 
-It sits below both so that reading an index never imports the build side.
+They sit below the index, retrieval and evaluation layers so that none needs to import another.
 """
 from __future__ import annotations
 
 import functools
 import re
+import string
 from importlib import resources
 
 WORD = re.compile(r"[^\W_]+")
@@ -21,3 +23,13 @@ def words(text: str, min_length: int = 2) -> list[str]:
     """Lower-cased word tokens of ``text`` that can be keywords (stop words removed)."""
     stops = stop_words()
     return [w for w in WORD.findall(text.lower()) if len(w) >= min_length and w not in stops]
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD rules (lower-case, drop punctuation and a/an/the, collapse white space), so scores
+    are comparable with the published ones."""
+    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCTUATION)).split())

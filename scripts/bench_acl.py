@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))  # the audit and its users live with the server te
 
 from hopgraph.config import load_config  # noqa: E402
 from hopgraph.documents import Document  # noqa: E402
-from hopgraph.evaluate.datasets import load_benchmark  # noqa: E402
+from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json  # noqa: E402
 from hopgraph.index.ingest import read_corpus  # noqa: E402
 from hopgraph.index.pipeline import build_index  # noqa: E402

@@ -41,7 +41,7 @@ from typing import Any
 
 from bench_incremental import DATASET, compare_indexes, compare_results, retrieve_all
 from hopgraph.config import load_config
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
 from hopgraph.index import versions
 from hopgraph.index.pipeline import build_index, planned_stages

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hopgraph.config import ChunkingConfig, LLMConfig
 from hopgraph.evaluate import report
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.chunking import build_layers
 from hopgraph.llm import open_llm
 from hopgraph.llm.extract import extract

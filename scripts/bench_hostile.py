@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))  # the reader loop and its summary live in scripts
 
 from hopgraph.config import ServeConfig, load_config  # noqa: E402
 from hopgraph.evaluate import report  # noqa: E402
-from hopgraph.evaluate.datasets import load_benchmark  # noqa: E402
+from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.index.pipeline import build_index  # noqa: E402
 from hopgraph.llm.standin import free_port  # noqa: E402
 from hopgraph.store import IndexStore  # noqa: E402

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from hopgraph.config import LLMConfig, load_config
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
 from hopgraph.index import versions
 from hopgraph.index.pipeline import build_index

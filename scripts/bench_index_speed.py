@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hopgraph.config import load_config
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.index.pipeline import build_index
 

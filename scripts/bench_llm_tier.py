@@ -22,7 +22,7 @@ from hopgraph.config import load_config
 from hopgraph.evaluate import report
 from hopgraph.evaluate.runner import evaluate
 from hopgraph.index.pipeline import build_index
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import StandinServer
 
 REPO = Path(__file__).resolve().parents[1]

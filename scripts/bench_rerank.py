@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hopgraph.config import load_config
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.index.chunking import build_layers
 from hopgraph.models import resolve_device

@@ -30,7 +30,7 @@ import numpy as np
 
 from hopgraph.config import load_config
 from hopgraph.evaluate import report
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.pipeline import build_index
 from hopgraph.llm.standin import free_port
 

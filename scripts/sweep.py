@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.evaluate.datasets import load_benchmark
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.evaluate.metrics import coverage_hit
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.retrieve.retriever import Retriever

@@ -4,20 +4,11 @@ All scores are fractions in [0, 1]; turning them into percentages is left to the
 """
 from __future__ import annotations
 
-import re
-import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_NO_PUNCTUATION = str.maketrans("", "", string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD rules (lower-case, drop punctuation and a/an/the, collapse white space), so scores
-    are comparable with the published ones."""
-    return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCTUATION)).split())
+from hopgraph.text import normalize_answer
 
 
 def _normalized_answers(answers: Iterable[str]) -> list[str]:

@@ -10,10 +10,10 @@ import numpy as np
 from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig
-from hopgraph.evaluate import report
-from hopgraph.evaluate.datasets import load_benchmark
-from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
 from hopgraph.errors import IndexFormatError
+from hopgraph.evaluate import report
+from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.pipeline import build_index, peak_memory_mb
 from hopgraph.index.versions import live_version
 from hopgraph.llm import open_llm

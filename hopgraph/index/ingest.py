@@ -16,7 +16,7 @@ from typing import Any
 
 from hopgraph.documents import Document, text_problem
 from hopgraph.errors import InputError
-from hopgraph.evaluate.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
+from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
 
 TEXT_SUFFIXES = (".txt", ".md")
 _BINARY_PROBE = 8192

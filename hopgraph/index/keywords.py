@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from hopgraph.config import KeywordConfig
 from hopgraph.text import words
 
+
 def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2) -> sp.csr_matrix:
     """Binary texts × keywords matrix: the postings of every keyword over ``texts``."""
     indptr = [0]

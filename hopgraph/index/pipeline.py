@@ -21,7 +21,7 @@ from tqdm import tqdm
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.index import cue, graphs, kg, keywords
+from hopgraph.index import cue, graphs, keywords, kg
 from hopgraph.index.chunking import build_layers
 from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm

@@ -26,7 +26,7 @@ class RandomWalk:
             raise ValueError(f"adjacency must be a square matrix, got shape {tuple(adjacency.shape)}")
         self.xp = xp = module_of(adjacency.data)
         sparse = sparse_module(xp)
-        self.n = n = adjacency.shape[0]
+        self.n = adjacency.shape[0]
         matrix = sparse.csr_matrix(adjacency, dtype=xp.float64, copy=True)
         matrix.sum_duplicates()
         if matrix.nnz and bool((matrix.data < 0).any()):

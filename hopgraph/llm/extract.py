@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from hopgraph.config import LLMConfig
-from hopgraph.llm.client import LLM, ChatRequest, Usage
 from hopgraph.llm.jsonparse import parse_json
 from hopgraph.llm.templates import prompt
+from hopgraph.llm.types import LLM, ChatRequest, Usage
 from hopgraph.models import count_tokens, get_encoding
 
 # Bounded string lengths matter with small models: their typical failure is a description that

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from hopgraph.config import LLMConfig
 from hopgraph.errors import ConfigError, DependencyError
-from hopgraph.llm.client import ChatRequest, Completion, Done
+from hopgraph.llm.types import ChatRequest, Completion, Done
 
 
 class VllmEngine:

@@ -11,11 +11,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from hopgraph.config import AnswerConfig
-from hopgraph.evaluate.metrics import normalize_answer
-from hopgraph.llm.client import LLM, ChatRequest, Usage, context_window
-from hopgraph.llm.extract import prompt
+from hopgraph.llm.client import context_window
+from hopgraph.llm.templates import prompt
+from hopgraph.llm.types import LLM, ChatRequest, Usage
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.packing import RetrievalResult
+from hopgraph.text import normalize_answer
 
 _CITATION = re.compile(r"\[(\d+)\]")
 # Evidence is counted with cl100k, but the served model's tokenizer differs (SmolLM2, Llama, Qwen

@@ -7,9 +7,9 @@ from typing import Callable, Iterator
 import numpy as np
 
 from hopgraph.deadline import check_deadline
-from hopgraph.text import words
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
+from hopgraph.text import words
 
 
 @dataclass

@@ -30,10 +30,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hopgraph import __version__
+from hopgraph.version import __version__
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.documents import Document, text_problem
-from hopgraph.errors import ConfigError, DeadlineExceeded, HopgraphError, InputError, LLMRequestError, LLMUnavailableError
+from hopgraph.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    HopgraphError,
+    InputError,
+    LLMRequestError,
+    LLMUnavailableError,
+)
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hopgraph.errors import InputError
-from hopgraph.evaluate.datasets import detect_format, load_benchmark, paragraph_id
+from hopgraph.index.datasets import detect_format, load_benchmark, paragraph_id
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
