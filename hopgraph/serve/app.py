@@ -223,7 +223,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, overrides=overrides,
                                                  deadline=serve.request_deadline)
         except DeadlineExceeded as exc:
-            raise APIError(504, "deadline_exceeded", str(exc)) from None
+            raise APIError(504, "deadline_exceeded", f"{exc} (serve.request_deadline)") from None
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, Any]:
