@@ -91,6 +91,7 @@ def test_most_expensive_request_is_cut_while_ordinary_readers_are_answered(serve
 @pytest.mark.parametrize("params,field,limit", [
     ({"cue": {"depth": 10}}, "params.cue.depth", "serve.request_limits.cue_depth"),
     ({"cue": {"beam": 100}}, "params.cue.beam", "serve.request_limits.cue_beam"),
+    ({"cue": {"beam": "100"}}, "params.cue.beam", "serve.request_limits.cue_beam"),  # the settings would read "100" as 100
     ({"cue": {"top_k": 11}}, "params.cue.top_k", "serve.request_limits.cue_top_k"),
     ({"cue": {"chunks": 1000}}, "params.cue.chunks", "serve.request_limits.cue_chunks"),
     ({"concept": {"depth": 6}}, "params.concept.depth", "serve.request_limits.concept_depth"),
