@@ -17,7 +17,7 @@ import pytest
 
 from hopgraph.config import EmbeddingConfig
 from hopgraph.llm.standin import free_port
-from hopgraph.models import load_embedder
+from hopgraph.models import FairLock, load_embedder
 from tests.serve import USERS, LiveServer, auth
 
 DEADLINE = 2.0
@@ -182,3 +182,27 @@ def test_sigterm_stops_the_server_within_seconds_during_an_expensive_request(cue
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_model_lock_is_granted_in_arrival_order():
+    """A caller that takes the model call after call (a long rerank) cannot jump ahead of one
+    already waiting: each waiter waits for at most the calls queued before it."""
+    lock = FairLock()
+    order: list[str] = []
+    waiting = threading.Event()
+
+    def one_call() -> None:
+        waiting.set()
+        with lock:
+            order.append("reader")
+
+    with lock:
+        order.append("batch 1")
+        reader = threading.Thread(target=one_call)
+        reader.start()
+        waiting.wait()
+        time.sleep(0.2)  # the reader is now queued for the lock
+    with lock:  # the long caller comes straight back for its next batch
+        order.append("batch 2")
+    reader.join()
+    assert order == ["batch 1", "reader", "batch 2"]
