@@ -38,5 +38,5 @@ def check_deadline() -> None:
     """Raise DeadlineExceeded if the current deadline has passed; costs a clock read otherwise."""
     current = _DEADLINE.get()
     if current is not None and time.monotonic() > current[0]:
-        raise DeadlineExceeded(f"{current[2]} stopped after its deadline of {current[1]:g} s (serve.request_deadline)")
+        raise DeadlineExceeded(f"{current[2]} stopped after its deadline of {current[1]:g} s")
 

@@ -49,6 +49,43 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return [(int(start), int(end)) for start, end in _sentence_tokenizer().span_tokenize(text)]
 
 
+class FairLock:
+    """A lock granted in arrival order. With ``threading.Lock`` a caller that encodes batch after
+    batch (a long rerank) usually takes the lock back before a waiting thread wakes, so a one-query
+    caller could wait for the whole rerank; here it waits for at most the calls queued before it."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition(threading.Lock())
+        self._issued = 0  # tickets handed out
+        self._serving = 0  # the ticket that holds the lock
+        self._abandoned: set[int] = set()  # tickets whose waiter was interrupted: skipped in turn
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket = self._issued
+            self._issued += 1
+            try:
+                self._turn.wait_for(lambda: self._serving == ticket)
+            except BaseException:
+                self._abandoned.add(ticket)
+                self._advance_if(ticket)
+                raise
+
+    def __exit__(self, *exc: object) -> None:
+        with self._turn:
+            self._advance_if(self._serving)
+
+    def _advance_if(self, ticket: int) -> None:
+        """Pass the lock on if ``ticket`` holds it (caller holds the condition)."""
+        if self._serving != ticket:
+            return
+        self._serving += 1
+        while self._serving in self._abandoned:
+            self._abandoned.discard(self._serving)
+            self._serving += 1
+        self._turn.notify_all()
+
+
 class Embedder(Protocol):
     name: str
     dim: int
@@ -89,7 +126,7 @@ class SentenceTransformerEmbedder:
         # Hugging Face fast tokenizers are not safe to call from several threads at once, and every
         # caller (request threads, the version warm-up, rerankers) shares this object: the lock is
         # held for one encode call only, so a long caller that encodes in batches lets others in.
-        self._lock = threading.Lock()
+        self._lock = FairLock()
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         if not texts:
@@ -122,7 +159,7 @@ class BgeM3Embedder:
         self.batch_size = batch_size
         self.dim = 1024
         self.name = str(folder)
-        self._lock = threading.Lock()  # one model call at a time, as for SentenceTransformerEmbedder
+        self._lock = FairLock()  # one model call at a time, as for SentenceTransformerEmbedder
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         if not texts:

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the reader loop and its summary live in scripts/bench_serve.py
 
 from hopgraph.config import ServeConfig, load_config  # noqa: E402
+from hopgraph.errors import IndexFormatError  # noqa: E402
 from hopgraph.evaluate import report  # noqa: E402
 from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.index.pipeline import build_index  # noqa: E402
@@ -82,7 +83,7 @@ def ensure_index(path: Path, documents: list) -> None:
     try:
         IndexStore(path).require_complete()
         print(f"reusing {path}", flush=True)
-    except Exception:  # absent or partial: (re)build, resuming finished stages
+    except IndexFormatError:  # absent or partial: (re)build, resuming finished stages
         build_index(documents, path, load_config(None, {"extraction.cue_alpha": 0}), progress=True)
 
 

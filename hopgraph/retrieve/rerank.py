@@ -6,7 +6,6 @@ name says so: results made with it must not be read as cross-encoder results.
 """
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
@@ -15,7 +14,7 @@ import numpy as np
 from hopgraph.config import EmbeddingConfig, RerankConfig
 from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError, DependencyError
-from hopgraph.models import Embedder, embed_long_texts, load_embedder, resolve_device
+from hopgraph.models import Embedder, FairLock, embed_long_texts, load_embedder, resolve_device
 from hopgraph.retrieve.loaded import LoadedIndex
 
 
@@ -41,7 +40,7 @@ class CrossEncoderReranker:
         self.model = FlagReranker(str(folder), use_fp16=device == "cuda", devices=device, batch_size=config.batch_size)
         self.batch_size = config.batch_size
         self.name = f"cross-encoder {folder.name}"
-        self._lock = threading.Lock()  # the model and its fast tokenizer are not safe to call from two threads
+        self._lock = FairLock()  # the model and its fast tokenizer are not safe to call from two threads
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         def one_batch(batch: Sequence[str]) -> np.ndarray:

@@ -336,7 +336,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, overrides=overrides,
                                                  deadline=serve.request_deadline)
         except DeadlineExceeded as exc:
-            raise APIError(504, "deadline_exceeded", str(exc)) from None
+            raise APIError(504, "deadline_exceeded", f"{exc} (serve.request_deadline)") from None
 
     def finite(payload: dict[str, Any]) -> dict[str, Any]:
         """JSON has no Infinity/NaN: a result with one is refused, never sent as null or as a bare literal."""

@@ -32,11 +32,30 @@ def limit_for(setting: str, limits: RequestLimits) -> tuple[str, float] | None:
     return None
 
 
+def as_number(value: Any) -> float | None:
+    """``value`` as the number the settings' validation would read from it, or None if it is none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
 def check_params(overrides: dict[str, Any], limits: RequestLimits) -> None:
     """Raise OverLimit for the first numeric setting in ``overrides`` (dotted keys) over its bound,
-    or not finite; other values are left to the RetrievalConfig validation."""
-    for setting, value in overrides.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+    or not finite; other values are left to the RetrievalConfig validation.
+
+    A number given as a string counts as that number: the settings' validation would accept "10"
+    for 10, so it must not slip past the bounds.
+    """
+    for setting, raw in overrides.items():
+        value = as_number(raw)
+        if value is None:
             continue
         if not math.isfinite(value):
             raise OverLimit(setting, f"params.{setting} = {value}: must be a finite number")

@@ -17,7 +17,7 @@ import pytest
 
 from hopgraph.config import EmbeddingConfig
 from hopgraph.llm.standin import free_port
-from hopgraph.models import load_embedder
+from hopgraph.models import FairLock, load_embedder
 from tests.serve import USERS, LiveServer, auth
 
 DEADLINE = 2.0
@@ -82,7 +82,7 @@ def test_most_expensive_request_is_cut_while_ordinary_readers_are_answered(serve
     for thread in threads:
         thread.join(timeout=120)
     assert hostile["status"] == 504 and hostile["body"]["error"]["code"] == "deadline_exceeded", hostile
-    assert f"{DEADLINE:g} s" in hostile["body"]["error"]["message"]
+    assert f"{DEADLINE:g} s (serve.request_deadline)" in hostile["body"]["error"]["message"]
     assert hostile["seconds"] < DEADLINE + OVERSHOOT
     assert len(ordinary) >= 3 and {status for _, status in ordinary} == {200}
     assert max(seconds for seconds, _ in ordinary) < OVERSHOOT
@@ -91,6 +91,7 @@ def test_most_expensive_request_is_cut_while_ordinary_readers_are_answered(serve
 @pytest.mark.parametrize("params,field,limit", [
     ({"cue": {"depth": 10}}, "params.cue.depth", "serve.request_limits.cue_depth"),
     ({"cue": {"beam": 100}}, "params.cue.beam", "serve.request_limits.cue_beam"),
+    ({"cue": {"beam": "100"}}, "params.cue.beam", "serve.request_limits.cue_beam"),  # the settings would read "100" as 100
     ({"cue": {"top_k": 11}}, "params.cue.top_k", "serve.request_limits.cue_top_k"),
     ({"cue": {"chunks": 1000}}, "params.cue.chunks", "serve.request_limits.cue_chunks"),
     ({"concept": {"depth": 6}}, "params.concept.depth", "serve.request_limits.concept_depth"),
@@ -106,7 +107,7 @@ def test_parameters_over_the_server_limits_are_refused(server, params, field, li
 
 @pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN"])
 def test_non_finite_numbers_are_refused(server, literal):
-    body = '{"query": "harbor", "method": "ppr", "params": {"ppr": {"text_weight": %s}}}' % literal
+    body = '{"query": "harbor", "method": "ppr", "params": {"ppr": {"text_weight": LITERAL}}}'.replace("LITERAL", literal)  # not JSON, but Python's json reads it
     response = httpx.post(f"{server.url}/v1/retrieve", content=body, headers={**auth("guest"), "Content-Type": "application/json"}, timeout=60)
     assert response.status_code == 422 and "ppr.text_weight" in response.json()["error"]["message"]
 
@@ -181,3 +182,27 @@ def test_sigterm_stops_the_server_within_seconds_during_an_expensive_request(cue
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_model_lock_is_granted_in_arrival_order():
+    """A caller that takes the model call after call (a long rerank) cannot jump ahead of one
+    already waiting: each waiter waits for at most the calls queued before it."""
+    lock = FairLock()
+    order: list[str] = []
+    waiting = threading.Event()
+
+    def one_call() -> None:
+        waiting.set()
+        with lock:
+            order.append("reader")
+
+    with lock:
+        order.append("batch 1")
+        reader = threading.Thread(target=one_call)
+        reader.start()
+        waiting.wait()
+        time.sleep(0.2)  # the reader is now queued for the lock
+    with lock:  # the long caller comes straight back for its next batch
+        order.append("batch 2")
+    reader.join()
+    assert order == ["batch 1", "reader", "batch 2"]
