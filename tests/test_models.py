@@ -53,3 +53,33 @@ def test_models_are_local_folders_only(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match="colbert_linear.pt, sparse_linear.pt"):
         BgeM3Embedder(str(tmp_path), "cpu", 8)
+
+
+def test_query_and_passage_prompts_go_before_the_text(tmp_path):
+    """e5/BGE-style instructions: passages and questions get their own prompt; the cache keys the prompted text."""
+    import numpy as np
+
+    from hopgraph.config import EmbeddingConfig
+    from hopgraph.models import load_embedder
+
+    plain = load_embedder(EmbeddingConfig(cache=""))
+    prompted = load_embedder(EmbeddingConfig(cache=str(tmp_path / "v.sqlite"), query_prompt="query: ", passage_prompt="passage: "), cached=True)
+    text = "The Halvern Harbor Institute was founded in 1931."
+    assert np.allclose(prompted.encode([text])[0], plain.encode(["passage: " + text])[0], atol=1e-5)
+    assert np.allclose(prompted.encode_queries([text])[0], plain.encode(["query: " + text])[0], atol=1e-5)
+    assert np.allclose(plain.encode_queries([text])[0], plain.encode([text])[0], atol=1e-6)  # no prompts: the same vectors
+    assert not np.allclose(prompted.encode([text])[0], plain.encode([text])[0], atol=1e-3)
+
+
+def test_embedding_backends_come_from_the_registry():
+    import pytest
+
+    from hopgraph.config import EmbeddingConfig
+    from hopgraph.errors import ConfigError
+    from hopgraph.models import EMBEDDING_BACKENDS, load_embedder
+
+    assert {"sentence-transformers", "bge-m3"} <= set(EMBEDDING_BACKENDS)
+    with pytest.raises(ConfigError, match="not registered; choose one of sentence-transformers, bge-m3"):
+        load_embedder(EmbeddingConfig(backend="word2vec", cache=""))
+    with pytest.raises(ConfigError, match="takes no query/passage prompts"):
+        load_embedder(EmbeddingConfig(backend="bge-m3", query_prompt="query: ", cache=""))

@@ -75,7 +75,7 @@ class BiEncoderReranker:
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0, dtype=np.float32)
-        q = self.embedder.encode([query])[0]
+        q = self.embedder.encode_queries([query])[0]
 
         def one_batch(batch: Sequence[str]) -> np.ndarray:
             return embed_long_texts(self.embedder, list(batch), window_tokens=self.window_tokens, encoding=self.encoding) @ q

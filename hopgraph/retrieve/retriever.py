@@ -37,7 +37,7 @@ class Retriever:
         return Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
 
     def embed(self, questions: list[str]) -> np.ndarray:
-        return self.embedder.encode(questions)
+        return self.embedder.encode_queries(questions)
 
     def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
                  metadata_filter: MetadataFilter | None = None, vector: np.ndarray | None = None,

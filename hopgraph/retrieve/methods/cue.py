@@ -126,7 +126,7 @@ def anchor_entities(index: LoadedIndex, graph: CueGraph, query: Query, usable: n
     reachable = graph.entity_units @ usable.astype(np.float32) > 0
     names = query_entities(query.text) if cfg.spreading_activation else []
     if names and reachable.any():
-        name_vectors = load_embedder(index.config.embedding).encode(names)
+        name_vectors = load_embedder(index.config.embedding).encode_queries(names)
         similarity = index.array("cue_entity_vectors") @ name_vectors.T
         for column in similarity.T:
             nearest = top_indices(np.where(reachable, column, -np.inf), cfg.top_k)
