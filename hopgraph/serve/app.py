@@ -209,7 +209,9 @@ class GuardMiddleware:
 
             try:
                 await self.app(scope, receive_counting, send_guarded)
-            except _BodyTooLarge:
+            except Exception:  # the cut-off read, or whatever it led to inside the app
+                if not state["too_large"]:
+                    raise
                 if not state["started"]:
                     await too_large(scope, receive, send_recording)
         finally:
