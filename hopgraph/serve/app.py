@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import re
 import threading
 import time
@@ -24,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hopgraph import __version__
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.documents import Document
-from hopgraph.errors import ConfigError, HopgraphError, InputError, LLMUnavailableError
+from hopgraph.errors import ConfigError, HopgraphError, InputError, LLMUnavailableError, QueueFullError
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
@@ -199,8 +200,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     def reader_filter(who: Principal, where: dict[str, Any]) -> MetadataFilter:
         return MetadataFilter(groups=who.groups, allow_unrestricted=serve.unrestricted_documents == "everyone", where=where)
 
-    def run_retrieval(request: Request, body: RetrieveRequest, who: Principal) -> tuple[Snapshot, RetrievalResult]:
-        snap = holder.current
+    def run_retrieval(request: Request, body: RetrieveRequest, who: Principal, snap: Snapshot) -> tuple[Snapshot, RetrievalResult]:
         method = body.method or config.retrieval.method
         request.state.method = method if method in METHODS else "unknown"
         if method not in METHODS:
@@ -245,13 +245,15 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     @app.post("/v1/retrieve", tags=["query"])
     def retrieve(request: Request, body: RetrieveRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
         """Context and provenance (piece, chunk, documents, graph path) the reader is allowed to see."""
-        snap, result = run_retrieval(request, body, who)
+        with holder.snapshot() as snap:
+            snap, result = run_retrieval(request, body, who, snap)
         return {**result.to_dict(), "version": snap.version}
 
     @app.post("/v1/answer", tags=["query"])
     def answer(request: Request, body: RetrieveRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
         """An answer with citations and the evidence path; 503 if the LLM backend is down or slow."""
-        snap, result = run_retrieval(request, body, who)
+        with holder.snapshot() as snap:
+            snap, result = run_retrieval(request, body, who, snap)
         (reply,), usage = answer_many(llm, [result], config.answer)
         metrics.llm_tokens.labels("prompt").inc(usage.prompt_tokens)
         metrics.llm_tokens.labels("completion").inc(usage.completion_tokens)
@@ -276,7 +278,10 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             except ValueError as exc:
                 raise APIError(422, "invalid_request", f"document {d.id!r}: {exc}") from None
             documents.append(Document(id=d.id, text=d.text, title=d.title, source=d.source or "api", metadata=metadata))
-        return jobs.submit(documents, [])
+        try:
+            return jobs.submit(documents, [])
+        except QueueFullError as exc:
+            raise APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from None
 
     @app.delete("/v1/documents/{doc_id}", tags=["documents"], status_code=202)
     def delete(doc_id: str, who: Principal = Depends(admin)) -> dict[str, Any]:
@@ -285,10 +290,12 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             return jobs.submit([], [doc_id])
         except InputError:  # the only way a single delete can fail validation
             raise APIError(404, "unknown_document", f"no document {doc_id!r} in the index or its queued updates") from None
+        except QueueFullError as exc:
+            raise APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from None
 
     @app.get("/v1/jobs/{job_id}", tags=["documents"])
     def job(job_id: str, who: Principal = Depends(admin)) -> dict[str, Any]:
-        """Status of an update job: queued, running, done (with the version it published) or failed (with why)."""
+        """Status of an update job: queued, running, publishing (built, the server is switching to it), done (served now, with its version) or failed (with why)."""
         try:
             return jobs.job(job_id)
         except InputError:
