@@ -139,7 +139,7 @@ class JobRunner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._child: subprocess.Popen | None = None
-        self._crashes = 0  # consecutive worker deaths with no job started (attempts are in the job records otherwise)
+        self._crashes = 0  # consecutive worker deaths (jobs also record the attempts that started)
         self.publish_seconds: list[dict[str, float]] = []  # per build: worker run, worker exit → switch
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
 
@@ -221,11 +221,9 @@ class JobRunner:
         if code == 1 and not running:  # the worker recorded the jobs' failure itself
             self._crashes = 0
             return exited
-        if running:
-            attempts = max(j.get("attempts", 1) for j in running)
-        else:  # died before starting a job
-            self._crashes += 1
-            attempts = self._crashes
+        # A worker may die before it records its attempt: count deaths here too.
+        self._crashes += 1
+        attempts = max([self._crashes, *(j.get("attempts", 0) for j in running)])
         if attempts >= self.config.serve.job_attempts:
             self._crashes = 0
             failed = versions.fail_unfinished(self.root, f"{reason}; gave up after {attempts} attempts")
