@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
 from hopgraph.index import versions
 from hopgraph.retrieve.methods import LLM_FREE
