@@ -6,9 +6,10 @@ Keys are hashes of (model, text); values are stored in SQLite (WAL mode, safe ac
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -77,3 +78,37 @@ class CachedEmbedder:
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         return out
+
+
+class JsonCache:
+    """JSON values keyed by (model, text): per-text results of a model that are not vectors
+    (e.g. spaCy entities), so a rebuild repeats model work only for texts it has not seen."""
+
+    def __init__(self, path: str | Path, model: str):
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.model = model
+        self._db = sqlite3.connect(self.path, timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value TEXT NOT NULL)")
+
+    def _key(self, text: str) -> bytes:
+        return hashlib.sha256(f"{self.model}\0{text}".encode("utf-8")).digest()
+
+    def get_many(self, texts: Sequence[str]) -> list[Any]:
+        """The stored value per text, None where there is none."""
+        keys = [self._key(t) for t in texts]
+        found: dict[bytes, Any] = {}
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+            rows = self._db.execute(f"SELECT key, value FROM results WHERE key IN ({','.join('?' * len(batch))})", batch)
+            found.update((k, json.loads(v)) for k, v in rows)
+        return [found.get(k) for k in keys]
+
+    def put_many(self, texts: Sequence[str], values: Sequence[Any]) -> None:
+        rows = [(self._key(t), json.dumps(v, ensure_ascii=False)) for t, v in zip(texts, values)]
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO results (key, value) VALUES (?, ?)", rows)
+
+    def close(self) -> None:
+        self._db.close()

@@ -9,14 +9,17 @@ for the rest; :func:`write_cue_graph` links units to their chunks and to their s
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import math
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
+from hopgraph.cache import JsonCache
 from hopgraph.errors import DependencyError, InputError
 from hopgraph.kernels import cosine_topk, normalize_rows
 from hopgraph.models import count_tokens
@@ -220,6 +223,7 @@ def _ner():
         raise DependencyError(f"CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' {SPACY_MODEL.replace('_', '-')}==3.8.0") from None
 
 
+NORMALISATION = "v1"  # bump when normalise_entity changes: cached entity names are stored normalised
 _ARTICLE = re.compile(r"^(the|a|an) ")
 _POSSESSIVE = re.compile(r"['’]s\b")
 
@@ -231,8 +235,8 @@ def normalise_entity(name: str) -> str:
     return _ARTICLE.sub("", text)
 
 
-def _entities(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
-    """(normalised name, label) per text, each name once, in order of appearance."""
+def _ner_texts(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """(normalised name, label) per text from spaCy, each name once, in order of appearance."""
     found = []
     for doc in _ner().pipe(texts, batch_size=256):
         names: dict[str, str] = {}
@@ -244,18 +248,44 @@ def _entities(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
     return found
 
 
+def _ner_model_key() -> str:
+    """What an entity result depends on besides the text: model, its spaCy version, normalisation."""
+    try:
+        version = importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        version = "absent"
+    return f"{SPACY_MODEL}:spacy-{version}:{NORMALISATION}"
+
+
+def _entities(texts: Sequence[str], cache: str | Path | None = None) -> list[list[tuple[str, str]]]:
+    """(normalised name, label) per text; with ``cache`` (a SQLite file) only texts it lacks go to spaCy."""
+    if cache is None:
+        return _ner_texts(texts)
+    store = JsonCache(cache, _ner_model_key())
+    try:
+        found = store.get_many(texts)
+        missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
+        fresh = dict(zip(missing, _ner_texts(missing))) if missing else {}
+        store.put_many(list(fresh), list(fresh.values()))
+    finally:
+        store.close()
+    return [[(name, label) for name, label in (f if f is not None else fresh[t])] for t, f in zip(texts, found)]
+
+
 def query_entities(text: str) -> list[str]:
     """Normalised spaCy entity names of a question (Alg. 4 line 4, spaCy in place of the LLM)."""
     return [name for name, _ in _entities([text])[0]]
 
 
 def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], unit_source: Sequence[str],
-                    embed: Callable[[list[str]], np.ndarray]) -> dict[str, int]:
+                    embed: Callable[[list[str]], np.ndarray], entity_cache: str | Path | None = None) -> dict[str, int]:
     """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
 
     ``chunk_units[c]`` are chunk c's knowledge units (LLM units or sentences), ``unit_source`` the
     origin of each unit in flattened order. Blank units are dropped with their source label.
     Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays.
+    ``entity_cache`` (a SQLite file) keeps spaCy's entities per text, so a rebuild runs NER only
+    on new units.
     """
     chunks = store.read_table("chunks")
     if len(chunk_units) != len(chunks["text"]):
@@ -267,7 +297,7 @@ def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], uni
     owner = [c for c, _, _ in kept]
     texts = [t for _, t, _ in kept]
     sources = [s for _, _, s in kept]
-    per_unit = _entities(texts)
+    per_unit = _entities(texts, entity_cache)
     entity_ids: dict[str, int] = {}
     labels: dict[str, Counter] = {}
     indptr, indices = [0], []

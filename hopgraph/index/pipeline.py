@@ -175,7 +175,8 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
             chunk_units[c], sources[c] = found, ["llm"] * len(found)
         else:
             sources[c] = ["fallback"] * len(chunk_units[c])
-    counts = cue.write_cue_graph(ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts))
+    entity_cache = Path(cfg.embedding.cache).expanduser().with_name("entities.sqlite") if cfg.embedding.cache else None
+    counts = cue.write_cue_graph(ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts), entity_cache)
     ctx.usage = usage.to_dict()
     return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
 

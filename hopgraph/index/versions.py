@@ -19,9 +19,11 @@ version ""):
     INDEX/cache/                        vector / completion caches when the index was built without
 
 Every file is written atomically and CURRENT only ever names a complete version, so readers open
-either the old version or the new one, never a mix. A job's ``base`` (the version it edits) is
-recorded when it first starts, so jobs queued behind each other compose and a resumed job
-recomputes exactly the same corpus.
+either the old version or the new one, never a mix. Jobs queued together are coalesced into one
+*batch*: one build of the corpus they produce together, published as the version named after the
+batch's last job. A batch's members and its ``base`` (the version it edits) are recorded in every
+member's record when it first starts, so a resumed batch recomputes exactly the same corpus, and
+jobs queued while it runs form the next batch.
 
 Cost trade-off of ``chunking.pack_documents`` (default true): consecutive documents are cut as
 one token stream, so appending documents re-cuts only the last chunk, but deleting or replacing
@@ -42,11 +44,11 @@ from collections import Counter
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, LLMConfig, validate_config
 from hopgraph.documents import Document
-from hopgraph.errors import HopgraphError, IndexFormatError, InputError
+from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.pipeline import build_index
 from hopgraph.store import IndexStore, atomic_write
 
@@ -159,11 +161,19 @@ def _check_deletes(known: Sequence[str], delete: Sequence[str], where: str) -> N
 
 
 # ------------------------------------------------------------------------------------ jobs
-def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[str]) -> dict[str, Any]:
+def _retry_after(jobs: Sequence[dict[str, Any]], default: float = 30.0) -> float:
+    """Seconds until a queue slot is likely free: the duration of the last finished build."""
+    seconds = [j["seconds"] for j in jobs if j["status"] == "done" and j.get("seconds")]
+    return max(1.0, float(seconds[-1])) if seconds else default
+
+
+def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[str], *,
+                  max_queued: int | None = None) -> dict[str, Any]:
     """Queue an update (an added id that exists replaces it) and return its record; does not run it.
 
     Deletes are checked against the corpus the queue will produce (the live version with every
-    unfinished job applied), so nothing is accepted that cannot run.
+    unfinished job applied), so nothing is accepted that cannot run. With ``max_queued``, a
+    submission that would leave more unfinished jobs than that raises :class:`QueueFullError`.
     """
     root = Path(root)
     delete = list(dict.fromkeys(delete))
@@ -176,6 +186,10 @@ def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[st
     IndexStore(live_root(root)).require_complete()
     with _locked(root, ".submit.lock"):
         jobs = list_jobs(root)  # before the live version: a job finishing now is then counted twice, never lost
+        unfinished = sum(job["status"] in UNFINISHED for job in jobs)
+        if max_queued is not None and unfinished >= max_queued:
+            raise QueueFullError(f"{root}: {unfinished} update jobs are queued or running, the limit is {max_queued}; "
+                                 "try again when one has finished", retry_after=_retry_after(jobs))
         ids = IndexStore(live_root(root)).read_table("documents")["id"]
         for job in jobs:
             if job["status"] in UNFINISHED:
@@ -188,7 +202,7 @@ def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[st
         lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
         atomic_write(_job_path(root, job_id, ".documents.jsonl"), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
         record = {"id": job_id, "kind": "update", "status": "queued", "created": _now(), "started": None, "finished": None,
-                  "add": add_ids, "delete": delete, "base": None, "version": None, "error": None}
+                  "add": add_ids, "delete": delete, "base": None, "batch": None, "attempts": 0, "version": None, "error": None}
         _write_job(root, record)
     return record
 
@@ -198,62 +212,94 @@ def _job_documents(root: Path, job_id: str) -> list[Document]:
     return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
-def _finish(root: Path, record: dict[str, Any], seconds: float | None) -> dict[str, Any]:
-    manifest = IndexStore(version_dir(root, record["id"])).read_manifest()
+def _finish(root: Path, batch: list[dict[str, Any]], leader: str, seconds: float | None) -> list[dict[str, Any]]:
+    """Record every member of a published batch as done with the batch's version."""
+    manifest = IndexStore(version_dir(root, leader)).read_manifest()
     stages = manifest["stages"]
-    record.update(status="done", finished=_now(), version=record["id"], error=None, counts=manifest["counts"],
-                  stage_seconds={name: rec["seconds"] for name, rec in stages.items()},
-                  llm={name: rec["llm"] for name, rec in stages.items() if "llm" in rec})
-    if seconds is not None:
-        record["seconds"] = round(seconds, 3)
-    _write_job(root, record)
-    return record
+    for record in batch:
+        record.update(status="done", finished=_now(), version=leader, error=None, counts=manifest["counts"],
+                      stage_seconds={name: rec["seconds"] for name, rec in stages.items()},
+                      llm={name: rec["llm"] for name, rec in stages.items() if "llm" in rec})
+        if seconds is not None:
+            record["seconds"] = round(seconds, 3)
+        _write_job(root, record)
+    return batch
 
 
-def _run(root: Path, record: dict[str, Any], llm: LLMConfig | None, progress: bool, stop_after: str | None = None) -> dict[str, Any]:
-    """Run (or resume) one job; the caller holds the job lock."""
-    job_id, live = record["id"], live_version(root)
-    if record["status"] == "done":
-        return record
-    if live == job_id:  # killed after switching CURRENT, before recording it
-        return _finish(root, record, None)
+def _compose(root: Path, base: str, batch: list[dict[str, Any]]) -> list[Document]:
+    """The corpus after applying every job of ``batch`` in order to version ``base``; records
+    each job's own document counts."""
+    base_docs = read_documents(version_dir(root, base))
+    by_id = {d.id: d for d in base_docs}
+    ids = [d.id for d in base_docs]
+    for record in batch:
+        _check_deletes(ids, record["delete"], f"version {base or 'root'!r} with the jobs before {record['id']} applied")
+        added = _job_documents(root, record["id"])
+        replaced = set(record["add"]) - set(record["delete"])
+        after = _apply(ids, record["add"], record["delete"])
+        record["documents"] = {"before": len(ids), "added": len(added), "deleted": len(record["delete"]),
+                               "replaced": sum(i in replaced for i in ids), "after": len(after)}
+        by_id.update((d.id, d) for d in added)  # an added document wins over the one it replaces
+        ids = after
+    return [by_id[i] for i in ids]
+
+
+def _run(root: Path, batch: list[dict[str, Any]], llm: LLMConfig | None, progress: bool,
+         stop_after: str | None = None) -> list[dict[str, Any]]:
+    """Run (or resume) one batch of jobs as one build; the caller holds the job lock."""
+    leader, live = batch[-1]["id"], live_version(root)
+    if live == leader:  # killed after switching CURRENT, before recording every member
+        return _finish(root, batch, leader, None)
     started = time.perf_counter()
     try:
-        if record["base"] is None:
-            record["base"] = live
-        elif record["base"] != live:
-            raise IndexFormatError(f"job {job_id} edits version {record['base'] or 'root'!r} but {live or 'root'!r} is live now "
+        base = batch[0]["base"]
+        if base is None:
+            base = live
+        elif base != live:
+            raise IndexFormatError(f"job {batch[0]['id']} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
                                    "(the live version was moved outside the job queue); submit the update again")
-        record.update(status="running", started=_now(), error=None)
-        _write_job(root, record)
-        base_dir = version_dir(root, record["base"])
-        manifest = IndexStore(base_dir).require_complete()
-        base_docs = read_documents(base_dir)
-        _check_deletes([d.id for d in base_docs], record["delete"], f"version {record['base'] or 'root'!r}")
-        added = _job_documents(root, job_id)
-        by_id = {d.id: d for d in [*base_docs, *added]}  # an added document wins over the one it replaces
-        documents = [by_id[i] for i in _apply([d.id for d in base_docs], record["add"], record["delete"])]
-        replaced = set(record["add"]) - set(record["delete"])
-        record["documents"] = {"before": len(base_docs), "added": len(added), "deleted": len(record["delete"]),
-                               "replaced": sum(d.id in replaced for d in base_docs), "after": len(documents)}
-        target = version_dir(root, job_id)
+        for record in batch:
+            record.update(status="running", started=_now(), error=None, base=base, batch=[r["id"] for r in batch],
+                          attempts=record.get("attempts", 0) + 1)
+            _write_job(root, record)
+        manifest = IndexStore(version_dir(root, base)).require_complete()
+        documents = _compose(root, base, batch)
+        target = version_dir(root, leader)
         if target.exists() and not IndexStore(target).exists():
             shutil.rmtree(target)  # killed before its first manifest: only temporary files inside
         if not build_index(documents, target, rebuild_config(root, manifest["config"], llm), progress=progress, stop_after=stop_after)["complete"]:
-            return record  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
-        atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{job_id}\n", encoding="utf-8"))
+            return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
+        atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
-        record.update(status="failed", finished=_now(), error=str(exc) or type(exc).__name__)
-        _write_job(root, record)
+        _mark_failed(root, batch, str(exc) or type(exc).__name__)
         if isinstance(exc, HopgraphError):
             raise
-        raise HopgraphError(f"update job {job_id} failed: {exc}") from exc
-    return _finish(root, record, time.perf_counter() - started)
+        raise HopgraphError(f"update job {leader} failed: {exc}") from exc
+    return _finish(root, batch, leader, time.perf_counter() - started)
+
+
+def _mark_failed(root: Path, batch: list[dict[str, Any]], reason: str) -> None:
+    for record in batch:
+        record.update(status="failed", finished=_now(), error=reason)
+        _write_job(root, record)
+
+
+def _next_batch(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The batch to run next: a started batch first (resumed exactly), else every queued job."""
+    unfinished = [j for j in jobs if j["status"] in UNFINISHED]
+    if not unfinished:
+        return []
+    members = unfinished[0].get("batch")
+    if members:
+        return [j for j in unfinished if j["id"] in members]
+    if unfinished[0]["status"] == "running":  # started before batches were recorded: resumed alone
+        return unfinished[:1]
+    return [j for j in unfinished if not j.get("batch")]
 
 
 def run_job(root: str | Path, job_id: str, *, llm: LLMConfig | None = None, progress: bool = False,
             stop_after: str | None = None) -> dict[str, Any]:
-    """Run one job (or retry a failed one) to completion and return its record.
+    """Run one job (with the batch it was started in, if any) to completion and return its record.
 
     Refused while an older job is unfinished: jobs apply in submission order. ``stop_after`` (a
     pipeline stage) ends the run there with the job still 'running', as a killed job is left.
@@ -261,35 +307,64 @@ def run_job(root: str | Path, job_id: str, *, llm: LLMConfig | None = None, prog
     root = Path(root)
     with _locked(root, ".lock"):
         record = read_job(root, job_id)
-        older = [j["id"] for j in list_jobs(root) if j["id"] < job_id and j["status"] in UNFINISHED]
+        if record["status"] == "done":
+            return record
+        jobs = list_jobs(root)
+        members = set(record.get("batch") or [job_id])
+        older = [j["id"] for j in jobs if j["id"] < job_id and j["status"] in UNFINISHED and j["id"] not in members]
         if older:
             raise InputError(f"job {older[0]} was submitted before {job_id} and has not finished; "
                              f"run `hopgraph update {root} --resume`")
-        return _run(root, record, llm, progress, stop_after)
+        batch = [j for j in jobs if j["id"] in members] if record["status"] in UNFINISHED else [record]
+        return next(r for r in _run(root, batch, llm, progress, stop_after) if r["id"] == job_id)
 
 
-def run_pending(root: str | Path, *, llm: LLMConfig | None = None, progress: bool = False) -> list[dict[str, Any]]:
-    """Run every queued job, and every job left 'running' by a process that died, oldest first.
+def run_pending(root: str | Path, *, llm: LLMConfig | None = None, progress: bool = False,
+                batches: int | None = None) -> list[dict[str, Any]]:
+    """Run every queued job, and every job left 'running' by a process that died, oldest first,
+    as few builds as possible (at most ``batches`` builds when given); returns their records.
 
     Holding the lock proves that no live process is running any of them. Stops at the first
     failure (raised); the jobs after it stay queued.
     """
     root = Path(root)
+    done: list[dict[str, Any]] = []
     with _locked(root, ".lock"):
-        return [_run(root, job, llm, progress) for job in list_jobs(root) if job["status"] in UNFINISHED]
+        while batches is None or batches > 0:
+            batch = _next_batch(list_jobs(root))
+            if not batch:
+                break
+            done += _run(root, batch, llm, progress)
+            batches = None if batches is None else batches - 1
+    return done
 
 
-def collect_garbage(root: str | Path, keep: int = 2) -> list[str]:
-    """Delete version directories that are not live, not among the newest ``keep`` finished ones,
-    and not used by an unfinished job; returns their names. Readers still holding a removed
-    version should reopen the index (``keep`` ≥ 1 spares the previous live version)."""
+def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:
+    """Mark the next batch (the one a dead worker was running) failed with ``reason``; returns it.
+
+    Waits for the job lock, so it never touches a batch a live process is running."""
+    root = Path(root)
+    with _locked(root, ".lock"):
+        batch = _next_batch(list_jobs(root))
+        _mark_failed(root, batch, reason)
+    return batch
+
+
+def collect_garbage(root: str | Path, keep: int = 2, protect: Callable[[], Iterable[str]] = tuple) -> list[str]:
+    """Delete version directories that are not live, not among the newest ``keep`` published ones,
+    not used by an unfinished job and not named by ``protect()`` (versions readers still use,
+    asked for under the job lock, so no job can publish in between); returns their names. Readers
+    still holding a removed version should reopen the index (``keep`` ≥ 1 spares the previous live
+    version)."""
     root = Path(root)
     folder = root / VERSIONS
     with _locked(root, ".lock"):
         jobs = list_jobs(root)
         done = [j["id"] for j in jobs if j["status"] == "done"]
-        protected = {live_version(root), *(done[-keep:] if keep > 0 else [])}
-        protected |= {name for j in jobs if j["status"] in UNFINISHED for name in (j["id"], j["base"]) if name}
+        published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
+        protected = {live_version(root), *(published[-keep:] if keep > 0 else []), *protect()}
+        protected |= {name for j in jobs if j["status"] in UNFINISHED
+                      for name in (j["id"], j["base"], *(j.get("batch") or [])) if name}
         removed = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in protected) if folder.is_dir() else []
         for name in removed:
             shutil.rmtree(folder / name)

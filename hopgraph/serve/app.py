@@ -40,6 +40,7 @@ from hopgraph.errors import (
     InputError,
     LLMRequestError,
     LLMUnavailableError,
+    QueueFullError,
 )
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.llm import open_llm
@@ -312,8 +313,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             raise APIError(422, "invalid_filter", f"where: {exc}") from None
         return MetadataFilter(groups=who.groups, allow_unrestricted=serve.unrestricted_documents == "everyone", where=where)
 
-    def run_retrieval(request: Request, body: RetrieveRequest, who: Principal) -> tuple[Snapshot, RetrievalResult]:
-        snap = holder.current
+    def run_retrieval(request: Request, body: RetrieveRequest, who: Principal, snap: Snapshot) -> tuple[Snapshot, RetrievalResult]:
         method = body.method or config.retrieval.method
         request.state.method = method if method in METHODS else "unknown"
         if method not in METHODS:
@@ -339,6 +339,11 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
                                                  deadline=serve.request_deadline)
         except DeadlineExceeded as exc:
             raise APIError(504, "deadline_exceeded", f"{exc} (serve.request_deadline)") from None
+
+    def retrieval_in_snapshot(request: Request, body: RetrieveRequest, who: Principal) -> tuple[Snapshot, RetrievalResult]:
+        """The retrieval under a counted snapshot: garbage collection spares its version until it ends."""
+        with holder.snapshot() as snap:
+            return run_retrieval(request, body, who, snap)
 
     def finite(payload: dict[str, Any]) -> dict[str, Any]:
         """JSON has no Infinity/NaN: a result with one is refused, never sent as null or as a bare literal."""
@@ -374,14 +379,14 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     @app.post("/v1/retrieve", tags=["query"])
     def retrieve(request: Request, body: RetrieveRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
         """Context and provenance (piece, chunk, documents, graph path) the reader is allowed to see."""
-        snap, result = run_retrieval(request, body, who)
+        snap, result = retrieval_in_snapshot(request, body, who)
         return finite({**result.to_dict(), "version": snap.version})
 
     @app.post("/v1/answer", tags=["query"])
     async def answer(request: Request, body: RetrieveRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
         """An answer with citations and the evidence path; 503 with Retry-After if the LLM backend is down or slow or
         every answer slot stays busy for serve.answer_timeout; ``evidence_dropped`` counts evidence left out to fit the model's context."""
-        snap, result = await run_in_threadpool(run_retrieval, request, body, who)
+        snap, result = await run_in_threadpool(retrieval_in_snapshot, request, body, who)
         evidence = finite(result.to_dict())["evidence"]
         try:
             await asyncio.wait_for(answer_slots.acquire(), serve.answer_timeout)
@@ -415,7 +420,10 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             except ValueError as exc:
                 raise APIError(422, "invalid_request", f"document {shown(d.id)}: {exc}") from None
             documents.append(Document(id=d.id, text=d.text, title=d.title, source=d.source or "api", metadata=metadata))
-        return jobs.submit(documents, [])
+        try:
+            return jobs.submit(documents, [])
+        except QueueFullError as exc:
+            raise APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from None
 
     @app.delete("/v1/documents/{doc_id:path}", tags=["documents"], status_code=202)
     def delete(doc_id: str, who: Principal = Depends(admin)) -> dict[str, Any]:
@@ -424,10 +432,12 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             return jobs.submit([], [doc_id])
         except InputError:  # the only way a single delete can fail validation
             raise APIError(404, "unknown_document", f"no document {shown(doc_id)} in the index or its queued updates") from None
+        except QueueFullError as exc:
+            raise APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from None
 
     @app.get("/v1/jobs/{job_id}", tags=["documents"])
     def job(job_id: str, who: Principal = Depends(admin)) -> dict[str, Any]:
-        """Status of an update job: queued, running, done (with the version it published) or failed (with why)."""
+        """Status of an update job: queued, running, publishing (built, the server is switching to it), done (served now, with its version) or failed (with why)."""
         try:
             return jobs.job(job_id)
         except InputError:

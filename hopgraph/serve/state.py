@@ -8,14 +8,17 @@ next version beside the live one; the server loads it completely before switchin
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import threading
 import time
+import traceback
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.index import versions
@@ -58,11 +61,17 @@ class Snapshot:
 
 
 class IndexHolder:
-    """The live snapshot, replaced whole when a job has published a new version."""
+    """The live snapshot, replaced whole when a job has published a new version.
+
+    Requests take the snapshot with ``with holder.snapshot() as snap:``; while any request holds
+    a version it is counted here, and garbage collection spares it (:meth:`versions_in_use`).
+    """
 
     def __init__(self, root: Path, config: HopgraphConfig):
         self.root, self.config = root, config
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one load at a time
+        self._state = threading.Lock()  # the live snapshot and the reader counts, changed together
+        self._readers: Counter[str] = Counter()
         self._snapshot = self._open()
 
     def _open(self) -> Snapshot:
@@ -77,26 +86,61 @@ class IndexHolder:
 
     @property
     def current(self) -> Snapshot:
+        """The live snapshot, not counted as in use: for a glance (health, metrics), not a request."""
         return self._snapshot
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """The live snapshot, counted as in use until the block ends (its version is not collected)."""
+        with self._state:
+            snap = self._snapshot
+            self._readers[snap.version] += 1
+        try:
+            yield snap
+        finally:
+            with self._state:
+                self._readers[snap.version] -= 1
+                if self._readers[snap.version] <= 0:
+                    del self._readers[snap.version]
+
+    def versions_in_use(self) -> set[str]:
+        """The live version and every version a request still reads."""
+        with self._state:
+            return {self._snapshot.version, *self._readers}
 
     def refresh(self) -> bool:
         """Switch to the live version on disk if it changed; True if it did."""
         with self._lock:
             if versions.live_root(self.root) == self._snapshot.index.store.root:
                 return False
-            self._snapshot = self._open()
+            fresh = self._open()
+            with self._state:
+                self._snapshot = fresh
             return True
 
 
 class JobRunner:
-    """Starts the worker child when jobs are queued and refreshes the holder when it ends."""
+    """Starts the worker child when jobs are queued, switches the holder to what it published,
+    then collects old versions.
 
-    def __init__(self, root: Path, holder: IndexHolder, config: HopgraphConfig):
+    The worker runs one batch (all jobs queued when it starts) and exits, so the holder switches
+    after every build, not after a queue that keeps growing. A job is reported 'publishing' until
+    the holder serves its version. A worker that dies without recording an outcome (killed, out
+    of memory) is restarted after a growing delay; after ``serve.job_attempts`` attempts its jobs
+    end 'failed' with the reason. Every error in the loop is logged and the loop goes on.
+    """
+
+    IDLE_WAIT = 5.0  # seconds between looks at the queue when nobody wakes the loop
+
+    def __init__(self, root: Path, holder: IndexHolder, config: HopgraphConfig, *, backoff: float = 1.0):
         self.root, self.holder, self.config = root, holder, config
+        self.backoff = backoff
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._child: subprocess.Popen | None = None
+        self._crashes = 0  # consecutive worker deaths (jobs also record the attempts that started)
+        self.publish_seconds: list[dict[str, float]] = []  # per build: worker run, worker exit → switch
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
 
     def start(self) -> None:
@@ -113,38 +157,77 @@ class JobRunner:
                 self._child.wait(timeout=30)
 
     def submit(self, add: list[Any], delete: list[str]) -> dict[str, Any]:
-        job = versions.submit_update(self.root, add, delete)
+        """Queue a job; QueueFullError when serve.max_queued_jobs are unfinished."""
+        job = versions.submit_update(self.root, add, delete, max_queued=self.config.serve.max_queued_jobs)
         self._wake.set()
         return job
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """The job record; InputError for an id that is not one (ids are checked against a pattern)."""
-        return versions.read_job(self.root, job_id)
+        """The job record; 'done' only once the server answers from its version (before that,
+        'publishing'). InputError for an id that is not one (ids are checked against a pattern)."""
+        record = versions.read_job(self.root, job_id)
+        if record["status"] == "done" and (record.get("version") or "") > self.holder.current.version:
+            record = {**record, "status": "publishing"}
+        return record
 
     def queue_depth(self) -> int:
         return sum(1 for job in versions.list_jobs(self.root) if job["status"] in versions.UNFINISHED)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=5)
+            self._wake.wait(timeout=self.IDLE_WAIT)
             self._wake.clear()
             if self._stop.is_set():
                 break
-            if self.queue_depth():
-                self._run_child()
             try:
-                self.holder.refresh()
-            except Exception as exc:  # keep serving the old snapshot; the next pass tries again
-                print(f"hopgraph serve: cannot load the new index version: {exc}", file=sys.stderr, flush=True)
+                self._pass()
+            except Exception:  # noqa: BLE001 - the loop must outlive any one failure; the next pass retries
+                print("hopgraph serve: update job loop error (retrying):\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+                self._stop.wait(1.0)
 
-    def _run_child(self) -> None:
+    def _pass(self) -> None:
+        """One round: run the next batch if any, switch to what is live, collect old versions."""
+        exited = None
+        if self.queue_depth():
+            exited = self._run_child()
+            if self.queue_depth():
+                self._wake.set()  # more batches (or a retry) follow without waiting
+        try:
+            if self.holder.refresh() and exited is not None:
+                self.publish_seconds.append({"exit_to_switch": round(time.monotonic() - exited, 3)})
+        except Exception as exc:  # keep serving the old snapshot; the next pass tries again
+            print(f"hopgraph serve: cannot load the new index version: {exc}", file=sys.stderr, flush=True)
+            return
+        removed = versions.collect_garbage(self.root, keep=self.config.serve.keep_versions, protect=self.holder.versions_in_use)
+        if removed:
+            print(f"hopgraph serve: removed old index versions {', '.join(removed)}", file=sys.stderr, flush=True)
+
+    def _run_child(self) -> float:
+        """Run the worker for one batch; returns when it exited (monotonic seconds)."""
         llm = json.dumps(self.config.llm.model_dump())
-        command = [sys.executable, "-m", "hopgraph.serve.worker", str(self.root), "--llm", llm, "--nice", str(self.config.serve.job_niceness)]
+        command = [sys.executable, "-m", "hopgraph.serve.worker", str(self.root), "--llm", llm,
+                   "--nice", str(self.config.serve.job_niceness), "--batches", "1"]
         with self._lock:
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()
         code = self._child.wait()
-        if code != 0:
-            print(f"hopgraph serve: update worker exited with {code} after {time.monotonic() - started:.1f} s "
-                  "(the job record says why; it resumes on the next submit or restart)", file=sys.stderr, flush=True)
-            time.sleep(1)
+        exited = time.monotonic()
+        if code == 0:
+            self._crashes = 0
+            return exited
+        running = [j for j in versions.list_jobs(self.root) if j["status"] == "running"]
+        reason = f"the update worker exited with {code}" + (f" (killed by signal {-code})" if code < 0 else "")
+        print(f"hopgraph serve: {reason} after {exited - started:.1f} s", file=sys.stderr, flush=True)
+        if code == 1 and not running:  # the worker recorded the jobs' failure itself
+            self._crashes = 0
+            return exited
+        # A worker may die before it records its attempt: count deaths here too.
+        self._crashes += 1
+        attempts = max([self._crashes, *(j.get("attempts", 0) for j in running)])
+        if attempts >= self.config.serve.job_attempts:
+            self._crashes = 0
+            failed = versions.fail_unfinished(self.root, f"{reason}; gave up after {attempts} attempts")
+            print(f"hopgraph serve: jobs {', '.join(j['id'] for j in failed)} failed after {attempts} attempts", file=sys.stderr, flush=True)
+        else:
+            self._stop.wait(self.backoff * 2 ** (min(attempts, 10) - 1))  # growing delay before the next attempt
+        return exited

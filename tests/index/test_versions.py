@@ -18,12 +18,13 @@ from click.testing import CliRunner
 from hopgraph.cli import main
 from hopgraph.config import ExtractionConfig
 from hopgraph.documents import Document
-from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.index import versions
+from hopgraph.errors import IndexFormatError, InputError, QueueFullError
+from hopgraph.index import cue, versions
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import IndexStore
 from tests.conftest import REPO, SAMPLE, SAMPLE_SETTINGS
 
 QUERIES = [
@@ -224,3 +225,68 @@ def test_llm_extraction_update_equals_rebuild_with_the_cached_standin(tmp_path, 
     assert rebuilt["counts"]["kg_entities"] == done["counts"]["kg_entities"] > 0
     # ...so the LLM methods retrieve the same evidence from both.
     assert evidence(tmp_path / "index", ("kg", "ket")) == evidence(tmp_path / "rebuild", ("kg", "ket"))
+
+
+def test_submit_beyond_the_queue_bound_is_refused(index):
+    first = versions.submit_update(index, [new_documents()[0]], [], max_queued=2)
+    versions.submit_update(index, [], ["press-2023"], max_queued=2)
+    with pytest.raises(QueueFullError, match="limit is 2") as refused:
+        versions.submit_update(index, [new_documents()[1]], [], max_queued=2)
+    assert refused.value.retry_after >= 1 and len(versions.list_jobs(index)) == 2  # nothing refused was queued
+    versions.run_pending(index)
+    assert versions.read_job(index, first["id"])["status"] == "done"
+    versions.submit_update(index, [new_documents()[1]], [], max_queued=2)  # room again once they ran
+
+
+def test_queued_jobs_are_coalesced_into_one_build(index, sample_documents):
+    """Two jobs queued together give one build and one version; each job records its own counts."""
+    insert = versions.submit_update(index, new_documents()[:2], [])
+    delete = versions.submit_update(index, [], ["tem-observatory", "press-2023"])
+    first, second = versions.run_pending(index)
+    assert (first["id"], second["id"]) == (insert["id"], delete["id"])
+    assert first["status"] == second["status"] == "done" and first["version"] == second["version"] == delete["id"]
+    assert first["documents"]["after"] == 7 and second["documents"] == {"before": 7, "added": 0, "deleted": 2, "replaced": 0, "after": 5}
+    assert sorted(p.name for p in (index / "versions").iterdir()) == [delete["id"]]
+    expected = [d.id for d in sample_documents[:5] if d.id != "press-2023"] + ["lismore-point"]
+    assert LoadedIndex(index).version == delete["id"] and LoadedIndex(index).documents["id"] == expected
+    # Garbage collection counts published versions, not jobs: the live one stays with keep=1.
+    assert versions.collect_garbage(index, keep=1) == [] and LoadedIndex(index).version == delete["id"]
+
+
+def test_killed_batch_resumes_as_the_same_batch(index):
+    """A batch stopped mid-build resumes with exactly its own jobs; jobs queued meanwhile are the next build."""
+    a = versions.submit_update(index, [new_documents()[0]], [])
+    stopped = versions.run_job(index, a["id"], stop_after="embed_units")
+    assert stopped["status"] == "running" and stopped["batch"] == [a["id"]]
+    b = versions.submit_update(index, [new_documents()[1]], [])
+    c = versions.submit_update(index, [], ["press-2023"])
+    done = versions.run_pending(index, batches=1)
+    assert [(j["id"], j["version"]) for j in done] == [(a["id"], a["id"])]
+    assert versions.read_job(index, b["id"])["status"] == versions.read_job(index, c["id"])["status"] == "queued"
+    assert [(j["id"], j["version"]) for j in versions.run_pending(index)] == [(b["id"], c["id"]), (c["id"], c["id"])]
+    assert LoadedIndex(index).version == c["id"] and LoadedIndex(index).documents["id"][-2:] == ["tem-observatory", "lismore-point"]
+    assert "press-2023" not in LoadedIndex(index).documents["id"]
+
+
+def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_documents, sample_config, monkeypatch):
+    """The CUE graph stage caches spaCy's entities per text: a second build repeats NER for nothing."""
+    nlp = cue._ner()
+    texts_seen: list[int] = []
+
+    class Counting:  # the real spaCy pipeline, counting the texts it is given
+        def pipe(self, texts, **kwargs):
+            texts = list(texts)
+            texts_seen.append(len(texts))
+            return nlp.pipe(texts, **kwargs)
+
+    monkeypatch.setattr(cue, "_ner", lambda: Counting())
+    config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / "cache" / "vectors.sqlite")}),
+                                              "extraction": ExtractionConfig(cue_alpha=0.0)})
+    first = build_index(sample_documents[:4], tmp_path / "a", config, progress=False)
+    assert sum(texts_seen) == first["counts"]["cue_units"] > 0
+    texts_seen.clear()
+    second = build_index(sample_documents[:4], tmp_path / "b", config, progress=False)
+    assert sum(texts_seen) == 0 and second["counts"]["cue_entities"] == first["counts"]["cue_entities"] > 0
+    assert IndexStore(tmp_path / "a").read_table("cue_entities") == IndexStore(tmp_path / "b").read_table("cue_entities")
+    build_index(sample_documents[:5], tmp_path / "c", config, progress=False)  # one more document: only its new units
+    assert 0 < sum(texts_seen) < first["counts"]["cue_units"]

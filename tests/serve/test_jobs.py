@@ -1,0 +1,122 @@
+"""Update jobs through the server over real HTTP: the queue bound, coalesced builds, garbage
+collection that spares versions in use, 'done' only once the server answers from the new version,
+and a worker that keeps dying."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+
+from hopgraph.index import versions
+from hopgraph.retrieve.methods import LLM_FREE
+from tests.serve import LiveServer, auth, wait_for_job, wait_until
+
+
+def configured(serve_config, **serve):
+    return serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update=serve)})
+
+
+def version_dirs(root: Path) -> list[str]:
+    folder = root / versions.VERSIONS
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def insert(client: httpx.Client, doc_id: str, text: str) -> httpx.Response:
+    return client.post("/v1/documents", json={"documents": [{"id": doc_id, "text": text, "title": doc_id}]}, headers=auth("admin"))
+
+
+def test_queue_bound_answers_429_and_queued_jobs_are_one_build(index_copy, serve_config):
+    with LiveServer(index_copy, configured(serve_config, max_queued_jobs=2)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        with versions._locked(index_copy, ".lock"):  # a job is running: the worker waits, the queue fills
+            first = insert(client, "tem-observatory", "The Tem Observatory opened in 1994 on the highest hill of Tem island.")
+            second = client.delete("/v1/documents/secret-ops", headers=auth("admin"))
+            refused = insert(client, "aster-bridge", "The Aster Bridge in Castel Brun was rebuilt in 1958.")
+        assert first.status_code == second.status_code == 202
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "queue_full"
+        assert int(refused.headers["retry-after"]) >= 1 and "limit is 2" in refused.json()["error"]["message"]
+        done = [wait_for_job(client, job.json()["id"], timeout=240) for job in (first, second)]
+        assert [j["status"] for j in done] == ["done", "done"]
+        assert done[0]["version"] == done[1]["version"] == second.json()["id"]  # one build published both
+        assert version_dirs(index_copy) == [second.json()["id"]]
+        ids = server.app.state.holder.current.doc_ids
+        assert "tem-observatory" in ids and "secret-ops" not in ids
+
+
+def test_deleted_document_is_gone_once_the_job_is_done(index_copy, serve_config):
+    query = {"query": "research vessel Long Reach ran aground near Tem MARROWGLEN survey", "budget": 2000}
+    with LiveServer(index_copy, serve_config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        before = client.post("/v1/retrieve", json={**query, "method": "ppr"}, headers=auth("admin")).json()
+        assert "secret-ops" in {d for ev in before["evidence"] for d in ev["doc_ids"]}
+        submitted = time.monotonic()
+        job = client.delete("/v1/documents/secret-ops", headers=auth("admin")).json()
+        statuses = set()
+        while True:  # poll as fast as a client could
+            record = client.get(f"/v1/jobs/{job['id']}", headers=auth("admin")).json()
+            statuses.add(record["status"])
+            if record["status"] in ("done", "failed"):
+                break
+            assert time.monotonic() - submitted < 240
+            time.sleep(0.02)
+        to_done = time.monotonic() - submitted
+        assert record["status"] == "done"
+        for method in LLM_FREE:  # the very next requests answer from the new version
+            body = client.post("/v1/retrieve", json={**query, "method": method}, headers=auth("admin")).json()
+            assert body["version"] == job["id"] and "secret-ops" not in {d for ev in body["evidence"] for d in ev["doc_ids"]}
+        [switch] = server.app.state.jobs.publish_seconds
+        print(f"submit → done {to_done:.2f} s, worker exit → switch {switch['exit_to_switch']:.2f} s, statuses {sorted(statuses)}")
+        assert switch["exit_to_switch"] < to_done
+
+
+def test_server_collects_old_versions_but_spares_those_in_use(index_copy, serve_config):
+    with LiveServer(index_copy, configured(serve_config, keep_versions=1)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        holder = server.app.state.holder
+        first = wait_for_job(client, insert(client, "note-0", "Note zero about the Sorvik ferry timetable.").json()["id"])
+        with holder.snapshot() as held:  # an in-flight request on the first version
+            assert held.version == first["version"]
+            for n in (1, 2):
+                job = wait_for_job(client, insert(client, f"note-{n}", f"Note {n} about the Sorvik ferry timetable.").json()["id"])
+                assert job["status"] == "done"
+            assert first["version"] in version_dirs(index_copy)  # still read: not collected
+            assert "note-0" in held.doc_ids and held.retriever.retrieve("Sorvik ferry timetable", method="ppr", budget=200).evidence
+        for n in (3, 4):
+            last = wait_for_job(client, client.delete(f"/v1/documents/note-{n - 3}", headers=auth("admin")).json()["id"])
+            assert last["status"] == "done"
+        wait_until(lambda: len(version_dirs(index_copy)) <= 2)  # keep_versions + the live one
+        assert first["version"] not in version_dirs(index_copy) and last["version"] in version_dirs(index_copy)
+        assert holder.versions_in_use() == {last["version"]}
+
+
+def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(index_copy, serve_config):
+    with LiveServer(index_copy, configured(serve_config, job_attempts=2)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        runner = server.app.state.jobs
+        runner.backoff = 0.2
+        # A corrupt job record makes the job loop's own queue check fail: the loop logs it and goes on.
+        corrupt = index_copy / versions.JOBS / "j000099-abcdef.json"
+        corrupt.parent.mkdir(exist_ok=True)
+        corrupt.write_text("{not json")
+        runner._wake.set()
+        time.sleep(1.0)
+        assert runner._thread.is_alive()
+        corrupt.unlink()
+        job = insert(client, "doomed", "A document whose update worker is killed every time.").json()
+        killed: set[int] = set()
+        deadline = time.monotonic() + 240
+        while (record := client.get(f"/v1/jobs/{job['id']}", headers=auth("admin")).json())["status"] not in ("done", "failed"):
+            child = runner._child
+            started = record["status"] == "running" and record.get("attempts", 0) > len(killed)
+            if started and child is not None and child.poll() is None and child.pid not in killed:
+                os.kill(child.pid, signal.SIGKILL)  # killed hard mid-build, as the kernel's OOM killer would
+                killed.add(child.pid)
+            assert time.monotonic() < deadline, "the job never ended"
+            time.sleep(0.05)
+        assert record["status"] == "failed" and len(killed) == 2 and record["attempts"] == 2
+        assert "signal 9" in record["error"] and "2 attempts" in record["error"]
+        assert runner._thread.is_alive() and client.get("/healthz").json()["version"] == ""
+        ok = client.post("/v1/retrieve", json={"query": "Sorvik ferry", "method": "ppr"}, headers=auth("guest"))
+        assert ok.status_code == 200 and ok.json()["version"] == ""
+        # The queue works again afterwards.
+        after = wait_for_job(client, insert(client, "survivor", "A later document about the Sorvik ferry.").json()["id"])
+        assert after["status"] == "done" and "survivor" in server.app.state.holder.current.doc_ids
