@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -25,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from hopgraph.version import __version__
 from hopgraph.artifacts import SCHEMA, Kind
 from hopgraph.errors import IndexFormatError
+from hopgraph.version import __version__
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -162,3 +163,39 @@ def _save_npz(tmp: Path, csr: sp.csr_matrix) -> None:
 def _save_npy(tmp: Path, array: np.ndarray) -> None:
     with open(tmp, "wb") as handle:  # a file object keeps numpy from appending ".npy"
         np.save(handle, np.ascontiguousarray(array), allow_pickle=False)
+
+
+# ------------------------------------------------------------------------------------ versions
+# An index directory holds its root index and, after updates, complete versions beside it
+# (INDEX/versions/<job id>); INDEX/CURRENT names the live one. Readers need only this much, so it
+# lives here rather than with the update jobs (hopgraph/index/versions.py) that write versions.
+CURRENT, VERSIONS, JOBS = "CURRENT", "versions", "jobs"
+JOB_ID = re.compile(r"j\d{6}-[0-9a-f]{6}")  # update job ids; a version is named after the job that built it
+
+
+def version_dir(root: str | Path, version: str) -> Path:
+    """Directory of ``version`` ("" = the root index itself)."""
+    return Path(root) / VERSIONS / version if version else Path(root)
+
+
+def live_version(root: str | Path) -> str:
+    """Name of the live version ("" when CURRENT is absent and the root itself is live)."""
+    path = Path(root) / CURRENT
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return ""
+    name = text.removeprefix(f"{VERSIONS}/")
+    if not text.startswith(f"{VERSIONS}/") or not JOB_ID.fullmatch(name):
+        raise IndexFormatError(f"{path}: does not name a version directory ({text[:80]!r})")
+    return name
+
+
+def live_root(root: str | Path) -> Path:
+    """The directory readers should open: the root, or the complete version CURRENT names."""
+    version = live_version(root)
+    path = version_dir(root, version)
+    if version and not (IndexStore(path).exists() and IndexStore(path).read_manifest().get("complete")):
+        raise IndexFormatError(f"{Path(root) / CURRENT} names {VERSIONS}/{version}, which is missing or incomplete; "
+                               "restore that directory or delete CURRENT to serve the root index")
+    return path

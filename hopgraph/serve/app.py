@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hopgraph.version import __version__
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.documents import Document, text_problem
 from hopgraph.errors import (
@@ -53,6 +52,7 @@ from hopgraph.serve.limits import OverLimit, check_params
 from hopgraph.serve.metrics import Metrics
 from hopgraph.serve.ratelimit import RateLimiter
 from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
+from hopgraph.version import __version__
 
 log = logging.getLogger("hopgraph.serve")
 OPEN_PATHS = ("/healthz", "/docs", "/openapi.json")  # everything else needs a bearer token

@@ -8,9 +8,9 @@ import pytest
 
 from hopgraph.config import EmbeddingConfig
 from hopgraph.errors import InputError
-from hopgraph.index.cue import (bleu_scores, cosine_scores, knapsack_select, normalise_entity, query_entities,
-                                select_chunks, write_cue_graph)
+from hopgraph.index.cue import bleu_scores, cosine_scores, knapsack_select, select_chunks, write_cue_graph
 from hopgraph.models import count_tokens, load_embedder
+from hopgraph.ner import normalise_entity, query_entities
 from hopgraph.store import IndexStore
 
 CORPUS = [

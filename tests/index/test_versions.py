@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from hopgraph import ner
 from hopgraph.cli import main
 from hopgraph.config import ExtractionConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError, QueueFullError
-from hopgraph.index import cue, versions
+from hopgraph.index import versions
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
@@ -270,7 +271,7 @@ def test_killed_batch_resumes_as_the_same_batch(index):
 
 def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_documents, sample_config, monkeypatch):
     """The CUE graph stage caches spaCy's entities per text: a second build repeats NER for nothing."""
-    nlp = cue._ner()
+    nlp = ner.ner_pipeline()
     texts_seen: list[int] = []
 
     class Counting:  # the real spaCy pipeline, counting the texts it is given
@@ -279,7 +280,7 @@ def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_docum
             texts_seen.append(len(texts))
             return nlp.pipe(texts, **kwargs)
 
-    monkeypatch.setattr(cue, "_ner", lambda: Counting())
+    monkeypatch.setattr(ner, "ner_pipeline", lambda: Counting())
     config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / "cache" / "vectors.sqlite")}),
                                               "extraction": ExtractionConfig(cue_alpha=0.0)})
     first = build_index(sample_documents[:4], tmp_path / "a", config, progress=False)

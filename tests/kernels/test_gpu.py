@@ -5,8 +5,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from hopgraph.kernels import (RandomWalk, cooccurrence_pairs, cooccurrence_topk, cosine_topk, iter_cooccurrence_pairs,
-                              normalize_rows, pagerank, personalized_pagerank, to_numpy)
+from hopgraph.kernels import (
+    RandomWalk,
+    cooccurrence_pairs,
+    cooccurrence_topk,
+    cosine_topk,
+    iter_cooccurrence_pairs,
+    normalize_rows,
+    pagerank,
+    personalized_pagerank,
+    to_numpy,
+)
 from hopgraph.kernels.backend import cupy_available
 
 if not cupy_available():

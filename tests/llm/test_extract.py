@@ -11,7 +11,18 @@ import pytest
 
 from hopgraph.config import LLMConfig
 from hopgraph.llm import open_llm
-from hopgraph.llm.extract import KG_SCHEMA, SENTENCE, TASKS, UNITS_SCHEMA, extract, fit_passage, parse_json, prompt, validate_kg, validate_units
+from hopgraph.llm.extract import (
+    KG_SCHEMA,
+    SENTENCE,
+    TASKS,
+    UNITS_SCHEMA,
+    extract,
+    fit_passage,
+    parse_json,
+    prompt,
+    validate_kg,
+    validate_units,
+)
 from hopgraph.models import count_tokens
 from tests.llm import ScriptedServer
 

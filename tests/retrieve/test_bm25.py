@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.retrieve.methods.bm25 import B, K1
+from hopgraph.retrieve.methods.bm25 import K1, B
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.text import words
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.llm.standin import free_port
+from hopgraph.retrieve.methods import LLM_FREE
 from tests.serve import CODEWORDS, LiveServer, auth, wait_for_job, wait_until
 
 ENDPOINTS = [("GET", "/metrics"), ("GET", "/v1/index"), ("POST", "/v1/retrieve"), ("POST", "/v1/answer"),

