@@ -28,12 +28,14 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the audit and its users live with the server tests
 
-from hopgraph.config import load_config  # noqa: E402
+from hopgraph import (
+    Index,  # noqa: E402
+    load_config,  # noqa: E402
+)
 from hopgraph.documents import Document  # noqa: E402
-from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json  # noqa: E402
+from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.index.ingest import read_corpus  # noqa: E402
-from hopgraph.index.pipeline import build_index  # noqa: E402
 from hopgraph.llm.standin import StandinServer  # noqa: E402
 from hopgraph.retrieve.methods import METHODS  # noqa: E402
 from hopgraph.store import atomic_write  # noqa: E402
@@ -75,7 +77,7 @@ def main() -> None:
                                         "llm.max_tokens": 160, "llm.context_tokens": 4096, "llm.timeout": 1800, "answer.max_tokens": 48,
                                         "serve.rate_limit": 0.0, "serve.answer_timeout": 600,
                                         "embedding.cache": str(work / "vectors.sqlite")})
-            built = build_index(documents, work / "index", config, progress=True)
+            built = Index.build(documents, work / "index", config, progress=True).manifest
             with LiveServer(work / "index", config) as server, httpx.Client(base_url=server.url, timeout=600) as client:
                 retrieve = audit_acl(client, list(METHODS), doc_acl, vocabulary, queries=args.queries, seed=args.seed)
                 answer = audit_acl(client, ["text", "kg", "cue"], doc_acl, vocabulary, queries=args.answers, seed=args.seed, endpoint="/v1/answer")

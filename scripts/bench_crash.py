@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from bench_incremental import DATASET, compare_indexes, compare_results, retrieve_all
-from hopgraph.config import load_config
-from hopgraph.index.datasets import load_benchmark
+
+from hopgraph import Index, load_config
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
 from hopgraph.index import versions
-from hopgraph.index.pipeline import build_index, planned_stages
+from hopgraph.index.datasets import load_benchmark
+from hopgraph.index.pipeline import planned_stages
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import IndexStore, atomic_write
@@ -62,9 +63,9 @@ def prepare(work: Path, documents: list, n_base: int, n_add: int) -> tuple[Path,
     """The pristine base index (own warm cache inside it) and the JSONL file of documents to add."""
     base = work / "base"
     config = load_config(None, {"embedding.cache": ""})
-    manifest = build_index(documents[:n_base], base, config, progress=False)
+    manifest = Index.build(documents[:n_base], base, config, progress=False).manifest
     # Warm base/cache/embeddings.sqlite with the base texts, the cache an update of this index uses.
-    build_index(documents[:n_base], work / "warm", versions.rebuild_config(base, manifest["config"]), progress=False)
+    Index.build(documents[:n_base], work / "warm", versions.rebuild_config(base, manifest["config"]), progress=False)
     shutil.rmtree(work / "warm")
     with sqlite3.connect(base / "cache" / "embeddings.sqlite") as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the copies must carry every cached vector

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from hopgraph.config import ChunkingConfig, LLMConfig
 from hopgraph.evaluate import report
-from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.chunking import build_layers
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm import open_llm
 from hopgraph.llm.extract import extract
 from hopgraph.llm.standin import MODELS, StandinServer

@@ -31,11 +31,11 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the reader loop and its summary live in scripts/bench_serve.py
 
+from hopgraph import Index  # noqa: E402
 from hopgraph.config import ServeConfig, load_config  # noqa: E402
 from hopgraph.errors import IndexFormatError  # noqa: E402
 from hopgraph.evaluate import report  # noqa: E402
 from hopgraph.index.datasets import load_benchmark  # noqa: E402
-from hopgraph.index.pipeline import build_index  # noqa: E402
 from hopgraph.llm.standin import free_port  # noqa: E402
 from hopgraph.store import IndexStore  # noqa: E402
 from scripts.bench_serve import client_loop, summarise  # noqa: E402
@@ -84,7 +84,7 @@ def ensure_index(path: Path, documents: list) -> None:
         IndexStore(path).require_complete()
         print(f"reusing {path}", flush=True)
     except IndexFormatError:  # absent or partial: (re)build, resuming finished stages
-        build_index(documents, path, load_config(None, {"extraction.cue_alpha": 0}), progress=True)
+        Index.build(documents, path, load_config(None, {"extraction.cue_alpha": 0}), progress=True)
 
 
 def start_server(index: Path, port: int, env: dict[str, str], deadline: float) -> subprocess.Popen:

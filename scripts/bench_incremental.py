@@ -38,13 +38,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from hopgraph.config import LLMConfig, load_config
-from hopgraph.index.datasets import load_benchmark
+from hopgraph import Index, LLMConfig, load_config
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
 from hopgraph.index import versions
-from hopgraph.index.pipeline import build_index
-from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import StandinServer
+from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import IndexStore, atomic_write
@@ -152,7 +151,7 @@ def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path
 
     paid = Paid(cache, llm.cache if llm else None)
     started = time.perf_counter()
-    build_index(initial, root, config, progress=True)
+    Index.build(initial, root, config, progress=True)
     build_seconds = time.perf_counter() - started
     built = paid.since()
     insert = timed_update(root, inserted, [], cache, llm)
@@ -161,14 +160,14 @@ def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path
 
     fresh = work / f"rebuild_{pack}"
     started = time.perf_counter()
-    build_index(final, fresh, config.model_copy(update={"embedding": config.embedding.model_copy(update={"cache": str(work / f"cache_b_{pack}.sqlite")})}), progress=True)
+    Index.build(final, fresh, config.model_copy(update={"embedding": config.embedding.model_copy(update={"cache": str(work / f"cache_b_{pack}.sqlite")})}), progress=True)
     rebuild_seconds = time.perf_counter() - started
     rebuild_llm_calls = paid.since().get("llm_calls")
 
     # The same rebuild from the updates' own vector cache: equal vectors, so any difference left
     # would come from the index logic, not from the embedder's batch-dependent rounding.
     warm = work / f"rebuild_warm_{pack}"
-    build_index(final, warm, config, progress=False)
+    Index.build(final, warm, config, progress=False)
 
     vectors = Retriever(fresh).embed(questions)  # one set of query vectors for every index
     updated = retrieve_all(root, questions, vectors, methods)

@@ -15,10 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from hopgraph.config import load_config
-from hopgraph.index.datasets import load_benchmark
+from hopgraph import Index, load_config
 from hopgraph.evaluate.report import provenance, write_json
-from hopgraph.index.pipeline import build_index
+from hopgraph.index.datasets import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_STAGES = ("embed_units", "embed_sentences")
@@ -36,7 +35,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="hopgraph-speed-"))
     try:
         started = time.perf_counter()
-        manifest = build_index(documents, work / "index", config, progress=True)
+        manifest = Index.build(documents, work / "index", config, progress=True).manifest
         total = time.perf_counter() - started
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -18,10 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hopgraph.config import load_config
+from hopgraph import Index, load_config
 from hopgraph.evaluate import report
 from hopgraph.evaluate.runner import evaluate
-from hopgraph.index.pipeline import build_index
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import StandinServer
 
@@ -90,7 +89,7 @@ def main() -> None:
                                  "index_prompt_tokens": tokens["prompt_tokens"], "index_completion_tokens": tokens["completion_tokens"],
                                  "answer_prompt_tokens": record.get("answer_llm", {}).get("prompt_tokens")})
             # The cache at work: the full-KG index built again from scratch pays for no call.
-            again = build_index(load_benchmark(subset).documents, work / "again", load_config(None, {**base, "extraction.kg": "all"}), progress=False)
+            again = Index.build(load_benchmark(subset).documents, work / "again", load_config(None, {**base, "extraction.kg": "all"}), progress=False).manifest
             rebuild = again["stages"]["kg_extract"]["llm"]
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.config import load_config
-from hopgraph.index.datasets import load_benchmark
+from hopgraph import load_config
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.index.chunking import build_layers
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.models import resolve_device
 from hopgraph.retrieve.rerank import make_reranker
 

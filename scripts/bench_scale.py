@@ -26,10 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.config import load_config
-from hopgraph.index.datasets import load_benchmark
+from hopgraph import Index, load_config
 from hopgraph.evaluate.report import provenance, write_json
-from hopgraph.index.pipeline import build_index
+from hopgraph.index.datasets import load_benchmark
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "scripts" / "results" / "scale.json"
@@ -51,7 +50,7 @@ def run_one(source: Path, documents: int, work: Path) -> dict:
     docs = replicated(source, documents)
     shutil.rmtree(work, ignore_errors=True)
     started = time.perf_counter()
-    manifest = build_index(docs, work, load_config(None, SETTINGS), progress=False)
+    manifest = Index.build(docs, work, load_config(None, SETTINGS), progress=False).manifest
     total = time.perf_counter() - started
     stages = {name: record["seconds"] for name, record in manifest["stages"].items()}
     shutil.rmtree(work, ignore_errors=True)

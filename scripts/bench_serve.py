@@ -28,10 +28,9 @@ from typing import Any
 import httpx
 import numpy as np
 
-from hopgraph.config import load_config
+from hopgraph import Index, load_config
 from hopgraph.evaluate import report
 from hopgraph.index.datasets import load_benchmark
-from hopgraph.index.pipeline import build_index
 from hopgraph.llm.standin import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,7 +110,7 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)}
     try:
-        build_index(documents, work / "index", load_config(None, {}), progress=True)
+        Index.build(documents, work / "index", load_config(None, {}), progress=True)
         server = subprocess.Popen([sys.executable, "-m", "hopgraph.cli", "serve", str(work / "index"), "--serve.port", str(port),
                                    "--serve.rate_limit", "1000", "--serve.rate_burst", "1000"], env=env)
         url = f"http://127.0.0.1:{port}"

@@ -24,11 +24,10 @@ from typing import Any
 
 import httpx
 
-from hopgraph.config import load_config
+from hopgraph import Index, load_config
 from hopgraph.evaluate import report
 from hopgraph.index import versions
 from hopgraph.index.ingest import read_corpus
-from hopgraph.index.pipeline import build_index
 from hopgraph.llm.standin import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +84,7 @@ def main() -> None:
     try:
         config = load_config(None, SETTINGS)
         documents = read_corpus([SAMPLE]).documents
-        build_index(documents, work / "index", config, progress=False)
+        Index.build(documents, work / "index", config, progress=False)
         port = free_port()
         server = start_server(work / "index", port)
         try:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.index.datasets import load_benchmark
 from hopgraph.evaluate.metrics import coverage_hit
 from hopgraph.evaluate.report import provenance, write_json
+from hopgraph.index.datasets import load_benchmark
 from hopgraph.retrieve.retriever import Retriever
 
 
