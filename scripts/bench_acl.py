@@ -40,7 +40,7 @@ from hopgraph.llm.standin import StandinServer  # noqa: E402
 from hopgraph.retrieve.methods import METHODS  # noqa: E402
 from hopgraph.store import atomic_write  # noqa: E402
 from tests.conftest import SAMPLE, SAMPLE_SETTINGS  # noqa: E402
-from tests.serve import SECRET_DOCUMENTS, USERS, LiveServer, audit_acl  # noqa: E402
+from tests.serve.support import SECRET_DOCUMENTS, USERS, LiveServer, audit_acl  # noqa: E402
 
 GROUPS = ["board", "operations", "legal", "press"]
 

@@ -17,7 +17,7 @@ from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
 from hopgraph.llm.standin import free_port
-from tests.llm import ScriptedServer
+from tests.llm.support import ScriptedServer
 
 
 def ask(text: str, max_tokens: int = 24, schema: dict | None = None) -> ChatRequest:

@@ -24,7 +24,7 @@ from hopgraph.llm.extract import (
     validate_units,
 )
 from hopgraph.models import count_tokens
-from tests.llm import ScriptedServer
+from tests.llm.support import ScriptedServer
 
 ENTITY_A = '{"name": "Mara Quell", "type": "person", "description": "Founder."}'
 ENTITY_B = '{"name": "Halvern Harbor Institute", "type": "organisation", "description": "Studies tides."}'

@@ -5,7 +5,7 @@ import shutil
 import pytest
 
 from hopgraph.documents import Document
-from tests.serve import SECRET_DOCUMENTS
+from tests.serve.support import SECRET_DOCUMENTS
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.methods import METHODS
-from tests.serve import CODEWORDS, LiveServer, audit_acl, auth
+from tests.serve.support import CODEWORDS, LiveServer, audit_acl, auth
 
 
 @pytest.fixture(scope="module")

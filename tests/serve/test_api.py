@@ -9,7 +9,7 @@ import pytest
 
 from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.methods import LLM_FREE
-from tests.serve import CODEWORDS, LiveServer, auth, wait_for_job, wait_until
+from tests.serve.support import CODEWORDS, LiveServer, auth, wait_for_job, wait_until
 
 ENDPOINTS = [("GET", "/metrics"), ("GET", "/v1/index"), ("POST", "/v1/retrieve"), ("POST", "/v1/answer"),
              ("POST", "/v1/documents"), ("DELETE", "/v1/documents/sorvik"), ("GET", "/v1/jobs/j1")]
@@ -228,7 +228,7 @@ def scripted_llm(config, server):
 
 
 def test_a_request_the_llm_refuses_is_422_without_retry_after(acl_index, serve_config):
-    from tests.llm import ScriptedServer
+    from tests.llm.support import ScriptedServer
 
     reason = '{"error": {"message": "the request exceeds the available context size"}}'
     with ScriptedServer(lambda body, n: (400, reason, 0)) as llm:  # scripted: a backend that rejects the prompt
@@ -247,7 +247,7 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
     import threading
     import time
 
-    from tests.llm import ScriptedServer
+    from tests.llm.support import ScriptedServer
 
     with ScriptedServer(lambda body, n: (200, "Sela Varro [1]", 6.0)) as llm:
         serve = serve_config.serve.model_copy(update={"answer_concurrency": 2, "answer_timeout": 8.0})

@@ -18,7 +18,7 @@ import pytest
 from hopgraph.config import EmbeddingConfig
 from hopgraph.llm.standin import free_port
 from hopgraph.models import FairLock, load_embedder
-from tests.serve import USERS, LiveServer, auth
+from tests.serve.support import USERS, LiveServer, auth
 
 DEADLINE = 2.0
 # One model call of rerank.batch_size passages, or one expansion batch, on a slow shared CPU:

@@ -12,7 +12,7 @@ import httpx
 
 from hopgraph.index import versions
 from hopgraph.retrieve.methods import LLM_FREE
-from tests.serve import LiveServer, auth, wait_for_job, wait_until
+from tests.serve.support import LiveServer, auth, wait_for_job, wait_until
 
 
 def configured(serve_config, **serve):

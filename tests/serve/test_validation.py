@@ -11,7 +11,7 @@ import pytest
 
 from hopgraph.index.ingest import read_corpus
 from hopgraph.llm.standin import free_port
-from tests.serve import LiveServer, auth, wait_for_job, wait_until
+from tests.serve.support import LiveServer, auth, wait_for_job, wait_until
 
 QUESTION = "Who was the first director of the Halvern Harbor Institute?"
 

@@ -1,0 +1,85 @@
+"""The helper the LLM tests share: a scripted OpenAI-shaped HTTP server for faults the real stand-in
+cannot be made to show (a backend that is down, slow, malformed or refusing). Most LLM tests talk
+to the real stand-in (llama.cpp serving SmolLM2-135M, fixture ``llm_server`` in ``tests/conftest.py``)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+# reply(body, n) -> (status, content, delay_seconds): ``content`` is the assistant text for a 200
+# (wrapped into an OpenAI chat completion) or the raw error body otherwise; ``n`` counts requests from 0.
+Reply = Callable[[dict[str, Any], int], tuple[int, str, float]]
+
+
+def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:
+    """An OpenAI-shaped chat completion response body."""
+    return {
+        "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": "scripted",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+class ScriptedServer:
+    """``with ScriptedServer(reply) as server:`` serves POST /v1/chat/completions at ``server.base_url``.
+
+    Every request body that arrives is kept in ``server.bodies`` (in arrival order, its headers in
+    ``server.headers`` with lower-case names) before the reply is computed, so a test can check
+    both what the client sent and how often it tried.
+    """
+
+    def __init__(self, reply: Reply, raw: bool = False):
+        self.reply, self.raw = reply, raw  # raw: a 200's content is sent as is, not wrapped
+        self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with owner._lock:
+                    n = len(owner.bodies)
+                    owner.bodies.append(body)
+                    owner.headers.append({k.lower(): v for k, v in self.headers.items()})
+                status, content, delay = owner.reply(body, n)
+                if delay:
+                    time.sleep(delay)
+                payload = json.dumps(chat_completion(content)) if status == 200 and not owner.raw else content
+                data = payload.encode("utf-8")
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (timeout tests)
+                    pass
+
+            def log_message(self, *args: Any) -> None:  # keep test output quiet
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._server.block_on_close = False
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def prompts(self) -> list[str]:
+        """The user message of every request received, in arrival order."""
+        return [body["messages"][-1]["content"] for body in self.bodies]
+
+    def __enter__(self) -> "ScriptedServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
