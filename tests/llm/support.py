@@ -1,6 +1,11 @@
-"""The helper the LLM tests share: a scripted OpenAI-shaped HTTP server for faults the real stand-in
-cannot be made to show (a backend that is down, slow, malformed or refusing). Most LLM tests talk
-to the real stand-in (llama.cpp serving SmolLM2-135M, fixture ``llm_server`` in ``tests/conftest.py``)."""
+"""The helper the LLM tests share: a scripted OpenAI-shaped HTTP server (fixtures live in conftest.py).
+
+Most LLM tests talk to the real stand-in (llama.cpp serving SmolLM2-135M, fixture ``llm_server``).
+Faults the stand-in cannot be made to show on demand (an answer slower than the client timeout,
+a 503 followed by success, a 400, a model that never writes JSON, a look at the exact request
+body) come from :class:`ScriptedServer`: a real HTTP server on 127.0.0.1 in a thread, spoken to
+over real sockets by the real client. It is the only stand-in for a part in these tests.
+"""
 from __future__ import annotations
 
 import json
