@@ -23,8 +23,23 @@ from hopgraph.errors import LLMRequestError, LLMUnavailableError
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Done
 
 
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a Retry-After header given in seconds (an HTTP date or junk counts as absent)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 86_400 else None
+
+
 class HttpLLM:
-    """OpenAI-compatible chat completions over HTTP with a concurrency limit, timeouts and retries."""
+    """OpenAI-compatible chat completions over HTTP with a concurrency limit, timeouts and retries.
+
+    Retries are hand-written rather than a retry library's: which failures are worth another try
+    (timeouts, connection errors, 408/429/5xx, but never another 4xx) is the whole policy, and it
+    fits in the loop below. A 429 or 503 with Retry-After waits that long (at most llm.timeout)
+    instead of the exponential back-off.
+    """
 
     RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 
@@ -54,9 +69,12 @@ class HttpLLM:
         import httpx  # noqa: PLC0415
 
         problem = ""
+        asked_wait: float | None = None  # a Retry-After the server sent with its 429/503
         for attempt in range(self.config.retries + 1):
             if attempt:
-                time.sleep(min(0.5 * 2 ** (attempt - 1), 8.0))
+                backoff = min(0.5 * 2 ** (attempt - 1), 8.0)
+                time.sleep(backoff if asked_wait is None else min(max(asked_wait, backoff), self.config.timeout))
+                asked_wait = None
             started = time.perf_counter()
             try:
                 response = self._http.post("/chat/completions", json=self._body(request))
@@ -68,6 +86,7 @@ class HttpLLM:
                 continue
             if response.status_code in self.RETRY_STATUS:
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                asked_wait = retry_after_seconds(response.headers.get("retry-after"))
                 continue
             if 400 <= response.status_code < 500:  # 408 and 429 were retried above: the request itself is wrong
                 raise LLMRequestError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")

@@ -50,7 +50,8 @@ class ScriptedServer:
                     n = len(owner.bodies)
                     owner.bodies.append(body)
                     owner.headers.append({k.lower(): v for k, v in self.headers.items()})
-                status, content, delay = owner.reply(body, n)
+                status, content, delay, *extra = owner.reply(body, n)  # (status, content, delay[, headers])
+                headers = extra[0] if extra else {}
                 if delay:
                     time.sleep(delay)
                 payload = json.dumps(chat_completion(content)) if status == 200 and not owner.raw else content
@@ -59,6 +60,8 @@ class ScriptedServer:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in headers.items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (timeout tests)

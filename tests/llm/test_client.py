@@ -209,3 +209,14 @@ def test_answer_evidence_is_fitted_to_the_models_context(llm_config, sample_docu
     assert usage.prompt_tokens + config.max_tokens <= llm_config.context_tokens
     assert usage.prompt_tokens > 0.5 * llm_config.context_tokens  # and the context is used, not wasted
     print(f"evidence kept {kept}/{len(evidence)}, served prompt tokens {usage.prompt_tokens} of {llm_config.context_tokens}")
+
+
+def test_retry_after_from_an_overloaded_server_is_honoured(tmp_path):
+    # Scripted: a 429 asking for 1.5 s (more than the 0.5 s back-off), then an answer.
+    with ScriptedServer(lambda body, n: (429, '{"error": "slow down"}', 0, {"Retry-After": "1.5"}) if n == 0 else (200, "fine", 0)) as server:
+        llm = HttpLLM(LLMConfig(base_url=server.base_url, model="scripted", retries=2, timeout=10))
+        started = time.perf_counter()
+        [done] = llm.complete([ChatRequest((("user", "hi"),))])
+        waited = time.perf_counter() - started
+    assert done.text == "fine" and len(server.bodies) == 2
+    assert 1.4 <= waited < 5, waited
