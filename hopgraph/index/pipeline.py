@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import resource
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from hopgraph.config import HopgraphConfig
+from hopgraph.config import AccessConfig, HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import cue, graphs, kg, keywords
@@ -88,9 +89,17 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     return {"keywords": len(vocabulary)}
 
 
+def embed_texts(config: HopgraphConfig, texts: list[str], progress: bool = False) -> np.ndarray:
+    """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows."""
+    cfg = config.embedding
+    embedder = load_embedder(cfg, cached=True)
+    if not texts:
+        return np.zeros((0, embedder.dim), np.float32)
+    return embed_long_texts(embedder, texts, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding, progress=progress)
+
+
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    cfg = ctx.config.embedding
-    return embed_long_texts(load_embedder(cfg, cached=True), texts, window_tokens=cfg.window_tokens, encoding=ctx.config.chunking.encoding, progress=ctx.progress)
+    return embed_texts(ctx.config, texts, ctx.progress)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
@@ -146,38 +155,27 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     core = kg.select_core(cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept"))
     texts = ctx.store.read_table("chunks")["text"]
     results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
-    embedder = load_embedder(cfg.embedding, cached=True)
-    tables = kg.build_tables(results, core.tolist(), len(texts), ctx.llm.name, embedder.encode, cfg.extraction.resolve_threshold)
-    for name in ("entities", "mentions", "relations"):
-        ctx.store.write_table(f"kg_{name}", tables[name])
-    ctx.store.write_graph("kg_entity_chunks", tables["entity_chunks"])
-    described = kg.entity_texts(tables["entities"]["name"], tables["mentions"])
-    ctx.store.write_array("kg_entity_vectors", _embed(ctx, described) if described else np.zeros((0, embedder.dim), np.float32))
-    relations = tables["relations"]
-    names = tables["entities"]["name"]
-    relation_texts = [f"{names[a]} — {names[b]}: {d}" for a, b, d in zip(relations["source"], relations["target"], relations["description"])]
-    ctx.store.write_array("kg_relation_vectors", _embed(ctx, relation_texts) if relation_texts else np.zeros((0, embedder.dim), np.float32))
+    counts = write_kg(ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress)
     ctx.usage = usage.to_dict()
-    return {"kg_chunks": len(core), "kg_entities": len(names), "kg_relations": len(relation_texts), "kg_fallbacks": usage.fallbacks}
+    return {"kg_chunks": len(core), **counts, "kg_fallbacks": usage.fallbacks}
 
 
-def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
-    """CUE-RAG hybrid extraction: LLM knowledge units for the knapsack-selected chunks, punkt sentences for the rest."""
-    cfg = ctx.config
-    chunks = ctx.store.read_table("chunks")
-    vectors = ctx.store.read_array("chunk_vectors") if cfg.extraction.cue_metric == "cosine" else None
-    chosen = cue.select_chunks(chunks["text"], np.asarray(chunks["tokens"]), cfg.extraction.cue_alpha or 0.0, cfg.extraction.cue_metric, vectors)
-    units, usage = extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress) if len(chosen) else ([], Usage())
-    chunk_units: list[list[str]] = [[chunks["text"][c][a:b] for a, b in sentence_spans(chunks["text"][c])] for c in range(len(chunks["text"]))]
-    sources = [["sentence"] * len(u) for u in chunk_units]
-    for c, found in zip(chosen, units):
-        if found:
-            chunk_units[c], sources[c] = found, ["llm"] * len(found)
-        else:
-            sources[c] = ["fallback"] * len(chunk_units[c])
-    counts = cue.write_cue_graph(ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts))
-    ctx.usage = usage.to_dict()
-    return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
+def write_kg(store: IndexStore, config: HopgraphConfig, results: Sequence[dict | None], core: list[int], model: str, *, progress: bool = False) -> dict[str, int]:
+    """Resolve per-chunk extraction results (of chunks ``core``) into the KG tables, graph and vectors.
+
+    Besides the entity vectors (name plus descriptions, for readers who may read every mention)
+    each mention gets its own vector, so a reader's entity scores can be drawn from readable
+    mentions only.
+    """
+    n_chunks = len(store.read_table("chunks")["tokens"])
+    tables = kg.build_tables(results, core, n_chunks, model, load_embedder(config.embedding, cached=True).encode, config.extraction.resolve_threshold)
+    for name in ("entities", "mentions", "relations", "surfaces"):
+        store.write_table(f"kg_{name}", tables[name])
+    store.write_graph("kg_entity_chunks", tables["entity_chunks"])
+    store.write_array("kg_entity_vectors", embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress))
+    store.write_array("kg_surface_vectors", embed_texts(config, kg.surface_texts(tables["surfaces"]), progress))
+    store.write_array("kg_relation_vectors", embed_texts(config, kg.relation_texts(tables["relations"]), progress))
+    return {"kg_entities": len(tables["entities"]["name"]), "kg_relations": len(tables["relations"]["source"])}
 
 
 STAGES: list[tuple[str, Callable[[BuildContext], dict[str, int]]]] = [
@@ -231,10 +229,18 @@ def peak_memory_mb() -> float:
 
 
 def build_index(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True, overwrite: bool = False, stop_after: str | None = None) -> dict:
-    """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest."""
+    """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest.
+
+    With ``access.isolation`` the index is one complete sub-index per ACL partition (see
+    :func:`build_partitioned`); updates rebuild through here, so they need nothing special.
+    """
     if not documents:
         raise InputError("no documents to index")
+    if config.access.isolation:
+        return build_partitioned(documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after)
     store = IndexStore(out)
+    if overwrite and (store.root / PARTITIONS).is_dir():
+        shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
     manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
     ctx = BuildContext(store, config, documents, progress)
@@ -260,5 +266,70 @@ def build_index(documents: Sequence[Document], out: str | Path, config: Hopgraph
     manifest["complete"] = True
     manifest["models"] = {"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
                           "llm": config.llm.model if config.extraction.active() else None}
+    store.write_manifest(manifest)
+    return manifest
+
+
+# ------------------------------------------------------------------------------------ isolation
+PARTITIONS = "partitions"
+
+
+def partition_name(acl: Sequence[str] | None) -> str:
+    """Directory name of the partition of documents with this ACL (None = unrestricted)."""
+    if acl is None:
+        return "public"
+    return "acl-" + hashlib.sha256(json.dumps(sorted(set(acl))).encode()).hexdigest()[:16]
+
+
+def acl_partitions(documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """Documents grouped by identical ACL sets: the unrestricted partition first, then by ACL.
+
+    Each entry has ``name``, ``acl`` (sorted groups, or None) and ``documents`` (indices, in
+    corpus order). Putting the unrestricted one first gives its pieces the same numbers as in an
+    index of the unrestricted documents alone.
+    """
+    groups: dict[tuple[str, ...] | None, list[int]] = {}
+    for i, doc in enumerate(documents):
+        groups.setdefault(None if doc.acl is None else tuple(sorted(set(doc.acl))), []).append(i)
+    keys = sorted(groups, key=lambda k: (k is not None, k or ()))
+    return [{"name": partition_name(k), "acl": None if k is None else list(k), "documents": groups[k]} for k in keys]
+
+
+def build_partitioned(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True,
+                      overwrite: bool = False, stop_after: str | None = None) -> dict:
+    """The isolated build: every ACL partition is a complete index of its own documents, built by
+    the ordinary pipeline (same stages, caches and resume) under ``out/partitions/<name>``, so its
+    vocabulary, IDF, graphs, PageRank and entity resolution see no other partition's text.
+
+    ``out`` itself holds the documents table (the corpus, for updates) and a manifest listing the
+    partitions with their ACL; it is complete once every partition is.
+    """
+    store = IndexStore(out)
+    manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
+    if overwrite and (store.root / PARTITIONS).is_dir():
+        shutil.rmtree(store.root / PARTITIONS)
+    partitions = acl_partitions(documents)
+    manifest["partitions"] = [{"name": p["name"], "acl": p["acl"], "documents": len(p["documents"])} for p in partitions]
+    store.write_manifest(manifest)
+    stage_documents(BuildContext(store, config, documents, progress))
+    inner = config.model_copy(update={"access": AccessConfig(isolation=False)})
+    stages: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
+    for part in partitions:
+        built = build_index([documents[i] for i in part["documents"]], store.root / PARTITIONS / part["name"], inner,
+                            progress=progress, overwrite=overwrite, stop_after=stop_after)
+        for name, record in built["stages"].items():
+            total = stages.setdefault(name, {"done": True, "seconds": 0.0})
+            total["done"] &= bool(record.get("done"))
+            total["seconds"] = round(total["seconds"] + record.get("seconds", 0.0), 3)
+        for key, value in built["counts"].items():
+            counts[key] = counts.get(key, 0) + value
+        if not built["complete"]:
+            manifest.update(stages=stages, counts=counts)
+            store.write_manifest(manifest)
+            return manifest
+    manifest.update(stages=stages, counts=counts, complete=True, peak_memory_mb=peak_memory_mb(),
+                    models={"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
+                            "llm": config.llm.model if config.extraction.active() else None})
     store.write_manifest(manifest)
     return manifest

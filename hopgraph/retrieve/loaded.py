@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.errors import IndexFormatError
 from hopgraph.index.versions import live_root
 from hopgraph.store import IndexStore
 
@@ -25,6 +26,8 @@ class LoadedIndex:
         self.version = "" if live == Path(path) else live.name  # "" = the root index
         self.store = IndexStore(live)
         self.manifest = self.store.require_complete()
+        if self.manifest.get("partitions"):
+            raise IndexFormatError(f"{live}: built with access.isolation (one sub-index per ACL partition); open it with Retriever(path)")
         self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
 
     @functools.cached_property

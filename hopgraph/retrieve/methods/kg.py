@@ -3,13 +3,17 @@ budget, then the sub-chunks most adjacent to the seeds and relations.
 
 Only what the reader may see takes part: an entity counts if one of its chunks is readable, its
 text carries only descriptions from readable chunks, and a relation is used only if the chunk it
-was extracted from is readable.
+was extracted from is readable. An entity with a forbidden mention is scored by the mean vector of
+its readable mentions and named by its most frequent readable surface name, so text the reader
+cannot read never ranks or labels it; a relation is named by the surface names of its own chunk.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
 from hopgraph.errors import ConfigError
@@ -21,9 +25,43 @@ from hopgraph.retrieve.query import Query, Scope, ranked, top_indices, unit_cosi
 def require_kg(index: LoadedIndex) -> None:
     if not index.manifest["stages"].get("kg_extract", {}).get("done"):
         raise ConfigError(f"{index.store.root} has no LLM knowledge graph: rebuild it with --extraction.kg all|pagerank|random|concept")
+    if not index.store.has("tables", "kg_surfaces"):
+        raise ConfigError(f"{index.store.root}: its knowledge graph predates per-mention vectors (needed to score entities from "
+                          "readable text only); rebuild it with `hopgraph index --overwrite`")
 
 
-def _entity_text(index: LoadedIndex, entity: int, scope: Scope) -> tuple[str, list[int], int]:
+def _entity_view(index: LoadedIndex, scope: Scope) -> tuple[np.ndarray, list[str]]:
+    """Entity vectors and names drawn from readable mentions only.
+
+    Entities whose every mention is readable keep the stored vector (name plus descriptions) and
+    name; the others are re-scored from their readable mentions' own vectors and renamed from them.
+    """
+    stored, names = index.array("kg_entity_vectors"), index.table("kg_entities")["name"]
+    if scope.full:
+        return stored, names
+
+    def compute() -> tuple[np.ndarray, list[str]]:
+        surfaces = index.table("kg_surfaces")
+        entity = np.asarray(surfaces["entity"], dtype=np.int64)
+        readable = scope.chunks[np.asarray(surfaces["chunk"], dtype=np.int64)]
+        touched = np.unique(entity[~readable])
+        vectors, labels = stored.copy(), list(names)
+        if len(touched):
+            rows = np.flatnonzero(readable & np.isin(entity, touched))
+            pick = sp.csr_matrix((np.ones(len(rows), np.float32), (entity[rows], np.arange(len(rows)))), shape=(len(names), len(rows)))
+            sums = np.asarray(pick @ index.array("kg_surface_vectors")[rows], dtype=np.float32)[touched]
+            vectors[touched] = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+            counts: dict[int, Counter] = {int(e): Counter() for e in touched}
+            for r in rows:
+                counts[int(entity[r])][surfaces["name"][r]] += 1
+            for e, c in counts.items():
+                labels[e] = c.most_common(1)[0][0] if c else ""
+        return vectors, labels
+
+    return scope.cached("kg_entities", compute)
+
+
+def _entity_text(index: LoadedIndex, entity: int, scope: Scope, name: str) -> tuple[str, list[int], int]:
     """Name plus descriptions from readable chunks; the documents and first chunk they come from."""
     mentions = index.table("kg_mentions")
     rows = index.entity_mentions[entity]
@@ -31,7 +69,6 @@ def _entity_text(index: LoadedIndex, entity: int, scope: Scope) -> tuple[str, li
     descriptions = list(dict.fromkeys(mentions["description"][r] for r in readable))[:3]
     chunks = [mentions["chunk"][r] for r in readable] or [int(c) for c in index.graph("kg_entity_chunks")[entity].indices if scope.chunks[c]]
     docs = list(dict.fromkeys(d for c in chunks[:3] for d in index.chunks["docs"][c]))
-    name = index.table("kg_entities")["name"][entity]
     return (f"{name}: {' '.join(descriptions)}" if descriptions else name), docs, (chunks[0] if chunks else -1)
 
 
@@ -43,14 +80,14 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     visible = np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
     if not visible.any():
         return
-    entity_scores = np.where(visible, index.array("kg_entity_vectors") @ query.vector, -np.inf)
+    entity_vectors, names = _entity_view(index, scope)
+    entity_scores = np.where(visible, entity_vectors @ query.vector, -np.inf)
     seeds = top_indices(entity_scores, min(cfg.seed_entities, int(visible.sum())))
     is_seed = np.zeros(len(entity_scores), dtype=bool)
     is_seed[seeds] = True
     used = 0
-    names = index.table("kg_entities")["name"]
     for e in seeds:
-        text, docs, chunk = _entity_text(index, int(e), scope)
+        text, docs, chunk = _entity_text(index, int(e), scope, names[e])
         cand = Candidate("entity", int(e), float(entity_scores[e]), "kg seed entity", text=text, chunk=chunk, docs=docs)
         used += piece_tokens(index, cand)
         yield cand
@@ -62,7 +99,7 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     chosen = []
     # Relations joining two seeds first, then those touching one; by cosine within each group.
     for r in np.flatnonzero(usable)[np.lexsort((-relation_scores[usable], -seed_ends[usable]))]:
-        text = f"{names[source[r]]} — {names[target[r]]}: {relations['description'][r]}"
+        text = f"{relations['source_name'][r]} — {relations['target_name'][r]}: {relations['description'][r]}"
         cand = Candidate("relation", int(r), float(relation_scores[r]), f"kg relation of seed {names[source[r]] if is_seed[source[r]] else names[target[r]]}",
                          text=text, chunk=int(rel_chunk[r]), docs=list(index.chunks["docs"][rel_chunk[r]]))
         tokens = piece_tokens(index, cand)
