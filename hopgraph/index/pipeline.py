@@ -178,6 +178,25 @@ def write_kg(store: IndexStore, config: HopgraphConfig, results: Sequence[dict |
     return {"kg_entities": len(tables["entities"]["name"]), "kg_relations": len(tables["relations"]["source"])}
 
 
+def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
+    """CUE-RAG hybrid extraction: LLM knowledge units for the knapsack-selected chunks, punkt sentences for the rest."""
+    cfg = ctx.config
+    chunks = ctx.store.read_table("chunks")
+    vectors = ctx.store.read_array("chunk_vectors") if cfg.extraction.cue_metric == "cosine" else None
+    chosen = cue.select_chunks(chunks["text"], np.asarray(chunks["tokens"]), cfg.extraction.cue_alpha or 0.0, cfg.extraction.cue_metric, vectors)
+    units, usage = extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress) if len(chosen) else ([], Usage())
+    chunk_units: list[list[str]] = [[chunks["text"][c][a:b] for a, b in sentence_spans(chunks["text"][c])] for c in range(len(chunks["text"]))]
+    sources = [["sentence"] * len(u) for u in chunk_units]
+    for c, found in zip(chosen, units):
+        if found:
+            chunk_units[c], sources[c] = found, ["llm"] * len(found)
+        else:
+            sources[c] = ["fallback"] * len(chunk_units[c])
+    counts = cue.write_cue_graph(ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts))
+    ctx.usage = usage.to_dict()
+    return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
+
+
 STAGES: list[tuple[str, Callable[[BuildContext], dict[str, int]]]] = [
     ("documents", stage_documents),
     ("chunks", stage_chunks),
