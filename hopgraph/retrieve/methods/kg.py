@@ -3,12 +3,14 @@ budget, then the sub-chunks most adjacent to the seeds and relations.
 
 Only what the reader may see takes part: an entity counts if one of its chunks is readable, its
 text carries only descriptions from readable chunks, and a relation is used only if the chunk it
-was extracted from is readable. An entity with a forbidden mention is scored by the mean vector of
-its readable mentions and named by its most frequent readable surface name, so text the reader
-cannot read never ranks or labels it; a relation is named by the surface names of its own chunk.
+was extracted from is readable. An entity is scored by the mean vector of its readable mentions
+(each embedded as its own surface name and description) and named by its most frequent readable
+surface name, so text the reader cannot read never ranks or labels it; a relation is named by the
+surface names of its own chunk.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from typing import Iterator
 
@@ -30,35 +32,35 @@ def require_kg(index: LoadedIndex) -> None:
                           "readable text only); rebuild it with `hopgraph index --overwrite`")
 
 
+def _mention_view(index: LoadedIndex, readable: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per entity: the normalised mean vector of its ``readable`` mentions and their most frequent
+    surface name (ties: first seen), the same formula for every reader, so whether an entity also
+    has forbidden mentions changes nothing a reader can observe."""
+    surfaces = index.table("kg_surfaces")
+    n = len(index.table("kg_entities")["name"])
+    entity = np.asarray(surfaces["entity"], dtype=np.int64)
+    rows = np.flatnonzero(readable)
+    pick = sp.csr_matrix((np.ones(len(rows), np.float32), (entity[rows], np.arange(len(rows)))), shape=(n, len(rows)))
+    sums = np.asarray(pick @ index.array("kg_surface_vectors")[rows], dtype=np.float32)
+    counts = [Counter() for _ in range(n)]
+    for r in rows:
+        counts[entity[r]][surfaces["name"][r]] += 1
+    names = [c.most_common(1)[0][0] if c else "" for c in counts]
+    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12), names
+
+
+@functools.lru_cache(maxsize=4)
+def _open_view(index: LoadedIndex) -> tuple[np.ndarray, list[str]]:
+    return _mention_view(index, np.ones(len(index.table("kg_surfaces")["entity"]), dtype=bool))
+
+
 def _entity_view(index: LoadedIndex, scope: Scope) -> tuple[np.ndarray, list[str]]:
-    """Entity vectors and names drawn from readable mentions only.
-
-    Entities whose every mention is readable keep the stored vector (name plus descriptions) and
-    name; the others are re-scored from their readable mentions' own vectors and renamed from them.
-    """
-    stored, names = index.array("kg_entity_vectors"), index.table("kg_entities")["name"]
+    """Entity vectors and names drawn from the mentions the reader may read (computed once per
+    opened index for a reader who may read everything)."""
     if scope.full:
-        return stored, names
-
-    def compute() -> tuple[np.ndarray, list[str]]:
-        surfaces = index.table("kg_surfaces")
-        entity = np.asarray(surfaces["entity"], dtype=np.int64)
-        readable = scope.chunks[np.asarray(surfaces["chunk"], dtype=np.int64)]
-        touched = np.unique(entity[~readable])
-        vectors, labels = stored.copy(), list(names)
-        if len(touched):
-            rows = np.flatnonzero(readable & np.isin(entity, touched))
-            pick = sp.csr_matrix((np.ones(len(rows), np.float32), (entity[rows], np.arange(len(rows)))), shape=(len(names), len(rows)))
-            sums = np.asarray(pick @ index.array("kg_surface_vectors")[rows], dtype=np.float32)[touched]
-            vectors[touched] = sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-            counts: dict[int, Counter] = {int(e): Counter() for e in touched}
-            for r in rows:
-                counts[int(entity[r])][surfaces["name"][r]] += 1
-            for e, c in counts.items():
-                labels[e] = c.most_common(1)[0][0] if c else ""
-        return vectors, labels
-
-    return scope.cached("kg_entities", compute)
+        return _open_view(index)
+    chunks = np.asarray(index.table("kg_surfaces")["chunk"], dtype=np.int64)
+    return scope.cached("kg_entities", lambda: _mention_view(index, scope.chunks[chunks]))
 
 
 def _entity_text(index: LoadedIndex, entity: int, scope: Scope, name: str) -> tuple[str, list[int], int]:
