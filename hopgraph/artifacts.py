@@ -5,7 +5,7 @@ Stages write and methods read artifacts by the constants below, never by free st
 declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdown table.
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
-dimension; KG: E entities, M mentions with a description, R relations; CUE: Q knowledge units,
+dimension; KG: E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge units,
 N entity nodes. Vectors are float32 with unit-length rows (all-zero where there was nothing to
 embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as .npz.
 """
@@ -31,8 +31,9 @@ POSTINGS_CHUNKS, POSTINGS_UNITS, POSTINGS_SENTENCES, KEYWORDS = "postings_chunks
 UNIT_VECTORS, CHUNK_VECTORS, SENTENCE_VECTORS, KEYWORD_VECTORS = "unit_vectors", "chunk_vectors", "sentence_vectors", "keyword_vectors"
 KNN, CHUNK_RANK_KNN = "knn", "chunk_rank_knn"
 CONCEPTS, CONCEPT_RANK, CHUNK_RANK_CONCEPT = "concepts", "concept_rank", "chunk_rank_concept"
-KG_ENTITIES, KG_MENTIONS, KG_RELATIONS = "kg_entities", "kg_mentions", "kg_relations"
+KG_ENTITIES, KG_MENTIONS, KG_RELATIONS, KG_SURFACES = "kg_entities", "kg_mentions", "kg_relations", "kg_surfaces"
 KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = "kg_entity_chunks", "kg_entity_vectors", "kg_relation_vectors"
+KG_SURFACE_VECTORS = "kg_surface_vectors"
 CUE_UNITS, CUE_ENTITIES, CUE_UNIT_ENTITIES = "cue_units", "cue_entities", "cue_unit_entities"
 CUE_UNIT_VECTORS, CUE_ENTITY_VECTORS = "cue_unit_vectors", "cue_entity_vectors"
 
@@ -56,10 +57,12 @@ SCHEMA: dict[str, Artifact] = {a.name: a for a in [
     Artifact(CHUNK_RANK_CONCEPT, "array", "concept_graph", "C", "sum of the concept ranks of the chunk's keywords (G2ConS core selection)"),
     Artifact(KG_ENTITIES, "table", "kg_extract", "E", "resolved entity: name, type"),
     Artifact(KG_MENTIONS, "table", "kg_extract", "M", "described mention: entity, chunk, description"),
-    Artifact(KG_RELATIONS, "table", "kg_extract", "R", "relation: source, target (entity rows), description, strength, chunk, model, extracted_at, confidence"),
+    Artifact(KG_RELATIONS, "table", "kg_extract", "R", "relation: source, target (entity rows), source_name, target_name (as extracted), description, strength, chunk, model, extracted_at, confidence"),
+    Artifact(KG_SURFACES, "table", "kg_extract", "F", "every extracted mention as written: entity, chunk, name, description (access control scores and names entities from readable ones)"),
     Artifact(KG_ENTITY_CHUNKS, "graph", "kg_extract", "E × C", "1 where the entity is mentioned in the chunk"),
     Artifact(KG_ENTITY_VECTORS, "array", "kg_extract", "E × d", "embedding of the entity's name and descriptions"),
     Artifact(KG_RELATION_VECTORS, "array", "kg_extract", "R × d", "embedding of 'source — target: description'"),
+    Artifact(KG_SURFACE_VECTORS, "array", "kg_extract", "F × d", "embedding of each mention's 'name: description'"),
     Artifact(CUE_UNITS, "table", "cue_graph", "Q", "knowledge unit: text, tokens, docs, chunk, source (llm or sentence)"),
     Artifact(CUE_ENTITIES, "table", "cue_graph", "N", "spaCy entity node: name (normalised), label"),
     Artifact(CUE_UNIT_ENTITIES, "graph", "cue_graph", "Q × N", "1 where the unit mentions the entity"),

@@ -16,6 +16,7 @@ import numpy as np
 
 from hopgraph.config import OFFLINE_MINILM, EmbeddingConfig
 from hopgraph.errors import ConfigError, DependencyError
+from hopgraph.kernels import group_mean_vectors
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -268,7 +269,4 @@ def embed_long_texts(embedder: Embedder, texts: Sequence[str], *, window_tokens:
     vectors = embedder.encode(windows, progress=progress)
     if len(windows) == len(texts):
         return vectors
-    sums = np.zeros((len(texts), vectors.shape[1]), dtype=np.float64)
-    np.add.at(sums, np.asarray(owner), vectors)
-    sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-    return sums.astype(np.float32)
+    return group_mean_vectors(vectors, owner, len(texts))

@@ -170,6 +170,7 @@ def _save_npy(tmp: Path, array: np.ndarray) -> None:
 # (INDEX/versions/<job id>); INDEX/CURRENT names the live one. Readers need only this much, so it
 # lives here rather than with the update jobs (hopgraph/index/versions.py) that write versions.
 CURRENT, VERSIONS, JOBS = "CURRENT", "versions", "jobs"
+PARTITIONS = "partitions"  # INDEX/partitions/<name>: the sub-indexes of an index built with access.isolation
 JOB_ID = re.compile(r"j\d{6}-[0-9a-f]{6}")  # update job ids; a version is named after the job that built it
 
 

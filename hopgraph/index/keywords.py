@@ -46,10 +46,3 @@ def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[
     return sorted(kept)
 
 
-def keyword_vectors(sentence_postings: sp.csr_matrix, sentence_vectors: np.ndarray) -> np.ndarray:
-    """Each keyword's vector = mean of the vectors of the sentences containing it (KET, G2ConS Eq. 1)."""
-    counts = np.asarray(sentence_postings.sum(axis=0)).ravel()
-    sums = np.asarray(sentence_postings.T @ sentence_vectors, dtype=np.float32)
-    sums /= np.maximum(counts, 1)[:, None]
-    norms = np.linalg.norm(sums, axis=1, keepdims=True)
-    return (sums / np.maximum(norms, 1e-12)).astype(np.float32)

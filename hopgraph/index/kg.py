@@ -83,7 +83,10 @@ def distinct_keys(names: Sequence[str]) -> list[str]:
 
 def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chunks: int, model: str, embed, threshold: float) -> dict:
     """Entities, mentions, relations and the entity–chunk graph from per-chunk extraction results."""
-    mention_name, mention_type, mention_desc, mention_chunk = [], [], [], []
+    mention_name: list[str] = []
+    mention_type: list[str] = []
+    mention_desc: list[str] = []
+    mention_chunk: list[int] = []
     rel_rows = []
     for result, chunk in zip(results, chunk_ids):
         if not result:
@@ -125,6 +128,7 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
     relations = {
         "source": ends[0::2], "target": ends[1::2],
         "description": [r["description"] for r, _ in rel_rows], "strength": [r["strength"] for r, _ in rel_rows],
+        "source_name": [r["source"] for r, _ in rel_rows], "target_name": [r["target"] for r, _ in rel_rows],
         "chunk": [c for _, c in rel_rows], "model": [model] * len(rel_rows), "extracted_at": [now] * len(rel_rows),
         "confidence": [round(r["strength"] / 10, 2) for r, _ in rel_rows],
     }
@@ -134,6 +138,9 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
         "mentions": {"entity": entity_of_mention[keep].tolist(), "chunk": [mention_chunk[i] for i in keep], "description": [mention_desc[i] for i in keep]},
         "relations": relations,
         "entity_chunks": entity_chunks,
+        # Every mention with its own surface name: what a reader's entity scores and labels are
+        # drawn from when some of the entity's chunks are forbidden to them.
+        "surfaces": {"entity": entity_of_mention.tolist(), "chunk": list(mention_chunk), "name": list(mention_name), "description": list(mention_desc)},
     }
 
 
@@ -144,3 +151,13 @@ def entity_texts(names: Sequence[str], mentions: dict[str, list]) -> list[str]:
         if len(described[e]) < 4:
             described[e].append(d)
     return [f"{n}: {' '.join(d)}" if d else n for n, d in zip(names, described)]
+
+
+def surface_texts(surfaces: dict[str, list]) -> list[str]:
+    """Text embedded for each mention: its own surface name and description (one chunk's material)."""
+    return [f"{n}: {d}" if d else n for n, d in zip(surfaces["name"], surfaces["description"])]
+
+
+def relation_texts(relations: dict[str, list]) -> list[str]:
+    """Text of each relation from its own chunk only: the surface names it was extracted with."""
+    return [f"{a} — {b}: {d}" for a, b, d in zip(relations["source_name"], relations["target_name"], relations["description"])]

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import resource
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,16 +19,17 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from hopgraph.config import HopgraphConfig
+from hopgraph.config import AccessConfig, HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import cue, graphs, keywords, kg
 from hopgraph.index.chunking import build_layers
+from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm
 from hopgraph.llm.extract import extract
 from hopgraph.models import embed_long_texts, load_embedder, sentence_spans
-from hopgraph.store import IndexStore
+from hopgraph.store import IndexStore, PARTITIONS
 
 
 @dataclass
@@ -88,9 +90,17 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     return {"keywords": len(vocabulary)}
 
 
+def embed_texts(config: HopgraphConfig, texts: list[str], progress: bool = False) -> np.ndarray:
+    """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows."""
+    cfg = config.embedding
+    embedder = load_embedder(cfg, cached=True)
+    if not texts:
+        return np.zeros((0, embedder.dim), np.float32)
+    return embed_long_texts(embedder, texts, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding, progress=progress)
+
+
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    cfg = ctx.config.embedding
-    return embed_long_texts(load_embedder(cfg, cached=True), texts, window_tokens=cfg.window_tokens, encoding=ctx.config.chunking.encoding, progress=ctx.progress)
+    return embed_texts(ctx.config, texts, ctx.progress)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
@@ -99,10 +109,7 @@ def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
     vectors = _embed(ctx, units["text"])
     ctx.store.write_array("unit_vectors", vectors)
     n_chunks = len(ctx.store.read_table("chunks")["tokens"])
-    sums = np.zeros((n_chunks, vectors.shape[1]), dtype=np.float64)
-    np.add.at(sums, np.asarray(units["chunk"]), vectors)
-    sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
-    ctx.store.write_array("chunk_vectors", sums.astype(np.float32))
+    ctx.store.write_array("chunk_vectors", group_mean_vectors(vectors, units["chunk"], n_chunks))
     return {"embedded_texts": len(units["text"]), "embedding_tokens": int(sum(units["tokens"]))}
 
 
@@ -113,7 +120,7 @@ def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
-    vectors = keywords.keyword_vectors(ctx.store.read_graph("postings_sentences"), ctx.store.read_array("sentence_vectors"))
+    vectors = mean_vectors(ctx.store.read_graph("postings_sentences"), ctx.store.read_array("sentence_vectors"))
     ctx.store.write_array("keyword_vectors", vectors)
     return {}
 
@@ -146,19 +153,27 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     core = kg.select_core(cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept"))
     texts = ctx.store.read_table("chunks")["text"]
     results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
-    embedder = load_embedder(cfg.embedding, cached=True)
-    tables = kg.build_tables(results, core.tolist(), len(texts), ctx.llm.name, embedder.encode, cfg.extraction.resolve_threshold)
-    for name in ("entities", "mentions", "relations"):
-        ctx.store.write_table(f"kg_{name}", tables[name])
-    ctx.store.write_graph("kg_entity_chunks", tables["entity_chunks"])
-    described = kg.entity_texts(tables["entities"]["name"], tables["mentions"])
-    ctx.store.write_array("kg_entity_vectors", _embed(ctx, described) if described else np.zeros((0, embedder.dim), np.float32))
-    relations = tables["relations"]
-    names = tables["entities"]["name"]
-    relation_texts = [f"{names[a]} — {names[b]}: {d}" for a, b, d in zip(relations["source"], relations["target"], relations["description"])]
-    ctx.store.write_array("kg_relation_vectors", _embed(ctx, relation_texts) if relation_texts else np.zeros((0, embedder.dim), np.float32))
+    counts = write_kg(ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress)
     ctx.usage = usage.to_dict()
-    return {"kg_chunks": len(core), "kg_entities": len(names), "kg_relations": len(relation_texts), "kg_fallbacks": usage.fallbacks}
+    return {"kg_chunks": len(core), **counts, "kg_fallbacks": usage.fallbacks}
+
+
+def write_kg(store: IndexStore, config: HopgraphConfig, results: Sequence[dict | None], core: list[int], model: str, *, progress: bool = False) -> dict[str, int]:
+    """Resolve per-chunk extraction results (of chunks ``core``) into the KG tables, graph and vectors.
+
+    Besides the entity vectors (name plus descriptions, for readers who may read every mention)
+    each mention gets its own vector, so a reader's entity scores can be drawn from readable
+    mentions only.
+    """
+    n_chunks = len(store.read_table("chunks")["tokens"])
+    tables = kg.build_tables(results, core, n_chunks, model, load_embedder(config.embedding, cached=True).encode, config.extraction.resolve_threshold)
+    for name in ("entities", "mentions", "relations", "surfaces"):
+        store.write_table(f"kg_{name}", tables[name])
+    store.write_graph("kg_entity_chunks", tables["entity_chunks"])
+    store.write_array("kg_entity_vectors", embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress))
+    store.write_array("kg_surface_vectors", embed_texts(config, kg.surface_texts(tables["surfaces"]), progress))
+    store.write_array("kg_relation_vectors", embed_texts(config, kg.relation_texts(tables["relations"]), progress))
+    return {"kg_entities": len(tables["entities"]["name"]), "kg_relations": len(tables["relations"]["source"])}
 
 
 def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
@@ -232,10 +247,18 @@ def peak_memory_mb() -> float:
 
 
 def build_index(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True, overwrite: bool = False, stop_after: str | None = None) -> dict:
-    """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest."""
+    """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest.
+
+    With ``access.isolation`` the index is one complete sub-index per ACL partition (see
+    :func:`build_partitioned`); updates rebuild through here, so they need nothing special.
+    """
     if not documents:
         raise InputError("no documents to index")
+    if config.access.isolation:
+        return build_partitioned(documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after)
     store = IndexStore(out)
+    if overwrite and (store.root / PARTITIONS).is_dir():
+        shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
     manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
     ctx = BuildContext(store, config, documents, progress)
@@ -261,5 +284,69 @@ def build_index(documents: Sequence[Document], out: str | Path, config: Hopgraph
     manifest["complete"] = True
     manifest["models"] = {"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
                           "llm": config.llm.model if config.extraction.active() else None}
+    store.write_manifest(manifest)
+    return manifest
+
+
+# ------------------------------------------------------------------------------------ isolation
+
+
+def partition_name(acl: Sequence[str] | None) -> str:
+    """Directory name of the partition of documents with this ACL (None = unrestricted)."""
+    if acl is None:
+        return "public"
+    return "acl-" + hashlib.sha256(json.dumps(sorted(set(acl))).encode()).hexdigest()[:16]
+
+
+def acl_partitions(documents: Sequence[Document]) -> list[dict[str, Any]]:
+    """Documents grouped by identical ACL sets: the unrestricted partition first, then by ACL.
+
+    Each entry has ``name``, ``acl`` (sorted groups, or None) and ``documents`` (indices, in
+    corpus order). Putting the unrestricted one first gives its pieces the same numbers as in an
+    index of the unrestricted documents alone.
+    """
+    groups: dict[tuple[str, ...] | None, list[int]] = {}
+    for i, doc in enumerate(documents):
+        groups.setdefault(None if doc.acl is None else tuple(sorted(set(doc.acl))), []).append(i)
+    keys = sorted(groups, key=lambda k: (k is not None, k or ()))
+    return [{"name": partition_name(k), "acl": None if k is None else list(k), "documents": groups[k]} for k in keys]
+
+
+def build_partitioned(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True,
+                      overwrite: bool = False, stop_after: str | None = None) -> dict:
+    """The isolated build: every ACL partition is a complete index of its own documents, built by
+    the ordinary pipeline (same stages, caches and resume) under ``out/partitions/<name>``, so its
+    vocabulary, IDF, graphs, PageRank and entity resolution see no other partition's text.
+
+    ``out`` itself holds the documents table (the corpus, for updates) and a manifest listing the
+    partitions with their ACL; it is complete once every partition is.
+    """
+    store = IndexStore(out)
+    manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
+    if overwrite and (store.root / PARTITIONS).is_dir():
+        shutil.rmtree(store.root / PARTITIONS)
+    partitions = acl_partitions(documents)
+    manifest["partitions"] = [{"name": p["name"], "acl": p["acl"], "documents": len(p["documents"])} for p in partitions]
+    store.write_manifest(manifest)
+    stage_documents(BuildContext(store, config, documents, progress))
+    inner = config.model_copy(update={"access": AccessConfig(isolation=False)})
+    stages: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = {}
+    for part in partitions:
+        built = build_index([documents[i] for i in part["documents"]], store.root / PARTITIONS / part["name"], inner,
+                            progress=progress, overwrite=overwrite, stop_after=stop_after)
+        for name, record in built["stages"].items():
+            total = stages.setdefault(name, {"done": True, "seconds": 0.0})
+            total["done"] &= bool(record.get("done"))
+            total["seconds"] = round(total["seconds"] + record.get("seconds", 0.0), 3)
+        for key, value in built["counts"].items():
+            counts[key] = counts.get(key, 0) + value
+        if not built["complete"]:
+            manifest.update(stages=stages, counts=counts)
+            store.write_manifest(manifest)
+            return manifest
+    manifest.update(stages=stages, counts=counts, complete=True, peak_memory_mb=peak_memory_mb(),
+                    models={"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
+                            "llm": config.llm.model if config.extraction.active() else None})
     store.write_manifest(manifest)
     return manifest

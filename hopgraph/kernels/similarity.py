@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import scipy.sparse as sp
+
 from hopgraph.kernels.backend import module_of
 
 
@@ -89,3 +92,21 @@ def cosine_topk(queries: Any, corpus: Any, k: int, *, block_size: int = 4096, ex
             best_scores, best_indices = merged[0][:, :k], merged[1][:, :k]
         all_scores[q0:q1], all_indices[q0:q1] = best_scores, best_indices
     return all_scores, all_indices
+
+
+def mean_vectors(incidence: sp.spmatrix, vectors: np.ndarray) -> np.ndarray:
+    """Row j: the unit-length mean of ``vectors[i]`` over the rows i where ``incidence[i, j]`` ≠ 0
+    (all zero where there are none). A keyword's vector from the sentences containing it (KET,
+    G2ConS Eq. 1), a chunk's from its sub-chunks, a long text's from its windows: one rule."""
+    members = sp.csr_matrix(incidence, dtype=np.float64)
+    members.data[:] = 1.0
+    sums = np.asarray(members.T @ np.asarray(vectors, dtype=np.float64))
+    norms = np.linalg.norm(sums, axis=1, keepdims=True)
+    return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def group_mean_vectors(vectors: np.ndarray, group: Any, groups: int) -> np.ndarray:
+    """Row g: the unit-length mean of the rows of ``vectors`` whose ``group`` is g (see :func:`mean_vectors`)."""
+    group = np.asarray(group, dtype=np.int64)
+    membership = sp.csr_matrix((np.ones(len(group)), (np.arange(len(group)), group)), shape=(len(group), groups))
+    return mean_vectors(membership, vectors)

@@ -11,6 +11,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.errors import IndexFormatError
 from hopgraph.store import IndexStore, live_root
 
 T = TypeVar("T")
@@ -28,6 +29,8 @@ class LoadedIndex:
         self.version = "" if live == Path(path) else live.name  # "" = the root index
         self.store = IndexStore(live)
         self.manifest = self.store.require_complete()
+        if self.manifest.get("partitions"):
+            raise IndexFormatError(f"{live}: built with access.isolation (one sub-index per ACL partition); open it with Retriever(path)")
         self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
         # Everything derived from this version lives here and dies with this object: a server opens
         # one LoadedIndex per published version, so no cache outside it may be keyed by an index.

@@ -1,12 +1,13 @@
 """What every method starts from: the embedded query and the pieces the reader may see."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from hopgraph.deadline import check_deadline
+from hopgraph.kernels import mean_vectors
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.text import words
@@ -21,10 +22,25 @@ class Query:
 
 @dataclass
 class Scope:
-    """Boolean masks of usable pieces (after metadata/ACL filtering)."""
+    """Boolean masks of usable pieces (after metadata/ACL filtering).
+
+    ``derived`` caches what is recomputed per reader from readable material only (keyword vectors,
+    entity vectors), so one request computes it once however many channels use it.
+    """
 
     units: np.ndarray
     chunks: np.ndarray
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def full(self) -> bool:
+        """Every piece is usable: stored corpus-wide vectors are then the reader's own."""
+        return bool(self.units.all() and self.chunks.all())
+
+    def cached(self, key: str, compute: Callable[[], Any]) -> Any:
+        if key not in self.derived:
+            self.derived[key] = compute()
+        return self.derived[key]
 
 
 def make_query(index: LoadedIndex, text: str, vector: np.ndarray) -> Query:
@@ -97,5 +113,45 @@ def unit_cosine(index: LoadedIndex, query: Query, sentence_mix: float = 0.0) -> 
     return (1.0 - sentence_mix) * own + sentence_mix * best
 
 
-def keyword_cosine(index: LoadedIndex, query: Query) -> np.ndarray:
-    return index.array("keyword_vectors") @ query.vector
+def readable_keywords(index: LoadedIndex, scope: Scope) -> np.ndarray:
+    """Keywords that occur in a chunk the reader may see; a keyword found only in forbidden text
+    must not take a seed slot or label a path (it would confirm a guessed word)."""
+    if scope.full:
+        return np.ones(len(index.keywords), dtype=bool)
+    return scope.cached("keywords", lambda: np.asarray(index.graph("postings_chunks").T @ scope.chunks.astype(np.float32)).ravel() > 0)
+
+
+def scoped_keyword_vectors(index: LoadedIndex, scope: Scope) -> np.ndarray:
+    """Keyword vectors as the reader may compute them: the mean of readable sentences only.
+
+    A stored vector averages every sentence holding the keyword, forbidden ones included, so it is
+    recomputed (with the same formula) for each keyword that has a forbidden sentence; keywords
+    the reader cannot read get a zero vector.
+    """
+    stored = index.array("keyword_vectors")
+    if scope.full:
+        return stored
+
+    def compute() -> np.ndarray:
+        postings = index.graph("postings_sentences")
+        readable = scope.units[np.asarray(index.table("sentences")["unit"], dtype=np.int64)]
+        touched = np.flatnonzero(np.asarray(postings[~readable].sum(axis=0)).ravel() > 0)
+        vectors = stored.copy()
+        if len(touched):
+            vectors[touched] = mean_vectors(postings[readable][:, touched], index.array("sentence_vectors")[readable])
+        vectors[~readable_keywords(index, scope)] = 0.0
+        return vectors
+
+    return scope.cached("keyword_vectors", compute)
+
+
+def keyword_cosine(index: LoadedIndex, query: Query, scope: Scope) -> np.ndarray:
+    """Query cosine per keyword from readable material; -inf for keywords the reader cannot read."""
+    similarity = scoped_keyword_vectors(index, scope) @ query.vector
+    return similarity if scope.full else np.where(readable_keywords(index, scope), similarity, -np.inf)
+
+
+def readable_query_keywords(index: LoadedIndex, query: Query, scope: Scope) -> list[int]:
+    """The query's own words that are keywords of text the reader may see."""
+    readable = readable_keywords(index, scope)
+    return [k for k in query.keyword_ids if readable[k]]

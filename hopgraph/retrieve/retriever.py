@@ -21,6 +21,15 @@ from hopgraph.retrieve.query import Scope, make_query
 class Retriever:
     """Answers ``retrieve(question)`` over one index with any method; retrieval itself never calls the LLM."""
 
+    def __new__(cls, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None) -> "Retriever":
+        """A path to an index built with access.isolation opens as a PartitionedRetriever."""
+        if cls is Retriever and not isinstance(index, LoadedIndex):
+            from hopgraph.retrieve.partitioned import PartitionedIndex, PartitionedRetriever, is_partitioned  # noqa: PLC0415
+
+            if isinstance(index, PartitionedIndex) or is_partitioned(index):
+                return super().__new__(PartitionedRetriever)
+        return super().__new__(cls)
+
     def __init__(self, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None):
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval

@@ -1,7 +1,8 @@
 import numpy as np
 
 from hopgraph.config import KeywordConfig
-from hopgraph.index.keywords import build_vocabulary, incidence, keyword_vectors
+from hopgraph.index.keywords import build_vocabulary, incidence
+from hopgraph.kernels import mean_vectors
 from hopgraph.text import words
 
 
@@ -26,6 +27,6 @@ def test_keyword_vector_is_normalised_mean_of_its_sentences():
     vocab = {"x": 0, "y": 1}  # "x" is in sentences 0 and 1, "y" in 1 and 2
     postings = incidence(["xx x", "x y", "y"], vocab, min_length=1)
     sentences = np.array([[1, 0], [0, 1], [0, 1]], dtype=np.float32)
-    vectors = keyword_vectors(postings, sentences)
+    vectors = mean_vectors(postings, sentences)
     assert np.allclose(vectors[0], np.array([1, 1]) / np.sqrt(2))
     assert np.allclose(vectors[1], [0, 1])

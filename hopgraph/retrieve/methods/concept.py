@@ -11,12 +11,22 @@ from hopgraph.config import RetrievalConfig
 from hopgraph.deadline import check_deadline
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine, units_of
+from hopgraph.retrieve.query import (
+    Query,
+    Scope,
+    keyword_cosine,
+    ranked,
+    readable_keywords,
+    top_indices,
+    unit_cosine,
+    units_of,
+)
 from hopgraph.retrieve.registry import register
 
 
-def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
-    """Nodes within ``depth`` hops of ``seeds`` (seeds excluded), in discovery order."""
+def bfs(graph, seeds: np.ndarray, depth: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Nodes within ``depth`` hops of ``seeds`` (seeds excluded), in discovery order, passing only
+    through ``allowed`` nodes (all when None)."""
     seen = set(int(s) for s in seeds)
     frontier, found = list(seen), []
     for _ in range(depth):
@@ -24,7 +34,7 @@ def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
         for node in frontier:
             check_deadline()
             for nb in graph.indices[graph.indptr[node] : graph.indptr[node + 1]]:
-                if int(nb) not in seen:
+                if int(nb) not in seen and (allowed is None or allowed[nb]):
                     seen.add(int(nb))
                     nxt.append(int(nb))
         found.extend(nxt)
@@ -35,12 +45,13 @@ def bfs(graph, seeds: np.ndarray, depth: int) -> np.ndarray:
 @register("concept", order=40, needs=(), settings="concept", description="Sub-chunks reached from the query's nearest concepts and their BFS neighbours in the concept graph (G2ConS).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.concept
-    similarity = keyword_cosine(index, query)
-    reachable = np.asarray(index.keyword_units.getnnz(axis=1) > 0)
+    similarity = keyword_cosine(index, query, scope)
+    # Concepts with a sub-chunk the reader may see; the others are neither seeds nor BFS steps.
+    reachable = np.asarray(index.keyword_units @ scope.units.astype(np.float32)).ravel() > 0
     direct = top_indices(np.where(reachable, similarity, -np.inf), cfg.top_k)
     scores = unit_cosine(index, query, config.sentence_mix)
     local = units_of(index, direct, scope)
     yield from ranked("unit", scores, scope.units, "concept (direct)", pool=local)
-    expanded = bfs(index.graph("concepts"), direct, cfg.depth)
+    expanded = bfs(index.graph("concepts"), direct, cfg.depth, None if scope.full else readable_keywords(index, scope))
     wider = np.setdiff1d(units_of(index, expanded, scope), local)
     yield from ranked("unit", scores, scope.units, f"concept (BFS ≤{cfg.depth} hops)", pool=wider)

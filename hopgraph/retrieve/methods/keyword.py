@@ -21,7 +21,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     in_pool = np.zeros(len(index.unit_tokens), dtype=bool)
     reached_by = np.full(len(index.unit_tokens), -1, dtype=np.int64)
     tokens = 0
-    for kw in descending(keyword_cosine(index, query)):
+    for kw in descending(keyword_cosine(index, query, scope)):
         check_deadline()
         units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
         fresh = units[scope.units[units] & ~in_pool[units]]

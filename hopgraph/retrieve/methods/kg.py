@@ -3,13 +3,19 @@ budget, then the sub-chunks most adjacent to the seeds and relations.
 
 Only what the reader may see takes part: an entity counts if one of its chunks is readable, its
 text carries only descriptions from readable chunks, and a relation is used only if the chunk it
-was extracted from is readable.
+was extracted from is readable. An entity is scored by the mean vector of its readable mentions
+(each embedded as its own surface name and description) and named by its most frequent readable
+surface name, so text the reader cannot read never ranks or labels it; a relation is named by the
+surface names of its own chunk.
 """
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
 from hopgraph.deadline import check_deadline
@@ -23,9 +29,43 @@ from hopgraph.retrieve.registry import register
 def require_kg(index: LoadedIndex) -> None:
     if not index.manifest["stages"].get("kg_extract", {}).get("done"):
         raise ConfigError(f"{index.store.root} has no LLM knowledge graph: rebuild it with --extraction.kg all|pagerank|random|concept")
+    if not index.store.has("tables", "kg_surfaces"):
+        raise ConfigError(f"{index.store.root}: its knowledge graph predates per-mention vectors (needed to score entities from "
+                          "readable text only); rebuild it with `hopgraph index --overwrite`")
 
 
-def _entity_text(index: LoadedIndex, entity: int, scope: Scope) -> tuple[str, list[int], int]:
+def _mention_view(index: LoadedIndex, readable: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per entity: the normalised mean vector of its ``readable`` mentions and their most frequent
+    surface name (ties: first seen), the same formula for every reader, so whether an entity also
+    has forbidden mentions changes nothing a reader can observe."""
+    surfaces = index.table("kg_surfaces")
+    n = len(index.table("kg_entities")["name"])
+    entity = np.asarray(surfaces["entity"], dtype=np.int64)
+    rows = np.flatnonzero(readable)
+    pick = sp.csr_matrix((np.ones(len(rows), np.float32), (entity[rows], np.arange(len(rows)))), shape=(n, len(rows)))
+    sums = np.asarray(pick @ index.array("kg_surface_vectors")[rows], dtype=np.float32)
+    counts = [Counter() for _ in range(n)]
+    for r in rows:
+        counts[entity[r]][surfaces["name"][r]] += 1
+    names = [c.most_common(1)[0][0] if c else "" for c in counts]
+    return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12), names
+
+
+@functools.lru_cache(maxsize=4)
+def _open_view(index: LoadedIndex) -> tuple[np.ndarray, list[str]]:
+    return _mention_view(index, np.ones(len(index.table("kg_surfaces")["entity"]), dtype=bool))
+
+
+def _entity_view(index: LoadedIndex, scope: Scope) -> tuple[np.ndarray, list[str]]:
+    """Entity vectors and names drawn from the mentions the reader may read (computed once per
+    opened index for a reader who may read everything)."""
+    if scope.full:
+        return _open_view(index)
+    chunks = np.asarray(index.table("kg_surfaces")["chunk"], dtype=np.int64)
+    return scope.cached("kg_entities", lambda: _mention_view(index, scope.chunks[chunks]))
+
+
+def _entity_text(index: LoadedIndex, entity: int, scope: Scope, name: str) -> tuple[str, list[int], int]:
     """Name plus descriptions from readable chunks; the documents and first chunk they come from."""
     mentions = index.table("kg_mentions")
     rows = index.entity_mentions[entity]
@@ -33,7 +73,6 @@ def _entity_text(index: LoadedIndex, entity: int, scope: Scope) -> tuple[str, li
     descriptions = list(dict.fromkeys(mentions["description"][r] for r in readable))[:3]
     chunks = [mentions["chunk"][r] for r in readable] or [int(c) for c in index.graph("kg_entity_chunks")[entity].indices if scope.chunks[c]]
     docs = list(dict.fromkeys(d for c in chunks[:3] for d in index.chunks["docs"][c]))
-    name = index.table("kg_entities")["name"][entity]
     return (f"{name}: {' '.join(descriptions)}" if descriptions else name), docs, (chunks[0] if chunks else -1)
 
 
@@ -45,14 +84,14 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     visible = np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
     if not visible.any():
         return
-    entity_scores = np.where(visible, index.array("kg_entity_vectors") @ query.vector, -np.inf)
+    entity_vectors, names = _entity_view(index, scope)
+    entity_scores = np.where(visible, entity_vectors @ query.vector, -np.inf)
     seeds = top_indices(entity_scores, min(cfg.seed_entities, int(visible.sum())))
     is_seed = np.zeros(len(entity_scores), dtype=bool)
     is_seed[seeds] = True
     used = 0
-    names = index.table("kg_entities")["name"]
     for e in seeds:
-        text, docs, chunk = _entity_text(index, int(e), scope)
+        text, docs, chunk = _entity_text(index, int(e), scope, names[e])
         cand = Candidate("entity", int(e), float(entity_scores[e]), "kg seed entity", text=text, chunk=chunk, docs=docs)
         used += piece_tokens(index, cand)
         yield cand
@@ -65,7 +104,7 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     # Relations joining two seeds first, then those touching one; by cosine within each group.
     for r in np.flatnonzero(usable)[np.lexsort((-relation_scores[usable], -seed_ends[usable]))]:
         check_deadline()
-        text = f"{names[source[r]]} — {names[target[r]]}: {relations['description'][r]}"
+        text = f"{relations['source_name'][r]} — {relations['target_name'][r]}: {relations['description'][r]}"
         cand = Candidate("relation", int(r), float(relation_scores[r]), f"kg relation of seed {names[source[r]] if is_seed[source[r]] else names[target[r]]}",
                          text=text, chunk=int(rel_chunk[r]), docs=list(index.chunks["docs"][rel_chunk[r]]))
         tokens = piece_tokens(index, cand)

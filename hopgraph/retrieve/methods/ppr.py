@@ -16,7 +16,15 @@ from hopgraph.kernels import RandomWalk
 from hopgraph.kernels.backend import to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, keyword_cosine, ranked, top_indices, unit_cosine
+from hopgraph.retrieve.query import (
+    Query,
+    Scope,
+    keyword_cosine,
+    ranked,
+    readable_query_keywords,
+    top_indices,
+    unit_cosine,
+)
 from hopgraph.retrieve.registry import register
 
 
@@ -50,14 +58,15 @@ def _freshness(index: LoadedIndex) -> np.ndarray:
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.ppr
     n_units, n_keywords = len(index.unit_tokens), len(index.keywords)
-    similarity = keyword_cosine(index, query)
+    similarity = keyword_cosine(index, query, scope)  # -inf for keywords the reader cannot read
     seeds = np.zeros(n_keywords)
     nearest = top_indices(similarity, cfg.seed_keywords)
     seeds[nearest] = np.maximum(similarity[nearest], 0)
-    if query.keyword_ids:
-        df = index.keyword_units.getnnz(axis=1)[query.keyword_ids]
+    own = readable_query_keywords(index, query, scope)
+    if own:
+        df = index.keyword_units.getnnz(axis=1)[own]
         idf = np.log1p(n_units / np.maximum(df, 1))
-        seeds[query.keyword_ids] += idf / idf.max()
+        seeds[own] += idf / idf.max()
     if scope.units.all():
         walker = open_walk(index)
     else:
@@ -65,7 +74,8 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         allowed = sp.diags(np.concatenate([scope.units, np.ones(n_keywords, dtype=bool)]).astype(np.float32))
         walker = RandomWalk(allowed @ bipartite(index) @ allowed)
     personal = np.concatenate([np.zeros(n_units), seeds])
-    walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units]
+    # No seed with positive weight (no readable keyword near the query): nothing to walk from.
+    walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units] if seeds.any() else np.zeros(n_units)
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
     score = (cfg.text_weight * _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)

@@ -1,0 +1,142 @@
+"""Reading an index built with ``access.isolation``: one complete sub-index per ACL partition.
+
+A reader's query runs only in the partitions holding a document the reader may read; each ranks
+and packs its own evidence exactly as a separate index would, and the per-partition evidence is
+merged by score (each partition's own order kept) and packed to the budget again. Nothing of a
+partition the reader cannot read is opened for that query, so a reader's results are the results
+of an index of the partitions they may read, however many forbidden documents exist beside them.
+
+Piece numbers (``Evidence.index``, ``Evidence.chunk``) are made unique across partitions by
+offsetting each partition's numbers by the sizes of the partitions before it; the unrestricted
+partition comes first, so its numbers equal those of an index of the unrestricted documents alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hopgraph.config import RetrievalConfig, validate_config
+from hopgraph.errors import ConfigError, IndexFormatError
+from hopgraph.models import load_embedder
+from hopgraph.retrieve.filters import MetadataFilter
+from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.packing import Evidence, RetrievalResult
+from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import PARTITIONS, IndexStore, live_root
+
+# Table whose rows candidates of each kind number (pieces composed at query time included).
+KIND_TABLES = {"chunk": "chunks", "unit": "units", "cue_unit": "cue_units", "entity": "kg_entities", "relation": "kg_relations"}
+
+
+def is_partitioned(path: str | Path) -> bool:
+    """True for an index directory whose live version was built with access.isolation."""
+    store = IndexStore(live_root(path))
+    return store.exists() and bool(store.read_manifest().get("partitions"))
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    acl: list[str] | None
+    index: LoadedIndex
+
+    def rows(self, kind: str) -> int:
+        """How many pieces of ``kind`` this partition numbers (0 where it has no such table)."""
+        table = KIND_TABLES.get(kind, kind)
+        if not self.index.store.has("tables", table):
+            return 0
+        return len(next(iter(self.index.table(table).values())))
+
+
+class PartitionedIndex:
+    """The live version of an isolated index: its manifest, corpus table and opened partitions."""
+
+    def __init__(self, path: str | Path):
+        live = live_root(path)
+        self.version = "" if live == Path(path) else live.name
+        self.store = IndexStore(live)
+        self.manifest = self.store.require_complete()
+        if not self.manifest.get("partitions"):
+            raise IndexFormatError(f"{live}: not an index built with access.isolation (no partitions in its manifest)")
+        self.config = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
+        self.partitions = [Partition(p["name"], p["acl"], LoadedIndex(live / PARTITIONS / p["name"])) for p in self.manifest["partitions"]]
+
+    @functools.cached_property
+    def documents(self) -> dict[str, list]:
+        table = self.store.read_table("documents")
+        table["metadata"] = [json.loads(m) for m in table["metadata"]]
+        return table
+
+    @functools.lru_cache(maxsize=None)
+    def offset(self, position: int, kind: str) -> int:
+        """First global number of partition ``position``'s pieces of ``kind``."""
+        return sum(p.rows(kind) for p in self.partitions[:position])
+
+
+def readable(partition: Partition, metadata_filter: MetadataFilter | None) -> bool:
+    """Whether the reader may read any document of the partition (only those are queried)."""
+    return metadata_filter is None or metadata_filter.is_open or bool(metadata_filter.document_mask(partition.index).any())
+
+
+def merge(streams: list[list[Evidence]], budget: int) -> list[Evidence]:
+    """Evidence of several partitions by score, each partition's order kept (ties: earlier
+    partition first), packed greedily to ``budget``; one stream comes back unchanged."""
+    used, packed = 0, []
+    for ev in heapq.merge(*streams, key=lambda e: -e.score):
+        if used + ev.tokens > budget:
+            if budget - used < 8:
+                break
+            continue
+        used += ev.tokens
+        packed.append(ev)
+    return packed
+
+
+class PartitionedRetriever(Retriever):
+    """``Retriever`` over an isolated index: each readable partition retrieves on its own."""
+
+    def __init__(self, index: PartitionedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None):
+        self.index = index if isinstance(index, PartitionedIndex) else PartitionedIndex(index)
+        self.config = config or self.index.config.retrieval
+        self.parts = [Retriever(p.index, self.config, device) for p in self.index.partitions]
+        embedding = self.index.config.embedding
+        self.embedder = self.parts[0].embedder if self.parts else load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
+        self._open_scope = None
+
+    def scope(self, metadata_filter: MetadataFilter | None) -> Any:
+        raise ConfigError("an isolated index has one scope per partition; call retrieve()")
+
+    def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
+                 metadata_filter: MetadataFilter | None = None, vector: np.ndarray | None = None,
+                 overrides: dict[str, Any] | None = None, **options: Any) -> RetrievalResult:
+        chosen = method or (overrides or {}).get("method") or self.config.method
+        if chosen not in METHODS:
+            raise ConfigError(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
+        if vector is None:
+            vector = self.embed([question])[0]
+        started = time.perf_counter()
+        streams, settled = [], None
+        for position, (part, retriever) in enumerate(zip(self.index.partitions, self.parts)):
+            if not readable(part, metadata_filter):
+                continue
+            result = retriever.retrieve(question, method=method, budget=budget, metadata_filter=metadata_filter,
+                                        vector=vector, overrides=overrides, **options)
+            settled = result
+            streams.append([self._numbered(ev, position) for ev in result.evidence])
+        final_budget = settled.budget if settled else (budget or self.config.budget)
+        return RetrievalResult(query=question, method=settled.method if settled else chosen, budget=final_budget,
+                               evidence=merge(streams, final_budget), seconds=time.perf_counter() - started)
+
+    def _numbered(self, ev: Evidence, position: int) -> Evidence:
+        """``ev`` with its piece and chunk numbers made global across partitions."""
+        chunk = ev.chunk + self.index.offset(position, "chunk") if ev.chunk >= 0 else ev.chunk
+        return dataclasses.replace(ev, index=ev.index + self.index.offset(position, ev.kind), chunk=chunk)
