@@ -3,7 +3,8 @@
 The postings record whether a sub-chunk contains a keyword, not how often, so term frequency is
 binary: a matched keyword adds idf · (k1 + 1) / (1 + k1 · (1 − b + b · length / mean length)).
 Only the question's own words that are keywords of the index take part (no vectors), so a
-question with none of them ranks nothing.
+question with none of them ranks nothing. Document frequencies, the piece count and the mean
+length are counted over the pieces the reader may see, so forbidden text changes no score.
 """
 from __future__ import annotations
 
@@ -23,17 +24,20 @@ K1, B = 1.2, 0.75  # the usual BM25 constants
 @register("bm25", order=15, description="Sub-chunks by BM25 over the question's keywords (binary term frequency; the lexical baseline).")
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     postings = index.keyword_units  # keywords × sub-chunks
-    n_units = len(index.unit_tokens)
+    readable = scope.units
+    n_units, n_readable = len(readable), int(readable.sum())
     scores = np.zeros(n_units)
     best = np.full(n_units, -1, dtype=np.int64)  # the matched keyword with the largest idf, for the path
     best_idf = np.zeros(n_units)
     lengths = index.unit_tokens.astype(np.float64)
-    norm = K1 * (1 - B + B * lengths / max(lengths.mean(), 1.0)) if n_units else lengths
+    mean_length = lengths[readable].mean() if n_readable else 1.0
+    norm = K1 * (1 - B + B * lengths / max(mean_length, 1.0))
     for kw in query.keyword_ids:
         units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
-        idf = np.log1p((n_units - len(units) + 0.5) / (len(units) + 0.5))
+        units = units[readable[units]]
+        idf = np.log1p((n_readable - len(units) + 0.5) / (len(units) + 0.5))
         scores[units] += idf * (K1 + 1) / (1 + norm[units])
         stronger = units[idf > best_idf[units]]
         best[stronger], best_idf[stronger] = kw, idf
-    matched = scope.units & (scores > 0)
+    matched = readable & (scores > 0)
     return ranked("unit", scores, matched, lambda u: f"bm25 via keyword:{index.keywords[best[u]]}")
