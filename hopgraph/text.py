@@ -33,3 +33,16 @@ def normalize_answer(text: str) -> str:
     """SQuAD rules (lower-case, drop punctuation and a/an/the, collapse white space), so scores
     are comparable with the published ones."""
     return " ".join(_ARTICLES.sub(" ", text.lower().translate(_NO_PUNCTUATION)).split())
+
+
+NORMALISATION = "v1"  # bump when normalise_entity changes: cached entity names are stored normalised
+_ARTICLE = re.compile(r"^(the|a|an) ")
+_POSSESSIVE = re.compile(r"['’]s\b")
+
+
+def normalise_entity(name: str) -> str:
+    """The one rule that says two entity names are the same (KG entities and CUE entity nodes): lower-case,
+    possessive 's and punctuation dropped, spaces collapsed, a leading article dropped ("The Halvern
+    Harbor Institute" and "Halvern Harbor Institute's" meet as one)."""
+    text = " ".join(WORD.findall(_POSSESSIVE.sub("", name.lower())))
+    return _ARTICLE.sub("", text)

@@ -8,17 +8,18 @@ chunks they may read.
 """
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 from hopgraph.config import ExtractionConfig
 from hopgraph.index import graphs
 from hopgraph.kernels import cosine_topk
+from hopgraph.text import normalise_entity
 
 
 def select_core(config: ExtractionConfig, knn_rank: np.ndarray, concept_rank: np.ndarray) -> np.ndarray:
@@ -33,52 +34,30 @@ def select_core(config: ExtractionConfig, knn_rank: np.ndarray, concept_rank: np
     return np.sort(graphs.core_chunks(scores, config.core_fraction))
 
 
-_PUNCT = re.compile(r"[^\w\s]")
-
-
-def normalise_name(name: str) -> str:
-    """Case, punctuation, spacing and a leading article do not make a different entity."""
-    key = " ".join(_PUNCT.sub(" ", name.lower()).split())
-    return key[4:] if key.startswith("the ") and len(key) > 4 else key
-
-
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = list(range(n))
-
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-
 def resolve(names: Sequence[str], vectors: np.ndarray | None, threshold: float, neighbours: int = 5) -> np.ndarray:
     """Entity id per surface name: equal normalised names merge, then names with cosine ≥ threshold.
 
     ``vectors`` embeds the distinct normalised names in order of first appearance (see
     :func:`distinct_keys`); nearest neighbours come from the blocked top-k kernel (never all pairs).
     """
-    keys = [normalise_name(n) for n in names]
+    keys = [normalise_entity(n) for n in names]
     distinct = distinct_keys(names)
     key_id = {k: i for i, k in enumerate(distinct)}
-    groups = _UnionFind(len(distinct))
+    rows: np.ndarray = np.zeros(0, dtype=np.int64)
+    cols: np.ndarray = np.zeros(0, dtype=np.int64)
     if vectors is not None and len(distinct) > 1:
         scores, indices = cosine_topk(vectors, vectors, min(neighbours, len(distinct) - 1), exclude_self=True)
-        for i, j in zip(*np.nonzero(np.asarray(scores) >= threshold)):
-            groups.union(i, int(np.asarray(indices)[i, j]))
-    roots = [groups.find(key_id[k]) for k in keys]
+        rows, slots = np.nonzero(np.asarray(scores) >= threshold)
+        cols = np.asarray(indices)[rows, slots]
+    similar = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(distinct), len(distinct)))
+    _, component = connected_components(similar, directed=False)
+    roots = [int(component[key_id[k]]) for k in keys]
     renumber = {r: i for i, r in enumerate(dict.fromkeys(roots))}
     return np.asarray([renumber[r] for r in roots], dtype=np.int64)
 
 
 def distinct_keys(names: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(normalise_name(n) for n in names))
+    return list(dict.fromkeys(normalise_entity(n) for n in names))
 
 
 def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chunks: int, model: str, embed, threshold: float) -> dict:
@@ -93,10 +72,10 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
             continue
         # A name that is only punctuation is no entity, and a relation from a thing to itself says nothing.
         for e in result["entities"]:
-            if normalise_name(e["name"]):
+            if normalise_entity(e["name"]):
                 mention_name.append(e["name"]), mention_type.append(e["type"]), mention_desc.append(e["description"]), mention_chunk.append(int(chunk))
         for r in result["relations"]:
-            source, target = normalise_name(r["source"]), normalise_name(r["target"])
+            source, target = normalise_entity(r["source"]), normalise_entity(r["target"])
             if source and target and source != target:
                 rel_rows.append((r, int(chunk)))
     # Relation endpoints the model did not list as entities become entities too.
@@ -108,7 +87,7 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
     vectors = embed(keys) if keys else None
     entity_of_mention = resolve(mention_name, vectors, threshold)
     n_entities = int(entity_of_mention.max()) + 1 if len(entity_of_mention) else 0
-    key_entity = {normalise_name(n): int(e) for n, e in zip(mention_name, entity_of_mention)}
+    key_entity = {normalise_entity(n): int(e) for n, e in zip(mention_name, entity_of_mention)}
     names = [Counter() for _ in range(n_entities)]
     types = [Counter() for _ in range(n_entities)]
     for name, kind, e in zip(mention_name, mention_type, entity_of_mention):
@@ -120,7 +99,7 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
                                   shape=(n_entities, n_chunks))
     entity_chunks.data[:] = 1.0  # duplicates summed: presence, not counts
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    ends = [key_entity[normalise_name(n)] for n in relation_names]
+    ends = [key_entity[normalise_entity(n)] for n in relation_names]
     merged_into_one = {i for i in range(len(rel_rows)) if ends[2 * i] == ends[2 * i + 1]}  # two names resolved to one entity
     if merged_into_one:
         rel_rows = [row for i, row in enumerate(rel_rows) if i not in merged_into_one]

@@ -29,7 +29,7 @@ from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm
 from hopgraph.llm.extract import extract
 from hopgraph.models import embed_long_texts, load_embedder, sentence_spans
-from hopgraph.store import IndexStore, PARTITIONS
+from hopgraph.store import PARTITIONS, IndexStore
 
 
 @dataclass

@@ -10,8 +10,9 @@ from hopgraph.config import EmbeddingConfig
 from hopgraph.errors import InputError
 from hopgraph.index.cue import bleu_scores, cosine_scores, knapsack_select, select_chunks, write_cue_graph
 from hopgraph.models import count_tokens, load_embedder
-from hopgraph.ner import normalise_entity, query_entities
+from hopgraph.ner import query_entities
 from hopgraph.store import IndexStore
+from hopgraph.text import normalise_entity
 
 CORPUS = [
     "The Halvern Harbor Institute is a marine research centre founded in 1962 on the shore of Lake Orrin.",

@@ -70,9 +70,13 @@ def test_random_core_has_the_right_size_and_is_reproducible_by_seed():
     ("Theodore Vale", "theodore vale"),  # only the article "the" is dropped
     ("The", "the"),  # a name that is only an article stays
     ("O'Neill & Sons", "o neill sons"),
+    ("Halvern Harbor Institute's", "halvern harbor institute"),  # one rule with the CUE entity nodes
+    ("An Orrin gauge", "orrin gauge"),
 ])
-def test_normalise_name(name, key):
-    assert kg.normalise_name(name) == key
+def test_one_entity_name_rule(name, key):
+    from hopgraph.text import normalise_entity
+
+    assert normalise_entity(name) == key
 
 
 NAMES = ["The Halvern Harbor Institute", "Halvern Harbor Institute", "Halvern Harbour Institute",
