@@ -281,14 +281,11 @@ class HopgraphConfig(Section):
     serve: ServeConfig = ServeConfig()
 
     def build_settings(self) -> dict[str, Any]:
-        """The part of the config that decides index contents (a change means a rebuild)."""
-        return self.model_dump(include={"access", "chunking", "embedding", "keywords", "graph"}, exclude={"embedding": {"device", "batch_size", "cache"}})
-
-    def extraction_settings(self) -> dict[str, Any]:
-        """What decides the LLM-built parts: changing it redoes only the LLM stages (cached calls are free)."""
-        llm = self.llm
-        return {"extraction": self.extraction.model_dump(), "llm_model": llm.model, "structured": llm.structured,
-                "max_tokens": llm.max_tokens, "temperature": llm.temperature, "parse_retries": llm.parse_retries, "context_tokens": llm.context_tokens}
+        """The LLM-free build settings, as manifests record them for people (`hopgraph inspect`) and as
+        manifests written before per-stage settings keys compared them. What invalidates which stage
+        is decided by the stage registry (hopgraph/index/pipeline.py), not here."""
+        return self.model_dump(include={"access", "chunking", "embedding", "keywords", "graph"},
+                               exclude={"embedding": {"device", "batch_size", "cache", "query_prompt"}})
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> HopgraphConfig:

@@ -196,49 +196,96 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
     return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
 
 
-STAGES: list[tuple[str, Callable[[BuildContext], dict[str, int]]]] = [
-    ("documents", stage_documents),
-    ("chunks", stage_chunks),
-    ("keywords", stage_keywords),
-    ("embed_units", stage_embed_units),
-    ("embed_sentences", stage_embed_sentences),
-    ("keyword_vectors", stage_keyword_vectors),
-    ("knn_graph", stage_knn_graph),
-    ("concept_graph", stage_concept_graph),
+@dataclass(frozen=True)
+class Stage:
+    """A registered pipeline stage: what it reads and which settings decide its output.
+
+    ``settings`` are dotted config keys (a section name takes all of its keys); ``reads`` are the
+    stages whose files it reads. A stage's settings key is a hash of its own settings and the keys
+    of the stages it reads, so a changed setting invalidates exactly that stage and what follows
+    from it; nothing else decides invalidation.
+    """
+
+    name: str
+    run: Callable[[BuildContext], dict[str, int]]
+    settings: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    llm: bool = False  # made by the LLM: a settings change redoes it (cached calls are free) instead of refusing
+    enabled: Callable[[HopgraphConfig], bool] = lambda config: True
+
+
+# LLM settings that decide what the model writes (how to reach it is not among them).
+LLM_OUTPUT = ("llm.model", "llm.structured", "llm.max_tokens", "llm.temperature", "llm.parse_retries", "llm.context_tokens")
+EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", "embedding.passage_prompt")
+
+STAGES: list[Stage] = [
+    Stage("documents", stage_documents, ("access",)),
+    Stage("chunks", stage_chunks, ("chunking",), ("documents",)),
+    Stage("keywords", stage_keywords, ("keywords.method", "keywords.tfidf_top", "keywords.min_length"), ("chunks",)),
+    Stage("embed_units", stage_embed_units, EMBEDDING, ("chunks",)),
+    Stage("embed_sentences", stage_embed_sentences, EMBEDDING, ("chunks",)),
+    Stage("keyword_vectors", stage_keyword_vectors, (), ("keywords", "embed_sentences")),
+    Stage("knn_graph", stage_knn_graph, ("graph.knn_k", "graph.exact_knn_limit", "graph.damping", "keywords.max_df", "keywords.max_postings"),
+          ("keywords", "embed_units")),
+    Stage("concept_graph", stage_concept_graph, ("graph.theta_sem", "graph.theta_co", "graph.damping"), ("keywords", "keyword_vectors")),
+    Stage("kg_extract", stage_kg_extract, ("extraction.kg", "extraction.core_fraction", "extraction.seed", "extraction.resolve_threshold",
+                                           *EMBEDDING, *LLM_OUTPUT), ("knn_graph", "concept_graph"), llm=True,
+          enabled=lambda config: config.extraction.kg != "none"),
+    Stage("cue_graph", stage_cue_graph, ("extraction.cue_alpha", "extraction.cue_metric", *EMBEDDING, *LLM_OUTPUT), ("embed_units",), llm=True,
+          enabled=lambda config: config.extraction.cue_alpha is not None),
 ]
-LLM_STAGES = {"kg_extract", "cue_graph"}
+LLM_STAGES = {stage.name for stage in STAGES if stage.llm}
 
 
 def planned_stages(config: HopgraphConfig) -> list[tuple[str, Callable[[BuildContext], dict[str, int]]]]:
-    stages = list(STAGES)
-    if config.extraction.kg != "none":
-        stages.append(("kg_extract", stage_kg_extract))
-    if config.extraction.cue_alpha is not None:
-        stages.append(("cue_graph", stage_cue_graph))
-    return stages
+    return [(stage.name, stage.run) for stage in STAGES if stage.enabled(config)]
+
+
+def _setting(data: dict[str, Any], dotted: str) -> Any:
+    for key in dotted.split("."):
+        data = data[key]
+    return data
+
+
+def stage_keys(config: HopgraphConfig) -> dict[str, str]:
+    """Settings key per planned stage: its own settings and the keys of the stages it reads."""
+    data = config.model_dump()
+    keys: dict[str, str] = {}
+    for stage in STAGES:
+        own = {name: _setting(data, name) for name in stage.settings}
+        upstream = {name: keys.get(name, "") for name in stage.reads}
+        keys[stage.name] = hashlib.sha256(json.dumps([own, upstream], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {stage.name: keys[stage.name] for stage in STAGES if stage.enabled(config)}
 
 
 # ------------------------------------------------------------------------------------ driver
 def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
-    fresh = {"complete": False, "config": config.model_dump(), "build_settings": config.build_settings(), "extraction_settings": config.extraction_settings(),
+    keys = stage_keys(config)
+    fresh = {"complete": False, "config": config.model_dump(), "build_settings": config.build_settings(), "stage_settings": keys,
              "corpus_fingerprint": fingerprint, "stages": {}, "counts": {}}
     if not store.exists() or overwrite:
         if store.root.exists() and any(store.root.iterdir()) and not store.exists():
             raise IndexFormatError(f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out")
         return fresh
     manifest = store.read_manifest()
-    if manifest.get("build_settings") != config.build_settings() or manifest.get("corpus_fingerprint") != fingerprint:
-        raise IndexFormatError(
-            f"{store.root} holds an index of a different corpus or build settings; "
-            "pass --overwrite to rebuild it, or choose another --out"
-        )
-    if manifest.get("extraction_settings") != config.extraction_settings():
-        # Only the LLM-built parts change: drop their records (re-running them costs nothing for cached calls).
-        for name in LLM_STAGES:
-            manifest["stages"].pop(name, None)
+    stored = manifest.get("stage_settings")
+    if stored is None:  # written before per-stage keys: its LLM-free stages match if its build settings do
+        same = manifest.get("build_settings") == config.build_settings()
+        stored = {stage.name: keys[stage.name] for stage in STAGES if same and not stage.llm and stage.name in keys}
+    changed = [stage.name for stage in STAGES if stage.name in keys and stored.get(stage.name) != keys[stage.name]
+               and (stage.name in manifest["stages"] or not stage.llm)]
+    refused = [name for name in changed if name not in LLM_STAGES]
+    if refused or manifest.get("corpus_fingerprint") != fingerprint:
+        what = f"build settings (stages {', '.join(refused)})" if refused else "corpus"
+        raise IndexFormatError(f"{store.root} holds an index of a different {what}; pass --overwrite to rebuild it, or choose another --out")
+    for name in changed:  # only LLM-built parts: re-running them costs nothing for cached calls
+        manifest["stages"].pop(name, None)
+    for name in set(manifest["stages"]) - set(keys):  # no longer configured
+        manifest["stages"].pop(name, None)
+    if changed:
         manifest["complete"] = False
     manifest["config"] = config.model_dump()
-    manifest["extraction_settings"] = config.extraction_settings()
+    manifest["stage_settings"] = keys
     return manifest
 
 

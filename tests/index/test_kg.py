@@ -140,7 +140,7 @@ def test_build_tables_of_nothing_is_empty(embedder):
 
 
 # ------------------------------------------------------------------ the stage, end to end
-LLM_FREE = [name for name, _ in STAGES]
+LLM_FREE = [stage.name for stage in STAGES if not stage.llm]
 
 
 def kg_config(sample_config, llm_config, **extraction):

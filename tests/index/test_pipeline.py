@@ -10,7 +10,7 @@ from hopgraph.store import IndexStore
 def test_index_holds_every_granularity_and_graph(sample_index):
     index = LoadedIndex(sample_index)
     m = index.manifest
-    assert m["complete"] and set(m["stages"]) == {name for name, _ in STAGES}
+    assert m["complete"] and set(m["stages"]) == {stage.name for stage in STAGES if not stage.llm}
     counts = m["counts"]
     assert counts["documents"] == 7 and counts["chunks"] >= 5 and counts["units"] >= 2 * counts["chunks"] - 7
     assert counts["sentences"] >= 20 and counts["keywords"] > 100
@@ -57,3 +57,35 @@ def test_other_corpus_or_settings_are_refused(tmp_path, sample_documents, sample
     assert build_index(sample_documents[:3], out, changed, progress=False, overwrite=True, stop_after="chunks")["stages"]
     with pytest.raises(InputError):
         build_index([], tmp_path / "none", sample_config)
+
+
+def test_stage_settings_keys_follow_declared_dependencies():
+    """Invalidation is computed from the stage registry: a setting changes the key of the stages that
+    read it and of those downstream, and of no other."""
+    from hopgraph.config import load_config
+    from hopgraph.index.pipeline import stage_keys
+
+    base = stage_keys(load_config(None, {"extraction.kg": "all", "extraction.cue_alpha": 0.5}))
+
+    def changed(overrides):
+        keys = stage_keys(load_config(None, {"extraction.kg": "all", "extraction.cue_alpha": 0.5, **overrides}))
+        return {name for name in base if keys[name] != base[name]}
+
+    assert changed({"graph.theta_co": 5}) == {"concept_graph", "kg_extract"}  # kg's core set reads the concept ranks
+    assert changed({"extraction.cue_metric": "cosine"}) == {"cue_graph"}
+    assert changed({"extraction.kg": "pagerank"}) == {"kg_extract"}
+    assert changed({"keywords.max_df": 0.2}) == {"knn_graph", "kg_extract"}
+    assert changed({"chunking.size": 600}) == set(base) - {"documents"}
+    assert changed({"embedding.query_prompt": "query: "}) == set()  # questions only: the index is unchanged
+    assert changed({"llm.base_url": "http://elsewhere:8000/v1"}) == set()  # how to reach the model, not what it writes
+
+
+def test_changed_build_settings_refuse_and_name_the_stages(tmp_path, sample_documents, sample_config):
+    import pytest
+
+    from hopgraph.errors import IndexFormatError
+
+    build_index(sample_documents[:3], tmp_path / "i", sample_config, progress=False)
+    other = sample_config.model_copy(update={"graph": sample_config.graph.model_copy(update={"theta_co": 7})})
+    with pytest.raises(IndexFormatError, match="different build settings \\(stages concept_graph\\)"):
+        build_index(sample_documents[:3], tmp_path / "i", other, progress=False)
