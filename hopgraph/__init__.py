@@ -3,17 +3,30 @@
 The public API (see ``hopgraph.api`` and the README's "Python API"): :class:`Index` to build, open,
 query, answer and update an index; :class:`Config` (every setting); :class:`Document`;
 :class:`MetadataFilter`; result types :class:`RetrievalResult`, :class:`Evidence`,
-:class:`AnswerResult` and :class:`Job`; :func:`load_config` (a TOML file and dotted overrides). Names load on first use, so ``import hopgraph.retrieve``
+:class:`AnswerResult` and :class:`Job`; :func:`load_config` (a TOML file and dotted overrides).
+Names load on first use, so ``import hopgraph.retrieve``
 stays light.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from hopgraph.version import __version__
 
-__all__ = ["__version__", "AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult",
-           "load_config"]
+__all__ = [
+    "__version__",
+    "AnswerResult",
+    "Config",
+    "Document",
+    "Evidence",
+    "Index",
+    "Job",
+    "LLMConfig",
+    "MetadataFilter",
+    "RetrievalResult",
+    "load_config",
+]
 
 if TYPE_CHECKING:
     from hopgraph.api import (

@@ -10,11 +10,13 @@ Everything the command line does goes through here or the layer right below it::
 Opening an index to read it loads no build pipeline, LLM client or NER model: those are imported
 only by the calls that need them (:meth:`Index.build`, :meth:`Index.update`, :meth:`Index.answer`).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
 from hopgraph.documents import Document
@@ -43,16 +45,23 @@ class Job:
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the full record as stored
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> "Job":
-        return cls(record["id"], record["status"], tuple(record.get("add", ())), tuple(record.get("delete", ())),
-                   record.get("version"), record.get("error"), dict(record))
+    def from_record(cls, record: Mapping[str, Any]) -> Job:
+        return cls(
+            record["id"],
+            record["status"],
+            tuple(record.get("add", ())),
+            tuple(record.get("delete", ())),
+            record.get("version"),
+            record.get("error"),
+            dict(record),
+        )
 
 
 @dataclass(frozen=True)
 class AnswerResult:
     """An answer with its citations and the retrieval it was made from."""
 
-    answer: "Answer"
+    answer: Answer
     retrieval: RetrievalResult
 
     @property
@@ -92,18 +101,27 @@ class Index:
 
     # ------------------------------------------------------------------ opening and building
     @classmethod
-    def open(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> "Index":
+    def open(cls, path: str | Path, overrides: Mapping[str, Any] | None = None) -> Index:
         """Open the live version of ``path``; ``overrides`` change query-time settings by TOML name,
         e.g. ``{"retrieval.method": "kg", "llm.base_url": "..."}`` (build settings are the index's own)."""
         index = cls(path)
         if overrides:
-            config = validate_config(apply_overrides(index.config.model_dump(), dict(overrides)), "Index.open overrides")
+            config = validate_config(
+                apply_overrides(index.config.model_dump(), dict(overrides)), "Index.open overrides"
+            )
             index = cls(path, config)
         return index
 
     @classmethod
-    def build(cls, sources: Iterable[Source], path: str | Path, config: HopgraphConfig | None = None, *,
-              overwrite: bool = False, progress: bool = False) -> "Index":
+    def build(
+        cls,
+        sources: Iterable[Source],
+        path: str | Path,
+        config: HopgraphConfig | None = None,
+        *,
+        overwrite: bool = False,
+        progress: bool = False,
+    ) -> Index:
         """Index ``sources`` (paths and/or :class:`Document` objects) into ``path`` and open it.
 
         An interrupted build resumes when called again with the same corpus and settings; an index
@@ -139,12 +157,21 @@ class Index:
     def documents(self) -> list[Document]:
         """The documents of the live version, in index order."""
         table = self._loaded.documents
-        return [Document(id=i, text=t, title=ti, source=s, metadata=m)
-                for i, t, ti, s, m in zip(table["id"], table["text"], table["title"], table["source"], table["metadata"])]
+        return [
+            Document(id=i, text=t, title=ti, source=s, metadata=m)
+            for i, t, ti, s, m in zip(table["id"], table["text"], table["title"], table["source"], table["metadata"])
+        ]
 
-    def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
-                 groups: Iterable[str] | None = None, where: Mapping[str, Any] | None = None,
-                 params: Mapping[str, Any] | None = None) -> RetrievalResult:
+    def retrieve(
+        self,
+        question: str,
+        *,
+        method: str | None = None,
+        budget: int | None = None,
+        groups: Iterable[str] | None = None,
+        where: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> RetrievalResult:
         """Evidence for ``question`` within ``budget`` tokens, each piece with its graph path and sources.
 
         ``groups``: the reader's groups (only documents whose acl names one of them, and documents
@@ -156,8 +183,13 @@ class Index:
             flt = MetadataFilter(groups=frozenset(groups) if groups is not None else None, where=dict(where or {}))
         from hopgraph.config import dotted_keys  # noqa: PLC0415
 
-        return self._retriever.retrieve(question, method=method, budget=budget, metadata_filter=flt,
-                                        overrides=dotted_keys(dict(params)) if params else None)
+        return self._retriever.retrieve(
+            question,
+            method=method,
+            budget=budget,
+            metadata_filter=flt,
+            overrides=dotted_keys(dict(params)) if params else None,
+        )
 
     def answer(self, question: str, *, llm: LLMConfig | None = None, **retrieve_args: Any) -> AnswerResult:
         """Retrieve, then answer from the evidence with the LLM (``llm`` or the index's [llm] settings)."""
@@ -168,8 +200,16 @@ class Index:
         return AnswerResult(answer(open_llm(llm or self.config.llm), result, self.config.answer), result)
 
     # ------------------------------------------------------------------ updating
-    def update(self, *, add: Iterable[Source] = (), delete: Iterable[str] = (), wait: bool = True,
-               keep: int = 2, llm: LLMConfig | None = None, progress: bool = False) -> "Index | Job":
+    def update(
+        self,
+        *,
+        add: Iterable[Source] = (),
+        delete: Iterable[str] = (),
+        wait: bool = True,
+        keep: int = 2,
+        llm: LLMConfig | None = None,
+        progress: bool = False,
+    ) -> Index | Job:
         """Add (an existing id is replaced) and delete documents as one job.
 
         With ``wait`` (default) the job runs now and the returned :class:`Index` reads the new live
@@ -201,4 +241,15 @@ class Index:
         return f"Index({str(self.path)!r}, version={self.version or 'root'!r})"
 
 
-__all__ = ["AnswerResult", "Config", "Document", "Evidence", "Index", "Job", "LLMConfig", "MetadataFilter", "RetrievalResult", "load_config"]
+__all__ = [
+    "AnswerResult",
+    "Config",
+    "Document",
+    "Evidence",
+    "Index",
+    "Job",
+    "LLMConfig",
+    "MetadataFilter",
+    "RetrievalResult",
+    "load_config",
+]

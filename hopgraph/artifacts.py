@@ -9,6 +9,7 @@ dimension; KG: E entities, M mentions with a description, F mentions as written,
 N entity nodes. Vectors are float32 with unit-length rows (all-zero where there was nothing to
 embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as .npz.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,50 +28,115 @@ class Artifact:
 
 
 DOCUMENTS, CHUNKS, UNITS, SENTENCES = "documents", "chunks", "units", "sentences"
-POSTINGS_CHUNKS, POSTINGS_UNITS, POSTINGS_SENTENCES, KEYWORDS = "postings_chunks", "postings_units", "postings_sentences", "keywords"
-UNIT_VECTORS, CHUNK_VECTORS, SENTENCE_VECTORS, KEYWORD_VECTORS = "unit_vectors", "chunk_vectors", "sentence_vectors", "keyword_vectors"
+POSTINGS_CHUNKS, POSTINGS_UNITS, POSTINGS_SENTENCES, KEYWORDS = (
+    "postings_chunks",
+    "postings_units",
+    "postings_sentences",
+    "keywords",
+)
+UNIT_VECTORS, CHUNK_VECTORS, SENTENCE_VECTORS, KEYWORD_VECTORS = (
+    "unit_vectors",
+    "chunk_vectors",
+    "sentence_vectors",
+    "keyword_vectors",
+)
 KNN, CHUNK_RANK_KNN = "knn", "chunk_rank_knn"
 CONCEPTS, CONCEPT_RANK, CHUNK_RANK_CONCEPT = "concepts", "concept_rank", "chunk_rank_concept"
 KG_ENTITIES, KG_MENTIONS, KG_RELATIONS, KG_SURFACES = "kg_entities", "kg_mentions", "kg_relations", "kg_surfaces"
-KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = "kg_entity_chunks", "kg_entity_vectors", "kg_relation_vectors"
+KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = (
+    "kg_entity_chunks",
+    "kg_entity_vectors",
+    "kg_relation_vectors",
+)
 KG_SURFACE_VECTORS = "kg_surface_vectors"
 CUE_UNITS, CUE_ENTITIES, CUE_UNIT_ENTITIES = "cue_units", "cue_entities", "cue_unit_entities"
 CUE_UNIT_VECTORS, CUE_ENTITY_VECTORS = "cue_unit_vectors", "cue_entity_vectors"
 
-SCHEMA: dict[str, Artifact] = {a.name: a for a in [
-    Artifact(DOCUMENTS, "table", "documents", "D", "one per document: id, title, source, text, metadata (JSON), acl (list of groups or null)"),
-    Artifact(CHUNKS, "table", "chunks", "C", "ℓ-token chunk: text, tokens, docs (document rows it covers), acl"),
-    Artifact(UNITS, "table", "chunks", "U", "sub-chunk (2^τ per chunk): text, tokens, docs, chunk (its chunk row)"),
-    Artifact(SENTENCES, "table", "chunks", "S", "punkt sentence: text, tokens, doc, unit (the sub-chunk it starts in)"),
-    Artifact(KEYWORDS, "table", "keywords", "K", "keyword (sorted): keyword, chunk_df (chunks containing it)"),
-    Artifact(POSTINGS_CHUNKS, "graph", "keywords", "C × K", "1 where the chunk contains the keyword"),
-    Artifact(POSTINGS_UNITS, "graph", "keywords", "U × K", "1 where the sub-chunk contains the keyword"),
-    Artifact(POSTINGS_SENTENCES, "graph", "keywords", "S × K", "1 where the sentence contains the keyword"),
-    Artifact(UNIT_VECTORS, "array", "embed_units", "U × d", "sub-chunk embedding (long texts: mean of windows)"),
-    Artifact(CHUNK_VECTORS, "array", "embed_units", "C × d", "mean of the chunk's sub-chunk vectors, renormalised"),
-    Artifact(SENTENCE_VECTORS, "array", "embed_sentences", "S × d", "sentence embedding"),
-    Artifact(KEYWORD_VECTORS, "array", "keyword_vectors", "K × d", "mean of the vectors of the sentences containing the keyword"),
-    Artifact(KNN, "graph", "knn_graph", "C × C", "symmetric KNN graph: K/2 lexical + K/2 cosine neighbours (KET)"),
-    Artifact(CHUNK_RANK_KNN, "array", "knn_graph", "C", "PageRank of each chunk in the KNN graph (KET core selection)"),
-    Artifact(CONCEPTS, "graph", "concept_graph", "K × K", "concept graph: cosine ≥ θ_sem and ≥ θ_co shared chunks (G2ConS)"),
-    Artifact(CONCEPT_RANK, "array", "concept_graph", "K", "PageRank of each concept"),
-    Artifact(CHUNK_RANK_CONCEPT, "array", "concept_graph", "C", "sum of the concept ranks of the chunk's keywords (G2ConS core selection)"),
-    Artifact(KG_ENTITIES, "table", "kg_extract", "E", "resolved entity: name, type"),
-    Artifact(KG_MENTIONS, "table", "kg_extract", "M", "described mention: entity, chunk, description"),
-    Artifact(KG_RELATIONS, "table", "kg_extract", "R", "relation: source, target (entity rows), source_name, target_name (as extracted), description, strength, chunk, model, extracted_at, confidence"),
-    Artifact(KG_SURFACES, "table", "kg_extract", "F", "every extracted mention as written: entity, chunk, name, description (access control scores and names entities from readable ones)"),
-    Artifact(KG_ENTITY_CHUNKS, "graph", "kg_extract", "E × C", "1 where the entity is mentioned in the chunk"),
-    Artifact(KG_ENTITY_VECTORS, "array", "kg_extract", "E × d", "embedding of the entity's name and descriptions"),
-    Artifact(KG_RELATION_VECTORS, "array", "kg_extract", "R × d", "embedding of 'source — target: description'"),
-    Artifact(KG_SURFACE_VECTORS, "array", "kg_extract", "F × d", "embedding of each mention's 'name: description'"),
-    Artifact(CUE_UNITS, "table", "cue_graph", "Q", "knowledge unit: text, tokens, docs, chunk, source (llm or sentence)"),
-    Artifact(CUE_ENTITIES, "table", "cue_graph", "N", "spaCy entity node: name (normalised), label"),
-    Artifact(CUE_UNIT_ENTITIES, "graph", "cue_graph", "Q × N", "1 where the unit mentions the entity"),
-    Artifact(CUE_UNIT_VECTORS, "array", "cue_graph", "Q × d", "knowledge-unit embedding"),
-    Artifact(CUE_ENTITY_VECTORS, "array", "cue_graph", "N × d", "entity-name embedding"),
-]}
+SCHEMA: dict[str, Artifact] = {
+    a.name: a
+    for a in [
+        Artifact(
+            DOCUMENTS,
+            "table",
+            "documents",
+            "D",
+            "one per document: id, title, source, text, metadata (JSON), acl (list of groups or null)",
+        ),
+        Artifact(CHUNKS, "table", "chunks", "C", "ℓ-token chunk: text, tokens, docs (document rows it covers), acl"),
+        Artifact(UNITS, "table", "chunks", "U", "sub-chunk (2^τ per chunk): text, tokens, docs, chunk (its chunk row)"),
+        Artifact(
+            SENTENCES, "table", "chunks", "S", "punkt sentence: text, tokens, doc, unit (the sub-chunk it starts in)"
+        ),
+        Artifact(KEYWORDS, "table", "keywords", "K", "keyword (sorted): keyword, chunk_df (chunks containing it)"),
+        Artifact(POSTINGS_CHUNKS, "graph", "keywords", "C × K", "1 where the chunk contains the keyword"),
+        Artifact(POSTINGS_UNITS, "graph", "keywords", "U × K", "1 where the sub-chunk contains the keyword"),
+        Artifact(POSTINGS_SENTENCES, "graph", "keywords", "S × K", "1 where the sentence contains the keyword"),
+        Artifact(UNIT_VECTORS, "array", "embed_units", "U × d", "sub-chunk embedding (long texts: mean of windows)"),
+        Artifact(CHUNK_VECTORS, "array", "embed_units", "C × d", "mean of the chunk's sub-chunk vectors, renormalised"),
+        Artifact(SENTENCE_VECTORS, "array", "embed_sentences", "S × d", "sentence embedding"),
+        Artifact(
+            KEYWORD_VECTORS,
+            "array",
+            "keyword_vectors",
+            "K × d",
+            "mean of the vectors of the sentences containing the keyword",
+        ),
+        Artifact(KNN, "graph", "knn_graph", "C × C", "symmetric KNN graph: K/2 lexical + K/2 cosine neighbours (KET)"),
+        Artifact(
+            CHUNK_RANK_KNN, "array", "knn_graph", "C", "PageRank of each chunk in the KNN graph (KET core selection)"
+        ),
+        Artifact(
+            CONCEPTS,
+            "graph",
+            "concept_graph",
+            "K × K",
+            "concept graph: cosine ≥ θ_sem and ≥ θ_co shared chunks (G2ConS)",
+        ),
+        Artifact(CONCEPT_RANK, "array", "concept_graph", "K", "PageRank of each concept"),
+        Artifact(
+            CHUNK_RANK_CONCEPT,
+            "array",
+            "concept_graph",
+            "C",
+            "sum of the concept ranks of the chunk's keywords (G2ConS core selection)",
+        ),
+        Artifact(KG_ENTITIES, "table", "kg_extract", "E", "resolved entity: name, type"),
+        Artifact(KG_MENTIONS, "table", "kg_extract", "M", "described mention: entity, chunk, description"),
+        Artifact(
+            KG_RELATIONS,
+            "table",
+            "kg_extract",
+            "R",
+            "relation: source, target (entity rows), source_name, target_name (as extracted), description, "
+            "strength, chunk, model, extracted_at, confidence",
+        ),
+        Artifact(
+            KG_SURFACES,
+            "table",
+            "kg_extract",
+            "F",
+            "every extracted mention as written: entity, chunk, name, description (access control scores and names "
+            "entities from readable ones)",
+        ),
+        Artifact(KG_ENTITY_CHUNKS, "graph", "kg_extract", "E × C", "1 where the entity is mentioned in the chunk"),
+        Artifact(KG_ENTITY_VECTORS, "array", "kg_extract", "E × d", "embedding of the entity's name and descriptions"),
+        Artifact(KG_RELATION_VECTORS, "array", "kg_extract", "R × d", "embedding of 'source — target: description'"),
+        Artifact(KG_SURFACE_VECTORS, "array", "kg_extract", "F × d", "embedding of each mention's 'name: description'"),
+        Artifact(
+            CUE_UNITS, "table", "cue_graph", "Q", "knowledge unit: text, tokens, docs, chunk, source (llm or sentence)"
+        ),
+        Artifact(CUE_ENTITIES, "table", "cue_graph", "N", "spaCy entity node: name (normalised), label"),
+        Artifact(CUE_UNIT_ENTITIES, "graph", "cue_graph", "Q × N", "1 where the unit mentions the entity"),
+        Artifact(CUE_UNIT_VECTORS, "array", "cue_graph", "Q × d", "knowledge-unit embedding"),
+        Artifact(CUE_ENTITY_VECTORS, "array", "cue_graph", "N × d", "entity-name embedding"),
+    ]
+}
 
-FOLDERS: dict[Kind, tuple[str, str]] = {"table": ("tables", ".parquet"), "array": ("arrays", ".npy"), "graph": ("graphs", ".npz")}
+FOLDERS: dict[Kind, tuple[str, str]] = {
+    "table": ("tables", ".parquet"),
+    "array": ("arrays", ".npy"),
+    "graph": ("graphs", ".npz"),
+}
 
 
 def markdown() -> str:

@@ -3,13 +3,15 @@ of the same texts reuses earlier results.
 
 Keys are hashes of (model, text); values are stored in SQLite (WAL mode, safe across processes).
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,14 +28,16 @@ class VectorCache:
         self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)")
 
     def _key(self, text: str) -> bytes:
-        return hashlib.sha256(f"{self.model}\0{text}".encode("utf-8")).digest()
+        return hashlib.sha256(f"{self.model}\0{text}".encode()).digest()
 
     def get_many(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         keys = [self._key(t) for t in texts]
         found: dict[bytes, np.ndarray] = {}
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
-            rows = self._db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(batch))})", batch)
+            rows = self._db.execute(
+                f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(batch))})", batch
+            )
             found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)
         return [found.get(k) for k in keys]
 
@@ -93,7 +97,7 @@ class JsonCache:
         self._db.execute("CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value TEXT NOT NULL)")
 
     def _key(self, text: str) -> bytes:
-        return hashlib.sha256(f"{self.model}\0{text}".encode("utf-8")).digest()
+        return hashlib.sha256(f"{self.model}\0{text}".encode()).digest()
 
     def get_many(self, texts: Sequence[str]) -> list[Any]:
         """The stored value per text, None where there is none."""
@@ -101,7 +105,9 @@ class JsonCache:
         found: dict[bytes, Any] = {}
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
-            rows = self._db.execute(f"SELECT key, value FROM results WHERE key IN ({','.join('?' * len(batch))})", batch)
+            rows = self._db.execute(
+                f"SELECT key, value FROM results WHERE key IN ({','.join('?' * len(batch))})", batch
+            )
             found.update((k, json.loads(v)) for k, v in rows)
         return [found.get(k) for k in keys]
 

@@ -4,13 +4,15 @@ Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named
 (``--chunking.size 150``), generated from the config model so help text and defaults live in one
 place. Precedence: command-line option > ``--config`` TOML file > built-in default.
 """
+
 from __future__ import annotations
 
 import json
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -42,6 +44,7 @@ def _click_type(annotation: Any) -> tuple[Any, bool]:
 
 def config_options(prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Decorator adding one option per config leaf whose dotted name starts with a prefix."""
+
     def decorate(func: Callable) -> Callable:
         for dotted, info in reversed(leaf_fields()):
             if not dotted.startswith(prefixes) or dotted in exclude:
@@ -49,13 +52,18 @@ def config_options(prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> 
             kind, _ = _click_type(info.annotation)
             default = info.default
             help_text = f"{info.description or ''} [default: {default if default is not None else 'auto'}]"
-            func = click.option(f"--{dotted}", dotted.replace(".", "__"), type=kind, default=None, help=help_text, show_default=False)(func)
+            func = click.option(
+                f"--{dotted}", dotted.replace(".", "__"), type=kind, default=None, help=help_text, show_default=False
+            )(func)
         return func
+
     return decorate
 
 
 def build_config(config_file: str | None, options: dict[str, Any]) -> HopgraphConfig:
-    overrides = {name.replace("__", "."): value for name, value in options.items() if "__" in name and value is not None}
+    overrides = {
+        name.replace("__", "."): value for name, value in options.items() if "__" in name and value is not None
+    }
     return load_config(config_file, overrides)
 
 
@@ -88,12 +96,18 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Index directory to create or resume.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings (sections as below).")
+@click.option(
+    "--out", "-o", required=True, type=click.Path(file_okay=False), help="Index directory to create or resume."
+)
+@click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings (sections as below)."
+)
 @click.option("--overwrite", is_flag=True, help="Rebuild even if OUT holds an index of another corpus or settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @config_options(BUILD_SECTIONS)
-def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: bool, quiet: bool, **options: Any) -> None:
+def index(
+    paths: tuple[str, ...], out: str, config_file: str | None, overwrite: bool, quiet: bool, **options: Any
+) -> None:
     """Index PATHS (files, folders, JSONL, or benchmark data) into OUT.
 
     Without --extraction.* options no LLM is used. --extraction.kg adds an LLM knowledge graph and
@@ -114,7 +128,9 @@ def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: 
         from hopgraph.index.versions import reset_to_root  # noqa: PLC0415
 
         if reset_to_root(out):
-            click.echo(f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)")
+            click.echo(
+                f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)"
+            )
     counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
     seconds = sum(s["seconds"] for s in manifest["stages"].values())
     click.echo(f"indexed {len(corpus.documents)} documents into {out} ({counts}; {seconds:.1f} s of stages)")
@@ -123,19 +139,42 @@ def index(paths: tuple[str, ...], out: str, config_file: str | None, overwrite: 
 
 def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
     for name, u in usage.items():
-        click.echo(f"{name}: {u['calls']} LLM calls ({u['new_calls']} new, {u['cached_calls']} cached), "
-                   f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, {u['parse_failures']} parse failures, {u['fallbacks']} fallbacks")
+        click.echo(
+            f"{name}: {u['calls']} LLM calls ({u['new_calls']} new, {u['cached_calls']} cached), "
+            f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, {u['parse_failures']} "
+            f"parse failures, {u['fallbacks']} fallbacks"
+        )
 
 
 @main.command()
 @click.argument("index_dir", metavar="INDEX", type=click.Path(file_okay=False))
-@click.option("--add", "add_paths", multiple=True, type=click.Path(), help="Documents to add, read as by `index` (files, folders, JSONL, benchmark data); a document whose id exists replaces it. Repeatable.")
+@click.option(
+    "--add",
+    "add_paths",
+    multiple=True,
+    type=click.Path(),
+    help="Documents to add, read as by `index` (files, folders, JSONL, benchmark data); a document whose id exists "
+    "replaces it. Repeatable.",
+)
 @click.option("--delete", "delete_ids", multiple=True, help="Id of a document to remove. Repeatable.")
 @click.option("--resume", is_flag=True, help="Only run jobs that are queued or were interrupted.")
-@click.option("--keep", default=2, show_default=True, help="Newest finished versions kept on disk (the live one always is); older ones are deleted after the update.")
+@click.option(
+    "--keep",
+    default=2,
+    show_default=True,
+    help="Newest finished versions kept on disk (the live one always is); older ones are deleted after the update.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @config_options(tuple(f"llm.{name}" for name in LLM_CONNECTION_FIELDS))
-def update(index_dir: str, add_paths: tuple[str, ...], delete_ids: tuple[str, ...], resume: bool, keep: int, quiet: bool, **options: Any) -> None:
+def update(
+    index_dir: str,
+    add_paths: tuple[str, ...],
+    delete_ids: tuple[str, ...],
+    resume: bool,
+    keep: int,
+    quiet: bool,
+    **options: Any,
+) -> None:
     """Add, replace or delete documents in INDEX, building a new version and switching to it when complete.
 
     Only new texts cost model time (vectors and LLM completions are cached by content); the
@@ -154,7 +193,11 @@ def update(index_dir: str, add_paths: tuple[str, ...], delete_ids: tuple[str, ..
     llm = None
     if overrides:
         stored = IndexStore(versions.live_root(index_dir)).require_complete()["config"].get("llm", {})
-        llm = validate_section(LLMConfig, apply_overrides(dict(stored), {k.removeprefix("llm."): v for k, v in overrides.items()}), "--llm options")
+        llm = validate_section(
+            LLMConfig,
+            apply_overrides(dict(stored), {k.removeprefix("llm."): v for k, v in overrides.items()}),
+            "--llm options",
+        )
     if not resume:
         documents = []
         if add_paths:
@@ -172,8 +215,11 @@ def update(index_dir: str, add_paths: tuple[str, ...], delete_ids: tuple[str, ..
     for job in done:
         d, counts = job.get("documents", {}), ", ".join(f"{k}={v}" for k, v in sorted(job.get("counts", {}).items()))
         seconds = f"{job['seconds']:.1f} s" if "seconds" in job else "finished earlier"
-        click.echo(f"job {job['id']} done: live version {versions.VERSIONS}/{job['version']} "
-                   f"(+{d.get('added', 0)} added, -{d.get('deleted', 0)} deleted, {d.get('replaced', 0)} replaced; {counts}; {seconds})")
+        click.echo(
+            f"job {job['id']} done: live version {versions.VERSIONS}/{job['version']} "
+            f"(+{d.get('added', 0)} added, -{d.get('deleted', 0)} deleted, {d.get('replaced', 0)} replaced; "
+            f"{counts}; {seconds})"
+        )
         _echo_llm_usage(job.get("llm", {}))
     removed = versions.collect_garbage(index_dir, keep=keep)
     if removed:
@@ -197,15 +243,25 @@ def jobs(index_dir: str, as_json: bool) -> None:
     for job in records:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
-        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}  +{len(job['add'])} -{len(job['delete'])}{took}{error}")
+        click.echo(
+            f"{job['id']}  {job['status']:<8} created {job['created']}  +{len(job['add'])} "
+            f"-{len(job['delete'])}{took}{error}"
+        )
 
 
 @main.command()
 @click.argument("index_dir", metavar="INDEX", type=click.Path())
 @click.argument("question")
-@click.option("--groups", help="Comma-separated groups of the reader: only documents whose acl names one of them are used.")
+@click.option(
+    "--groups", help="Comma-separated groups of the reader: only documents whose acl names one of them are used."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the full result (context + provenance) as JSON.")
-@click.option("--answer", "with_answer", is_flag=True, help="Also answer from the evidence with the LLM at --llm.base_url (answer, citations, evidence path).")
+@click.option(
+    "--answer",
+    "with_answer",
+    is_flag=True,
+    help="Also answer from the evidence with the LLM at --llm.base_url (answer, citations, evidence path).",
+)
 @config_options(QUERY_SECTIONS)
 def query(index_dir: str, question: str, groups: str | None, as_json: bool, with_answer: bool, **options: Any) -> None:
     """Retrieve evidence for QUESTION from INDEX and print it with its provenance (and, with --answer, the answer)."""
@@ -234,11 +290,20 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, with
     if reply is not None:
         click.secho(f"answer: {reply.text}", bold=True, fg="green" if reply.found else "yellow")
         for c in reply.citations:
-            click.echo(f"  [{c['evidence']}] chunk {c['chunk']} of {', '.join(t or d for d, t in zip(c['doc_ids'], c['titles']))}  path: {c['path']}")
-    click.secho(f"{result.method}: {len(result.evidence)} pieces, {result.tokens}/{result.budget} tokens, {result.seconds * 1000:.1f} ms", bold=True)
+            click.echo(
+                f"  [{c['evidence']}] chunk {c['chunk']} of "
+                f"{', '.join(t or d for d, t in zip(c['doc_ids'], c['titles']))}  path: {c['path']}"
+            )
+    click.secho(
+        f"{result.method}: {len(result.evidence)} pieces, {result.tokens}/{result.budget} tokens, "
+        f"{result.seconds * 1000:.1f} ms",
+        bold=True,
+    )
     for rank, ev in enumerate(result.evidence[:10], 1):
         source = ", ".join(t or d for d, t in zip(ev.doc_ids, ev.titles))
-        click.secho(f"\n[{rank}] {ev.kind} {ev.index} (chunk {ev.chunk}) score={ev.score:.3f}  path: {ev.path}", fg="cyan")
+        click.secho(
+            f"\n[{rank}] {ev.kind} {ev.index} (chunk {ev.chunk}) score={ev.score:.3f}  path: {ev.path}", fg="cyan"
+        )
         click.echo(f"    source: {source}")
         click.echo("    " + ev.text[:400].replace("\n", " ") + ("…" if len(ev.text) > 400 else ""))
     if len(result.evidence) > 10:
@@ -247,16 +312,42 @@ def query(index_dir: str, question: str, groups: str | None, as_json: bool, with
 
 @main.command(name="eval")
 @click.argument("dataset", type=click.Path(exists=True))
-@click.option("--index", "index_dir", required=True, type=click.Path(file_okay=False), help="Index directory for the dataset's corpus (built or resumed first).")
-@click.option("--methods", default="text,knng,keyword,concept,ppr", show_default=True, help="Comma-separated methods to compare.")
+@click.option(
+    "--index",
+    "index_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Index directory for the dataset's corpus (built or resumed first).",
+)
+@click.option(
+    "--methods", default="text,knng,keyword,concept,ppr", show_default=True, help="Comma-separated methods to compare."
+)
 @click.option("--limit", type=int, help="Only the first N questions.")
-@click.option("--out", "out", type=click.Path(dir_okay=False), help="Result JSON path (a .md table and .png chart are written beside it).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False),
+    help="Result JSON path (a .md table and .png chart are written beside it).",
+)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @click.option("--answers", is_flag=True, help="Also answer every question with the LLM and score EM, F1 and Accuracy.")
 @config_options(BUILD_SECTIONS + ("retrieval.", "rerank.", "answer."), exclude=("retrieval.method",))
-def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out: str | None, config_file: str | None, quiet: bool, answers: bool, **options: Any) -> None:
-    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format): Coverage at λ (and EM/F1/Accuracy with --answers)."""
+def evaluate(
+    dataset: str,
+    index_dir: str,
+    methods: str,
+    limit: int | None,
+    out: str | None,
+    config_file: str | None,
+    quiet: bool,
+    answers: bool,
+    **options: Any,
+) -> None:
+    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format).
+
+    Coverage at λ, and EM/F1/Accuracy with --answers.
+    """
     from hopgraph.evaluate.runner import evaluate as run  # noqa: PLC0415
     from hopgraph.evaluate.runner import write_outputs
     from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
@@ -264,7 +355,9 @@ def evaluate(dataset: str, index_dir: str, methods: str, limit: int | None, out:
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in METHODS]
     if unknown:
-        raise click.BadParameter(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}", param_hint="--methods")
+        raise click.BadParameter(
+            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}", param_hint="--methods"
+        )
     config = build_config(config_file, options)
     payload = run(dataset, index_dir, config, chosen, limit=limit, progress=not quiet, answers=answers)
     from hopgraph.evaluate.report import markdown_table  # noqa: PLC0415
@@ -287,7 +380,11 @@ def inspect(index_dir: str, top: int) -> None:
 
     loaded = LoadedIndex(index_dir)
     m = loaded.manifest
-    click.secho(f"{index_dir}: version {loaded.version or 'root'}, format {m['format_version']}, hopgraph {m['hopgraph_version']}", bold=True)
+    click.secho(
+        f"{index_dir}: version {loaded.version or 'root'}, format {m['format_version']}, hopgraph "
+        f"{m['hopgraph_version']}",
+        bold=True,
+    )
     click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(m["counts"].items())))
     click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in m["stages"].items()))
     click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
@@ -303,7 +400,12 @@ def inspect(index_dir: str, top: int) -> None:
 
 @main.command()
 @click.argument("index_dir", metavar="INDEX", type=click.Path())
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with [serve], [retrieval], [llm], [answer] settings (over the index's own).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    help="TOML file with [serve], [retrieval], [llm], [answer] settings (over the index's own).",
+)
 @config_options(("serve.",) + QUERY_SECTIONS)
 def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     """Serve INDEX over HTTP: /v1/retrieve, /v1/answer, /v1/documents, /v1/jobs, /v1/index, /healthz, /metrics.
@@ -351,7 +453,12 @@ def methods(index_dir: str | None) -> None:
 
 
 @main.command(name="llm-server")
-@click.option("--model", default="smollm2-135m", show_default=True, help="smollm2-135m (tests), qwen2.5-coder-0.5b (demos, needs the 'qwen' extra) or a local .gguf file.")
+@click.option(
+    "--model",
+    default="smollm2-135m",
+    show_default=True,
+    help="smollm2-135m (tests), qwen2.5-coder-0.5b (demos, needs the 'qwen' extra) or a local .gguf file.",
+)
 @click.option("--port", default=8000, show_default=True, help="Port on 127.0.0.1.")
 @click.option("--context", default=8192, show_default=True, help="Context tokens per parallel request.")
 @click.option("--parallel", default=2, show_default=True, help="Requests served at once.")

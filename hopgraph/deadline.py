@@ -6,22 +6,28 @@ the searches, the reranker and the PageRank kernel call :func:`check_deadline`, 
 function on the request's thread without changing their signatures, and never leaks into other
 requests (each runs in its own context).
 """
+
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from hopgraph.errors import DeadlineExceeded
 
 # (monotonic end, the limit in seconds as given, what is being timed); None = no deadline.
-_DEADLINE: contextvars.ContextVar[tuple[float, float, str] | None] = contextvars.ContextVar("hopgraph_deadline", default=None)
+_DEADLINE: contextvars.ContextVar[tuple[float, float, str] | None] = contextvars.ContextVar(
+    "hopgraph_deadline", default=None
+)
 
 
 @contextlib.contextmanager
 def deadline_after(seconds: float | None, what: str = "retrieval") -> Iterator[None]:
-    """Work inside must finish within ``seconds`` (None = no limit); a nested, later deadline never extends an outer one."""
+    """Work inside must finish within ``seconds`` (None = no limit).
+
+    A nested, later deadline never extends an outer one.
+    """
     if seconds is None:
         yield
         return
@@ -39,4 +45,3 @@ def check_deadline() -> None:
     current = _DEADLINE.get()
     if current is not None and time.monotonic() > current[0]:
         raise DeadlineExceeded(f"{current[2]} stopped after its deadline of {current[1]:g} s")
-

@@ -1,4 +1,5 @@
 """The document record that flows from ingestion to retrieved evidence."""
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ Everything a user can cause (bad input, a broken index, a wrong option) raises a
 :class:`HopgraphError` whose message says what is wrong and where; the CLI prints that message
 instead of a traceback.
 """
+
 from __future__ import annotations
 
 

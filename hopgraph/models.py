@@ -3,14 +3,16 @@
 Nothing here reaches a model hub: the offline defaults ship inside PyPI wheels and any other model
 is a local folder. Loading is lazy and cached per process, because a model load costs seconds.
 """
+
 from __future__ import annotations
 
 import functools
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -136,7 +138,9 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@register_backend("sentence-transformers", prompts=True, description="any sentence-transformers model folder; fp16 on GPU")
+@register_backend(
+    "sentence-transformers", prompts=True, description="any sentence-transformers model folder; fp16 on GPU"
+)
 class SentenceTransformerEmbedder:
     """Any sentence-transformers model folder; fp16 on GPU."""
 
@@ -150,7 +154,8 @@ class SentenceTransformerEmbedder:
         if self.device == "cuda":
             self.model.half()
         self.batch_size = batch_size
-        self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension())
+        dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(dimension() or 0)
         self.name = path
         # Hugging Face fast tokenizers are not safe to call from several threads at once, and every
         # caller (request threads, the version warm-up, rerankers) shares this object: the lock is
@@ -162,13 +167,18 @@ class SentenceTransformerEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         with self._lock:
             vectors = self.model.encode(
-                list(texts), batch_size=self.batch_size, show_progress_bar=progress,
-                normalize_embeddings=False, convert_to_numpy=True,
+                list(texts),
+                batch_size=self.batch_size,
+                show_progress_bar=progress,
+                normalize_embeddings=False,
+                convert_to_numpy=True,
             )
         return _unit_rows(vectors)
 
 
-@register_backend("bge-m3", prompts=False, description="BGE-M3 dense vectors through FlagEmbedding (needs no instruction)")
+@register_backend(
+    "bge-m3", prompts=False, description="BGE-M3 dense vectors through FlagEmbedding (needs no instruction)"
+)
 class BgeM3Embedder:
     """BGE-M3 dense vectors through FlagEmbedding, from a local folder only."""
 
@@ -227,7 +237,9 @@ class PromptedEmbedder:
 def _load_embedder(backend: str, model: str, device: str, batch_size: int) -> Any:
     spec = EMBEDDING_BACKENDS.get(backend)
     if spec is None:
-        raise ConfigError(f"embedding.backend {backend!r} is not registered; choose one of {', '.join(EMBEDDING_BACKENDS)}")
+        raise ConfigError(
+            f"embedding.backend {backend!r} is not registered; choose one of {', '.join(EMBEDDING_BACKENDS)}"
+        )
     path = offline_minilm_path() if model == OFFLINE_MINILM else model
     if model != OFFLINE_MINILM and not Path(path).is_dir():
         raise ConfigError(f"embedding.model {model!r} is not a local folder (models are never downloaded)")
@@ -241,7 +253,10 @@ def load_embedder(config: EmbeddingConfig, *, cached: bool = False) -> Embedder:
     """
     spec = EMBEDDING_BACKENDS.get(config.backend)
     if spec is not None and not spec.prompts and (config.query_prompt or config.passage_prompt):
-        raise ConfigError(f"embedding.backend {config.backend!r} takes no query/passage prompts: leave embedding.query_prompt and passage_prompt empty")
+        raise ConfigError(
+            f"embedding.backend {config.backend!r} takes no query/passage prompts: leave embedding.query_prompt "
+            "and passage_prompt empty"
+        )
     embedder = _load_embedder(config.backend, config.model, config.device, config.batch_size)
     if cached and config.cache:
         from hopgraph.cache import CachedEmbedder, VectorCache  # noqa: PLC0415
@@ -250,7 +265,14 @@ def load_embedder(config: EmbeddingConfig, *, cached: bool = False) -> Embedder:
     return PromptedEmbedder(embedder, config.query_prompt, config.passage_prompt)
 
 
-def embed_long_texts(embedder: Embedder, texts: Sequence[str], *, window_tokens: int, encoding: str = "cl100k_base", progress: bool = False) -> np.ndarray:
+def embed_long_texts(
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    window_tokens: int,
+    encoding: str = "cl100k_base",
+    progress: bool = False,
+) -> np.ndarray:
     """Embed texts of any length: equal windows of ≤ window_tokens, vectors averaged, renormalised.
 
     Short-context embedders truncate silently; averaging window vectors keeps every part of a

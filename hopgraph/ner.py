@@ -4,6 +4,7 @@ Loaded on first use, only the NER pipe, from the model wheel on PyPI (never down
 the models layer so that both the index build and query-time anchoring use one set of rules, and
 reading an index imports spaCy only when a question actually needs its entities.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,7 +25,10 @@ def ner_pipeline():
 
         return spacy.load(SPACY_MODEL, enable=["ner"])
     except (ImportError, OSError):
-        raise DependencyError(f"CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' {SPACY_MODEL.replace('_', '-')}==3.8.0") from None
+        raise DependencyError(
+            "CUE-RAG needs spaCy and its English model: pip install 'spacy>=3.8,<3.9' "
+            f"{SPACY_MODEL.replace('_', '-')}==3.8.0"
+        ) from None
 
 
 def entity_names(texts: Sequence[str]) -> list[list[tuple[str, str]]]:
@@ -47,7 +51,6 @@ def ner_model_key() -> str:
     except importlib.metadata.PackageNotFoundError:
         version = "absent"
     return f"{SPACY_MODEL}:spacy-{version}:{NORMALISATION}"
-
 
 
 def query_entities(text: str) -> list[str]:

@@ -11,6 +11,7 @@ The manifest is rewritten after every finished stage, so a killed run knows wher
 Tables are keyed by stable string ids (documents) and carry document indices on every row, which
 is what later incremental insert/delete works from.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -78,12 +80,18 @@ class IndexStore:
         version = manifest["format_version"]
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise IndexFormatError(
-                f"{self.root}: index format {version} is newer than this hopgraph reads ({FORMAT_VERSION}); upgrade hopgraph"
+                f"{self.root}: index format {version} is newer than this hopgraph reads ({FORMAT_VERSION}); "
+                "upgrade hopgraph"
             )
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        manifest = {**manifest, "format_version": FORMAT_VERSION, "hopgraph_version": __version__, "updated": time.time()}
+        manifest = {
+            **manifest,
+            "format_version": FORMAT_VERSION,
+            "hopgraph_version": __version__,
+            "updated": time.time(),
+        }
         text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
         atomic_write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
@@ -197,6 +205,8 @@ def live_root(root: str | Path) -> Path:
     version = live_version(root)
     path = version_dir(root, version)
     if version and not (IndexStore(path).exists() and IndexStore(path).read_manifest().get("complete")):
-        raise IndexFormatError(f"{Path(root) / CURRENT} names {VERSIONS}/{version}, which is missing or incomplete; "
-                               "restore that directory or delete CURRENT to serve the root index")
+        raise IndexFormatError(
+            f"{Path(root) / CURRENT} names {VERSIONS}/{version}, which is missing or incomplete; "
+            "restore that directory or delete CURRENT to serve the root index"
+        )
     return path

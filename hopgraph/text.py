@@ -3,6 +3,7 @@ and answer normalisation (answers and their metrics compare text the same way).
 
 They sit below the index, retrieval and evaluation layers so that none needs to import another.
 """
+
 from __future__ import annotations
 
 import functools

@@ -22,6 +22,7 @@ which fill most of the run, so further trials kill the process the moment it rea
     python3 scripts/bench_crash.py
     python3 scripts/bench_crash.py --kills 5 --no-events --out /tmp/crash.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,9 @@ RESULT = REPO / "scripts" / "results" / "crash_safety.json"
 
 def hopgraph(*args: str, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "hopgraph.cli", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "hopgraph.cli", *args], cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def prepare(work: Path, documents: list, n_base: int, n_add: int) -> tuple[Path, Path]:
@@ -70,8 +73,13 @@ def prepare(work: Path, documents: list, n_base: int, n_add: int) -> tuple[Path,
     with sqlite3.connect(base / "cache" / "embeddings.sqlite") as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the copies must carry every cached vector
     added = work / "new.jsonl"
-    added.write_text("".join(json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n"
-                             for d in documents[n_base:n_base + n_add]), encoding="utf-8")
+    added.write_text(
+        "".join(
+            json.dumps({"id": d.id, "title": d.title, "text": d.text}) + "\n"
+            for d in documents[n_base : n_base + n_add]
+        ),
+        encoding="utf-8",
+    )
     return base, added
 
 
@@ -114,8 +122,18 @@ def reached(root: Path, event: str) -> bool:
     return bool(manifests) and event in json.loads(manifests[0].read_text(encoding="utf-8")).get("stages", {})
 
 
-def trial(number: int, trigger: str | float, base: Path, work: Path, command: list[str], stages: list[str],
-          questions: list[str], vectors: Any, want: dict, reference: Path) -> dict[str, Any]:
+def trial(
+    number: int,
+    trigger: str | float,
+    base: Path,
+    work: Path,
+    command: list[str],
+    stages: list[str],
+    questions: list[str],
+    vectors: Any,
+    want: dict,
+    reference: Path,
+) -> dict[str, Any]:
     """One run of ``command`` on a fresh copy of ``base``, SIGKILLed after ``trigger`` seconds or as
     soon as it reaches the event ``trigger``; then the checks, the resume and the comparison."""
     root = work / f"trial{number}"
@@ -140,20 +158,40 @@ def trial(number: int, trigger: str | float, base: Path, work: Path, command: li
     result = compare_results(retrieve_all(root, questions, vectors), want)
     diff = compare_indexes(final, LoadedIndex(reference))
     shutil.rmtree(root)
-    return {"trial": number, "trigger": "random delay" if isinstance(trigger, float) else f"on {trigger}", "kill_after_s": round(elapsed, 2),
-            "killed": exit_code == -signal.SIGKILL, "stage_at_kill": stage, "servable": ok, "live_after_kill": live, "error": error,
-            "resumed_by": "--resume" if submitted else "same command again", "resume_exit_code": resume_rc, "final_version_new": final.version != "",
-            "resumed_equal": result["identical"] == result["total"], "identical_results": f"{result['identical']}/{result['total']}",
-            "vectors_bitwise_equal": all(diff[n].get("rows_not_bitwise_equal") == 0 for n in ("unit_vectors", "sentence_vectors", "keyword_vectors"))}
+    return {
+        "trial": number,
+        "trigger": "random delay" if isinstance(trigger, float) else f"on {trigger}",
+        "kill_after_s": round(elapsed, 2),
+        "killed": exit_code == -signal.SIGKILL,
+        "stage_at_kill": stage,
+        "servable": ok,
+        "live_after_kill": live,
+        "error": error,
+        "resumed_by": "--resume" if submitted else "same command again",
+        "resume_exit_code": resume_rc,
+        "final_version_new": final.version != "",
+        "resumed_equal": result["identical"] == result["total"],
+        "identical_results": f"{result['identical']}/{result['total']}",
+        "vectors_bitwise_equal": all(
+            diff[n].get("rows_not_bitwise_equal") == 0 for n in ("unit_vectors", "sentence_vectors", "keyword_vectors")
+        ),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kills", type=int, default=24, help="Random-delay trials until this many runs were really killed...")
+    parser.add_argument(
+        "--kills", type=int, default=24, help="Random-delay trials until this many runs were really killed..."
+    )
     parser.add_argument("--max-trials", type=int, default=40, help="...or this many random-delay trials were run.")
     parser.add_argument("--no-events", action="store_true", help="Skip the trials that kill on reaching each stage.")
     parser.add_argument("--base", type=int, default=200, help="Paragraphs in the base index.")
-    parser.add_argument("--add", type=int, default=100, help="Paragraphs the update adds (enough that the build, not process start, fills most of the run).")
+    parser.add_argument(
+        "--add",
+        type=int,
+        default=100,
+        help="Paragraphs the update adds (enough that the build, not process start, fills most of the run).",
+    )
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULT)
@@ -183,35 +221,68 @@ def main() -> None:
         for event in [] if args.no_events else ["submitted", *stages, "switched"]:
             trials.append(trial(len(trials), event, *shared))
             print(json.dumps(trials[-1]), flush=True)
-        payload = {"benchmark": "crash safety of hopgraph update", "dataset": bench.name, "base_documents": args.base, "added_documents": args.add,
-                   "questions": len(questions), "seed": args.seed, "reference_seconds": round(reference_seconds, 2),
-                   "update_command": "hopgraph update INDEX --add new.jsonl -q", "trials": trials,
-                   "summary": {"trials": len(trials), "random_delay_trials": sum(t["trigger"] == "random delay" for t in trials),
-                               "killed": sum(t["killed"] for t in trials), "servable": sum(t["servable"] for t in trials),
-                               "resumed_equal": sum(t["resumed_equal"] for t in trials),
-                               "vectors_bitwise_equal": sum(t["vectors_bitwise_equal"] for t in trials),
-                               "stages": dict(Counter(t["stage_at_kill"] for t in trials))},
-                   **provenance()}
+        payload = {
+            "benchmark": "crash safety of hopgraph update",
+            "dataset": bench.name,
+            "base_documents": args.base,
+            "added_documents": args.add,
+            "questions": len(questions),
+            "seed": args.seed,
+            "reference_seconds": round(reference_seconds, 2),
+            "update_command": "hopgraph update INDEX --add new.jsonl -q",
+            "trials": trials,
+            "summary": {
+                "trials": len(trials),
+                "random_delay_trials": sum(t["trigger"] == "random delay" for t in trials),
+                "killed": sum(t["killed"] for t in trials),
+                "servable": sum(t["servable"] for t in trials),
+                "resumed_equal": sum(t["resumed_equal"] for t in trials),
+                "vectors_bitwise_equal": sum(t["vectors_bitwise_equal"] for t in trials),
+                "stages": dict(Counter(t["stage_at_kill"] for t in trials)),
+            },
+            **provenance(),
+        }
         write_json(args.out, payload)
         text = markdown(payload)
         atomic_write(args.out.with_suffix(".md"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
         s = payload["summary"]
-        print(f"{s['trials']} trials, {s['killed']} killed: servable {s['servable']}, resumed equal {s['resumed_equal']}, stages {s['stages']}")
+        print(
+            f"{s['trials']} trials, {s['killed']} killed: servable {s['servable']}, resumed equal "
+            f"{s['resumed_equal']}, stages {s['stages']}"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def markdown(payload: dict[str, Any]) -> str:
     s = payload["summary"]
-    columns = ["trial", "trigger", "kill_after_s", "killed", "stage_at_kill", "servable", "live_after_kill", "resumed_by", "resumed_equal", "vectors_bitwise_equal"]
-    return (f"# Crash safety of `hopgraph update` ({payload['dataset']})\n\n"
-            f"Base index of {payload['base_documents']} paragraphs; `{payload['update_command']}` adds {payload['added_documents']} "
-            f"(uninterrupted: {payload['reference_seconds']} s including process start). SIGKILL after a random delay "
-            f"(seed {payload['seed']}) in {s['random_delay_trials']} trials, and on reaching each step of the job in the others.\n\n"
-            f"**{s['killed']} of {s['trials']} runs killed (the others finished first); {s['servable']}/{s['trials']} servable after the kill, {s['resumed_equal']}/{s['trials']} resumed to results identical to the "
-            f"uninterrupted run ({payload['questions']} questions × every LLM-free method), {s['vectors_bitwise_equal']}/{s['trials']} with bitwise-equal vectors.**\n\n"
-            + markdown_table(payload["trials"], columns) +
-            f"\nCommand: `{payload['command']}`; commit {payload['git_commit']}; machine: {machine_line(payload['machine'])}.\n")
+    columns = [
+        "trial",
+        "trigger",
+        "kill_after_s",
+        "killed",
+        "stage_at_kill",
+        "servable",
+        "live_after_kill",
+        "resumed_by",
+        "resumed_equal",
+        "vectors_bitwise_equal",
+    ]
+    return (
+        f"# Crash safety of `hopgraph update` ({payload['dataset']})\n\n"
+        f"Base index of {payload['base_documents']} paragraphs; `{payload['update_command']}` adds "
+        f"{payload['added_documents']} "
+        f"(uninterrupted: {payload['reference_seconds']} s including process start). SIGKILL after a random delay "
+        f"(seed {payload['seed']}) in {s['random_delay_trials']} trials, and on reaching each step of the job in "
+        "the others.\n\n"
+        f"**{s['killed']} of {s['trials']} runs killed (the others finished first); {s['servable']}/{s['trials']} "
+        f"servable after the kill, {s['resumed_equal']}/{s['trials']} resumed to results identical to the "
+        f"uninterrupted run ({payload['questions']} questions × every LLM-free method), "
+        f"{s['vectors_bitwise_equal']}/{s['trials']} with bitwise-equal vectors.**\n\n"
+        + markdown_table(payload["trials"], columns)
+        + f"\nCommand: `{payload['command']}`; commit {payload['git_commit']}; machine: "
+        f"{machine_line(payload['machine'])}.\n"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ those of scripts/bench_serve.py.
     python3 scripts/bench_hostile.py                                   # 50 clients, 60 s per phase
     python3 scripts/bench_hostile.py --seconds 5 --clients 5 --documents 60 --out /tmp/hostile.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,13 +47,26 @@ HOSTILE_TOKEN = "hostile-token-bench-000000"
 def most_expensive(serve: ServeConfig, question: str) -> dict[str, Any]:
     """The costliest retrieval the server accepts: cue with every bounded setting at its limit."""
     limits = serve.request_limits
-    return {"query": question, "method": "cue", "budget": serve.max_budget,
-            "params": {"cue": {"top_k": limits.cue_top_k, "depth": limits.cue_depth, "beam": limits.cue_beam, "chunks": limits.cue_chunks}}}
+    return {
+        "query": question,
+        "method": "cue",
+        "budget": serve.max_budget,
+        "params": {
+            "cue": {
+                "top_k": limits.cue_top_k,
+                "depth": limits.cue_depth,
+                "beam": limits.cue_beam,
+                "chunks": limits.cue_chunks,
+            }
+        },
+    }
 
 
 async def hostile_loop(url: str, body: dict[str, Any], until: float, out: list) -> None:
     """Back-to-back expensive requests on one connection; records (seconds, status or error)."""
-    async with httpx.AsyncClient(base_url=url, timeout=120, headers={"Authorization": f"Bearer {HOSTILE_TOKEN}"}) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=120, headers={"Authorization": f"Bearer {HOSTILE_TOKEN}"}
+    ) as client:
         while time.monotonic() < until:
             started = time.perf_counter()
             try:
@@ -62,19 +76,26 @@ async def hostile_loop(url: str, body: dict[str, Any], until: float, out: list) 
             out.append((time.perf_counter() - started, status))
 
 
-async def phase(url: str, tokens: list[str], questions: list[str], args: argparse.Namespace, hostile: dict[str, Any] | None) -> dict[str, Any]:
+async def phase(
+    url: str, tokens: list[str], questions: list[str], args: argparse.Namespace, hostile: dict[str, Any] | None
+) -> dict[str, Any]:
     samples: list = []
     attacks: list = []
     until = time.monotonic() + args.seconds
-    tasks = [client_loop(url, tokens[i], questions, i * 7, "ppr", args.budget, until, samples) for i in range(args.clients)]
+    tasks = [
+        client_loop(url, tokens[i], questions, i * 7, "ppr", args.budget, until, samples) for i in range(args.clients)
+    ]
     if hostile is not None:
         tasks.append(hostile_loop(url, hostile, until, attacks))
     started = time.perf_counter()
     await asyncio.gather(*tasks)
     result = summarise(samples, time.perf_counter() - started)
     if hostile is not None:
-        result["hostile"] = {"requests": len(attacks), "statuses": dict(Counter(str(s) for _, s in attacks)),
-                             "seconds_max": round(max((s for s, _ in attacks), default=0.0), 2)}
+        result["hostile"] = {
+            "requests": len(attacks),
+            "statuses": dict(Counter(str(s) for _, s in attacks)),
+            "seconds_max": round(max((s for s, _ in attacks), default=0.0), 2),
+        }
     return result
 
 
@@ -88,8 +109,24 @@ def ensure_index(path: Path, documents: list) -> None:
 
 
 def start_server(index: Path, port: int, env: dict[str, str], deadline: float) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(port),
-                               "--serve.rate_limit", "1000", "--serve.rate_burst", "1000", "--serve.request_deadline", str(deadline)], env=env)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hopgraph.cli",
+            "serve",
+            str(index),
+            "--serve.port",
+            str(port),
+            "--serve.rate_limit",
+            "1000",
+            "--serve.rate_burst",
+            "1000",
+            "--serve.request_deadline",
+            str(deadline),
+        ],
+        env=env,
+    )
     url, give_up = f"http://127.0.0.1:{port}", time.monotonic() + 300
     while True:
         try:
@@ -105,13 +142,23 @@ def start_server(index: Path, port: int, env: dict[str, str], deadline: float) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json")
-    parser.add_argument("--documents", type=int, default=None, help="index only the first N documents (smoke tests); default all")
-    parser.add_argument("--index", type=Path, default=None, help="index folder to reuse or build (default: a temporary one)")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json",
+    )
+    parser.add_argument(
+        "--documents", type=int, default=None, help="index only the first N documents (smoke tests); default all"
+    )
+    parser.add_argument(
+        "--index", type=Path, default=None, help="index folder to reuse or build (default: a temporary one)"
+    )
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--budget", type=int, default=2000)
-    parser.add_argument("--deadline", type=float, default=ServeConfig().request_deadline, help="serve.request_deadline of the server")
+    parser.add_argument(
+        "--deadline", type=float, default=ServeConfig().request_deadline, help="serve.request_deadline of the server"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "serve_hostile.json")
     args = parser.parse_args()
     bench = load_benchmark(args.dataset)
@@ -139,18 +186,30 @@ def main() -> None:
         server.wait(timeout=60)
         shutdown_seconds = round(time.monotonic() - stopping, 2)
     payload = {
-        "benchmark": "hostile reader", "dataset": f"{args.dataset} ({len(documents)} documents indexed, extraction.cue_alpha 0)",
-        "clients": args.clients, "seconds_per_phase": args.seconds, "method": "ppr", "budget": args.budget,
-        "request_deadline": args.deadline, "hostile_request": hostile_body,
-        "ordinary_p99_ratio": round(attacked["latency_ms_p99"] / alone["latency_ms_p99"], 2) if alone["latency_ms_p99"] and attacked["latency_ms_p99"] else None,
+        "benchmark": "hostile reader",
+        "dataset": f"{args.dataset} ({len(documents)} documents indexed, extraction.cue_alpha 0)",
+        "clients": args.clients,
+        "seconds_per_phase": args.seconds,
+        "method": "ppr",
+        "budget": args.budget,
+        "request_deadline": args.deadline,
+        "hostile_request": hostile_body,
+        "ordinary_p99_ratio": round(attacked["latency_ms_p99"] / alone["latency_ms_p99"], 2)
+        if alone["latency_ms_p99"] and attacked["latency_ms_p99"]
+        else None,
         "ordinary_errors": attacked["errors"],
         "hostile_statuses": attacked["hostile"]["statuses"],
-        "alone": alone, "with_hostile": attacked, "shutdown_seconds": shutdown_seconds,
+        "alone": alone,
+        "with_hostile": attacked,
+        "shutdown_seconds": shutdown_seconds,
         **report.provenance(),
     }
     report.write_json(args.out, payload)
-    print(f"ordinary p99 with / without the hostile reader: {payload['ordinary_p99_ratio']}; ordinary errors: {payload['ordinary_errors']}; "
-          f"hostile statuses: {payload['hostile_statuses']}; wrote {args.out}")
+    print(
+        f"ordinary p99 with / without the hostile reader: {payload['ordinary_p99_ratio']}; ordinary errors: "
+        f"{payload['ordinary_errors']}; "
+        f"hostile statuses: {payload['hostile_statuses']}; wrote {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ entity resolution, the merged graphs. It counts the LLM calls each step paid for
     python3 scripts/bench_incremental.py --pack true --questions 20 --out /tmp/incremental.json
     python3 scripts/bench_incremental.py --llm          # -> incremental_llm_musique.json, ~20 min on 2 cores (both packings)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,10 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -57,11 +59,21 @@ ARRAYS = ("unit_vectors", "sentence_vectors", "chunk_vectors", "keyword_vectors"
 GRAPHS = ("postings_units", "knn", "concepts")
 
 
-def retrieve_all(index_dir: Path, questions: list[str], vectors: np.ndarray, methods: Sequence[str] = LLM_FREE) -> dict[str, list[list[tuple]]]:
+def retrieve_all(
+    index_dir: Path, questions: list[str], vectors: np.ndarray, methods: Sequence[str] = LLM_FREE
+) -> dict[str, list[list[tuple]]]:
     """Per method, per question: the packed evidence as (kind, index, doc ids, score)."""
     retriever = Retriever(index_dir)
-    return {method: [[(e.kind, e.index, tuple(e.doc_ids), e.score) for e in retriever.retrieve(q, method=method, vector=v).evidence]
-                     for q, v in zip(questions, vectors)] for method in methods}
+    return {
+        method: [
+            [
+                (e.kind, e.index, tuple(e.doc_ids), e.score)
+                for e in retriever.retrieve(q, method=method, vector=v).evidence
+            ]
+            for q, v in zip(questions, vectors)
+        ]
+        for method in methods
+    }
 
 
 def compare_results(got: dict[str, list[list[tuple]]], want: dict[str, list[list[tuple]]]) -> dict[str, Any]:
@@ -76,14 +88,25 @@ def compare_results(got: dict[str, list[list[tuple]]], want: dict[str, list[list
                 same += 1
                 continue
             rank = next((r for r, (x, y) in enumerate(zip(a, b)) if x[:3] != y[:3]), min(len(a), len(b)))
-            differences.append({"method": method, "question": q, "rank": rank, "pieces": [len(a), len(b)],
-                                "got": list(a[rank][:2]) + [a[rank][3]] if rank < len(a) else None,
-                                "want": list(b[rank][:2]) + [b[rank][3]] if rank < len(b) else None})
+            differences.append(
+                {
+                    "method": method,
+                    "question": q,
+                    "rank": rank,
+                    "pieces": [len(a), len(b)],
+                    "got": list(a[rank][:2]) + [a[rank][3]] if rank < len(a) else None,
+                    "want": list(b[rank][:2]) + [b[rank][3]] if rank < len(b) else None,
+                }
+            )
         per_method[method] = {"identical": same, "same_pieces_any_order": same_set, "total": len(rows)}
-    return {"identical": sum(m["identical"] for m in per_method.values()), "total": sum(m["total"] for m in per_method.values()),
-            "same_pieces_any_order": sum(m["same_pieces_any_order"] for m in per_method.values()),
-            "first_difference_rank_min": min((d["rank"] for d in differences), default=None),
-            "per_method": per_method, "differences": differences[:50]}
+    return {
+        "identical": sum(m["identical"] for m in per_method.values()),
+        "total": sum(m["total"] for m in per_method.values()),
+        "same_pieces_any_order": sum(m["same_pieces_any_order"] for m in per_method.values()),
+        "first_difference_rank_min": min((d["rank"] for d in differences), default=None),
+        "per_method": per_method,
+        "differences": differences[:50],
+    }
 
 
 def compare_indexes(a: LoadedIndex, b: LoadedIndex) -> dict[str, Any]:
@@ -94,10 +117,17 @@ def compare_indexes(a: LoadedIndex, b: LoadedIndex) -> dict[str, Any]:
         if x.shape != y.shape:
             out[name] = {"shape": [list(x.shape), list(y.shape)]}
             continue
-        out[name] = {"rows": int(x.shape[0]), "rows_not_bitwise_equal": int((x != y).any(axis=1).sum()), "max_abs_diff": float(np.abs(x - y).max())}
+        out[name] = {
+            "rows": int(x.shape[0]),
+            "rows_not_bitwise_equal": int((x != y).any(axis=1).sum()),
+            "max_abs_diff": float(np.abs(x - y).max()),
+        }
     for name in GRAPHS:
         x, y = a.graph(name), b.graph(name)
-        out[name] = {"entries_differing": int((x != y).nnz) if x.shape == y.shape else None, "max_abs_diff": float(abs(x - y).max()) if x.shape == y.shape else None}
+        out[name] = {
+            "entries_differing": int((x != y).nnz) if x.shape == y.shape else None,
+            "max_abs_diff": float(abs(x - y).max()) if x.shape == y.shape else None,
+        }
     return out
 
 
@@ -133,11 +163,24 @@ def timed_update(root: Path, add: list, delete: list[str], cache: Path, llm: LLM
     job = versions.submit_update(root, add, delete)
     [done] = versions.run_pending(root, llm=llm, progress=False)
     seconds = time.perf_counter() - started
-    return {"job": job["id"], "seconds": round(seconds, 2), "documents": done["documents"], **paid.since(), "stage_seconds": done["stage_seconds"]}
+    return {
+        "job": job["id"],
+        "seconds": round(seconds, 2),
+        "documents": done["documents"],
+        **paid.since(),
+        "stage_seconds": done["stage_seconds"],
+    }
 
 
-def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path, settings: dict[str, Any] | None = None,
-        methods: Sequence[str] = LLM_FREE) -> dict[str, Any]:
+def run(
+    pack: bool,
+    documents: list,
+    questions: list[str],
+    seed: int,
+    work: Path,
+    settings: dict[str, Any] | None = None,
+    methods: Sequence[str] = LLM_FREE,
+) -> dict[str, Any]:
     """Build without the held-out 1%, insert them, delete 5, rebuild the final corpus; compare."""
     rng = random.Random(seed)
     held = set(rng.sample(range(len(documents)), max(1, round(0.01 * len(documents)))))
@@ -160,7 +203,14 @@ def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path
 
     fresh = work / f"rebuild_{pack}"
     started = time.perf_counter()
-    Index.build(final, fresh, config.model_copy(update={"embedding": config.embedding.model_copy(update={"cache": str(work / f"cache_b_{pack}.sqlite")})}), progress=True)
+    Index.build(
+        final,
+        fresh,
+        config.model_copy(
+            update={"embedding": config.embedding.model_copy(update={"cache": str(work / f"cache_b_{pack}.sqlite")})}
+        ),
+        progress=True,
+    )
     rebuild_seconds = time.perf_counter() - started
     rebuild_llm_calls = paid.since().get("llm_calls")
 
@@ -174,11 +224,18 @@ def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path
     rebuilt = retrieve_all(fresh, questions, vectors, methods)
     rebuilt_warm = retrieve_all(warm, questions, vectors, methods)
     return {
-        "pack_documents": pack, "documents_initial": len(initial), "documents_inserted": len(inserted), "documents_deleted": len(deleted),
-        "documents_final": len(final), "deleted_ids": deleted,
+        "pack_documents": pack,
+        "documents_initial": len(initial),
+        "documents_inserted": len(inserted),
+        "documents_deleted": len(deleted),
+        "documents_final": len(final),
+        "deleted_ids": deleted,
         "build": {"seconds": round(build_seconds, 2), **built, "counts": IndexStore(root).read_manifest()["counts"]},
-        "insert": insert, "delete": delete, "rebuild": {"seconds": round(rebuild_seconds, 2), "llm_calls": rebuild_llm_calls},
-        "insert_over_build": round(insert["seconds"] / build_seconds, 4), "delete_over_build": round(delete["seconds"] / build_seconds, 4),
+        "insert": insert,
+        "delete": delete,
+        "rebuild": {"seconds": round(rebuild_seconds, 2), "llm_calls": rebuild_llm_calls},
+        "insert_over_build": round(insert["seconds"] / build_seconds, 4),
+        "delete_over_build": round(delete["seconds"] / build_seconds, 4),
         "retrieval_vs_rebuild": compare_results(updated, rebuilt),
         "retrieval_vs_warm_cache_rebuild": compare_results(updated, rebuilt_warm),
         "index_vs_rebuild": compare_indexes(LoadedIndex(root), LoadedIndex(fresh)),
@@ -186,38 +243,74 @@ def run(pack: bool, documents: list, questions: list[str], seed: int, work: Path
 
 
 def markdown(payload: dict[str, Any]) -> str:
-    rows = [{"pack_documents": r["pack_documents"], "documents built / inserted / deleted": f"{r['documents_initial']} / {r['documents_inserted']} / {r['documents_deleted']}",
-             "build s": r["build"]["seconds"], "insert s": r["insert"]["seconds"],
-             "insert / build": f"{100 * r['insert_over_build']:.1f}%", "texts embedded (insert)": r["insert"]["texts_embedded"],
-             "delete s": r["delete"]["seconds"], "delete / build": f"{100 * r['delete_over_build']:.1f}%",
-             "texts embedded (delete)": r["delete"]["texts_embedded"], "rebuild s": r["rebuild"]["seconds"],
-             "identical results": f"{r['retrieval_vs_rebuild']['identical']}/{r['retrieval_vs_rebuild']['total']}",
-             "same pieces, any order": f"{r['retrieval_vs_rebuild']['same_pieces_any_order']}/{r['retrieval_vs_rebuild']['total']}",
-             "earliest differing rank": r["retrieval_vs_rebuild"]["first_difference_rank_min"],
-             **({"identical, rebuild from the same vector cache": f"{r['retrieval_vs_warm_cache_rebuild']['identical']}/{r['retrieval_vs_warm_cache_rebuild']['total']}"}
-                if "retrieval_vs_warm_cache_rebuild" in r else {})} for r in payload["runs"]]
+    rows = [
+        {
+            "pack_documents": r["pack_documents"],
+            "documents built / inserted / deleted": f"{r['documents_initial']} / {r['documents_inserted']} / "
+            f"{r['documents_deleted']}",
+            "build s": r["build"]["seconds"],
+            "insert s": r["insert"]["seconds"],
+            "insert / build": f"{100 * r['insert_over_build']:.1f}%",
+            "texts embedded (insert)": r["insert"]["texts_embedded"],
+            "delete s": r["delete"]["seconds"],
+            "delete / build": f"{100 * r['delete_over_build']:.1f}%",
+            "texts embedded (delete)": r["delete"]["texts_embedded"],
+            "rebuild s": r["rebuild"]["seconds"],
+            "identical results": f"{r['retrieval_vs_rebuild']['identical']}/{r['retrieval_vs_rebuild']['total']}",
+            "same pieces, any order": f"{r['retrieval_vs_rebuild']['same_pieces_any_order']}/{r['retrieval_vs_rebuild']['total']}",
+            "earliest differing rank": r["retrieval_vs_rebuild"]["first_difference_rank_min"],
+            **(
+                {
+                    "identical, rebuild from the same vector cache": f"{r['retrieval_vs_warm_cache_rebuild']['identical']}/{r['retrieval_vs_warm_cache_rebuild']['total']}"
+                }
+                if "retrieval_vs_warm_cache_rebuild" in r
+                else {}
+            ),
+        }
+        for r in payload["runs"]
+    ]
     columns = list(rows[0]) if rows else []
     if payload.get("llm"):
         for row, r in zip(rows, payload["runs"]):
-            row.update({f"LLM calls ({step})": r[step].get("llm_calls") for step in ("build", "insert", "delete", "rebuild")})
+            row.update(
+                {f"LLM calls ({step})": r[step].get("llm_calls") for step in ("build", "insert", "delete", "rebuild")}
+            )
         columns = list(rows[0])
     methods = payload.get("methods", LLM_FREE)
-    caches = f"a cold vector cache and one completion cache ({payload['llm']})" if payload.get("llm") else "a cold vector cache"
-    return (f"# Incremental updates vs full rebuild ({payload['dataset']})\n\n"
-            f"{payload['n_documents']} paragraphs, {payload['n_questions']} questions, methods {', '.join(methods)}; "
-            f"build and rebuild with {caches}.\n\n" + markdown_table(rows, columns) +
-            f"\nCommand: `{payload['command']}`; commit {payload['git_commit']}; machine: {machine_line(payload['machine'])}.\n")
+    caches = (
+        f"a cold vector cache and one completion cache ({payload['llm']})"
+        if payload.get("llm")
+        else "a cold vector cache"
+    )
+    return (
+        f"# Incremental updates vs full rebuild ({payload['dataset']})\n\n"
+        f"{payload['n_documents']} paragraphs, {payload['n_questions']} questions, methods {', '.join(methods)}; "
+        f"build and rebuild with {caches}.\n\n"
+        + markdown_table(rows, columns)
+        + f"\nCommand: `{payload['command']}`; commit {payload['git_commit']}; machine: "
+        f"{machine_line(payload['machine'])}.\n"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", type=Path, default=DATASET)
-    parser.add_argument("--pack", choices=("true", "false", "both"), default="both", help="chunking.pack_documents setting(s) to run.")
+    parser.add_argument(
+        "--pack", choices=("true", "false", "both"), default="both", help="chunking.pack_documents setting(s) to run."
+    )
     parser.add_argument("--questions", type=int, help="Only the first N questions.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--llm", action="store_true", help="LLM methods with the stand-in; the corpus is the first question's paragraphs.")
-    parser.add_argument("--llm-cache", type=Path, help="completion cache to share across runs; default: a fresh one per run, "
-                        "so the LLM calls each step paid are counted from an empty cache")
+    parser.add_argument(
+        "--llm",
+        action="store_true",
+        help="LLM methods with the stand-in; the corpus is the first question's paragraphs.",
+    )
+    parser.add_argument(
+        "--llm-cache",
+        type=Path,
+        help="completion cache to share across runs; default: a fresh one per run, "
+        "so the LLM calls each step paid are counted from an empty cache",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hopgraph-incremental-"))
@@ -226,7 +319,12 @@ def main() -> None:
         settings: dict[str, Any] = {}
         methods: Sequence[str] = LLM_FREE
         bench = load_benchmark(args.dataset, limit=args.questions)
-        documents, questions, name, out = bench.documents, [q.text for q in bench.questions], bench.name, args.out or RESULT
+        documents, questions, name, out = (
+            bench.documents,
+            [q.text for q in bench.questions],
+            bench.name,
+            args.out or RESULT,
+        )
         if args.llm:
             from bench_llm_tier import write_subset
 
@@ -237,12 +335,30 @@ def main() -> None:
             cache = args.llm_cache or work / "completions.sqlite"
             cache.parent.mkdir(parents=True, exist_ok=True)
             # Small chunks so a 1-paragraph insert or delete touches few of them; short completions keep the stand-in quick.
-            settings = {"chunking.size": 150, "chunking.overlap": 0, "extraction.kg": "all", "extraction.cue_alpha": 0.5,
-                        "llm.base_url": server.base_url, "llm.model": "smollm2-135m", "llm.cache": str(cache), "llm.max_tokens": 160,
-                        "llm.context_tokens": 4096, "llm.concurrency": 2, "llm.timeout": 1800}
+            settings = {
+                "chunking.size": 150,
+                "chunking.overlap": 0,
+                "extraction.kg": "all",
+                "extraction.cue_alpha": 0.5,
+                "llm.base_url": server.base_url,
+                "llm.model": "smollm2-135m",
+                "llm.cache": str(cache),
+                "llm.max_tokens": 160,
+                "llm.context_tokens": 4096,
+                "llm.concurrency": 2,
+                "llm.timeout": 1800,
+            }
             methods = (*LLM_FREE, *LLM_METHODS)
-        payload: dict[str, Any] = {"benchmark": "incremental updates", "dataset": name, "n_documents": len(documents),
-                                   "n_questions": len(questions), "seed": args.seed, "methods": list(methods), "runs": [], **provenance()}
+        payload: dict[str, Any] = {
+            "benchmark": "incremental updates",
+            "dataset": name,
+            "n_documents": len(documents),
+            "n_questions": len(questions),
+            "seed": args.seed,
+            "methods": list(methods),
+            "runs": [],
+            **provenance(),
+        }
         if args.llm:
             payload["llm"] = "smollm2-135m via llama.cpp (CPU stand-in), KG of every chunk + CUE α=0.5, max_tokens 160"
             payload["settings"] = {k: v for k, v in settings.items() if k not in ("llm.base_url", "llm.cache")}
@@ -253,8 +369,13 @@ def main() -> None:
             text = markdown(payload)
             atomic_write(out.with_suffix(".md"), lambda tmp: tmp.write_text(text, encoding="utf-8"))
             r = payload["runs"][-1]
-            print(f"pack={pack}: build {r['build']['seconds']} s, insert {r['insert']['seconds']} s ({100 * r['insert_over_build']:.1f}%), "
-                  f"delete {r['delete']['seconds']} s, identical {r['retrieval_vs_rebuild']['identical']}/{r['retrieval_vs_rebuild']['total']}", flush=True)
+            print(
+                f"pack={pack}: build {r['build']['seconds']} s, insert {r['insert']['seconds']} s "
+                f"({100 * r['insert_over_build']:.1f}%), "
+                f"delete {r['delete']['seconds']} s, identical "
+                f"{r['retrieval_vs_rebuild']['identical']}/{r['retrieval_vs_rebuild']['total']}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ KG extracted by the CPU stand-in (SmolLM2-135M over llama.cpp) for every chunk.
     python3 scripts/bench_noninterference.py
     python3 scripts/bench_noninterference.py --kg --musique-paragraphs 8
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,17 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the restricted documents live with the server tests
 
+from hopgraph.evaluate.datasets import load_benchmark  # noqa: E402
+
 from hopgraph.config import load_config  # noqa: E402
 from hopgraph.documents import Document  # noqa: E402
-from hopgraph.evaluate.datasets import load_benchmark  # noqa: E402
 from hopgraph.evaluate.report import provenance, write_json  # noqa: E402
 from hopgraph.index.ingest import read_corpus  # noqa: E402
 from hopgraph.index.pipeline import build_index  # noqa: E402
@@ -45,8 +48,12 @@ from tests.conftest import SAMPLE, SAMPLE_SETTINGS  # noqa: E402
 from tests.serve import CODEWORDS, SECRET_DOCUMENTS  # noqa: E402
 
 GROUPS = ["board", "operations", "legal", "press"]
-SAMPLE_QUESTIONS = ["Who was the first director of the Halvern Harbor Institute?", "What does the Orrin Basin Water Board monitor?",
-                    "Where is the Sorvik campus?", "Which vessel will be out of service for hull repairs?"]
+SAMPLE_QUESTIONS = [
+    "Who was the first director of the Halvern Harbor Institute?",
+    "What does the Orrin Basin Water Board monitor?",
+    "Where is the Sorvik campus?",
+    "Which vessel will be out of service for hull repairs?",
+]
 KG_METHODS = ("kg", "hybrid", "ket", "g2cons")
 
 
@@ -55,19 +62,31 @@ def corpus(dataset: Path, paragraphs: int, seed: int) -> list[Document]:
     musique = []
     for d in load_benchmark(dataset, limit=0).documents[:paragraphs]:
         acl = None if rng.random() < 0.5 else sorted(rng.sample(GROUPS, rng.randint(1, 2)))
-        musique.append(Document(id=d.id, title=d.title, text=d.text, source="musique", metadata={} if acl is None else {"acl": acl}))
-    secrets = [Document(id=d["id"], title=d["title"], text=d["text"], source="secret", metadata={"acl": d["acl"]}) for d in SECRET_DOCUMENTS]
+        musique.append(
+            Document(
+                id=d.id, title=d.title, text=d.text, source="musique", metadata={} if acl is None else {"acl": acl}
+            )
+        )
+    secrets = [
+        Document(id=d["id"], title=d["title"], text=d["text"], source="secret", metadata={"acl": d["acl"]})
+        for d in SECRET_DOCUMENTS
+    ]
     return list(read_corpus([SAMPLE]).documents) + secrets + musique
 
 
 def questions(dataset: Path, count: int) -> list[str]:
     asked = [q.text for q in load_benchmark(dataset, limit=count).questions]
-    by_codeword = [f"What is {w}?" for w in CODEWORDS.values()] + [f"Who led the rescue during the {CODEWORDS['secret-ops']} survey?"]
+    by_codeword = [f"What is {w}?" for w in CODEWORDS.values()] + [
+        f"Who led the rescue during the {CODEWORDS['secret-ops']} survey?"
+    ]
     return asked + SAMPLE_QUESTIONS + by_codeword
 
 
 def signature(result: RetrievalResult, numbered: bool) -> list[tuple]:
-    return [((e.index, e.chunk) if numbered else ()) + (e.kind, e.text, tuple(e.doc_ids), e.path, round(e.score, 6)) for e in result.evidence]
+    return [
+        ((e.index, e.chunk) if numbered else ()) + (e.kind, e.text, tuple(e.doc_ids), e.path, round(e.score, 6))
+        for e in result.evidence
+    ]
 
 
 def compare(full: Retriever, public: Retriever, methods: list[str], asked: list[str], budget: int) -> dict[str, Any]:
@@ -96,20 +115,41 @@ def llm_settings(enabled: bool, cache: Path) -> Iterator[dict[str, Any]]:
         return
     cache.parent.mkdir(parents=True, exist_ok=True)
     with StandinServer("smollm2-135m", context=4096, parallel=2) as llm:
-        yield {"extraction.kg": "all", "llm.base_url": llm.base_url, "llm.model": "smollm2-135m", "llm.cache": str(cache),
-               "llm.max_tokens": 160, "llm.context_tokens": 4096, "llm.timeout": 1800}
+        yield {
+            "extraction.kg": "all",
+            "llm.base_url": llm.base_url,
+            "llm.model": "smollm2-135m",
+            "llm.cache": str(cache),
+            "llm.max_tokens": 160,
+            "llm.context_tokens": 4096,
+            "llm.timeout": 1800,
+        }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json")
-    parser.add_argument("--musique-paragraphs", type=int, default=40, help="the first N MuSiQue paragraphs join the corpus")
-    parser.add_argument("--questions", type=int, default=10, help="MuSiQue questions asked (plus 4 sample and 4 codeword questions)")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json",
+    )
+    parser.add_argument(
+        "--musique-paragraphs", type=int, default=40, help="the first N MuSiQue paragraphs join the corpus"
+    )
+    parser.add_argument(
+        "--questions", type=int, default=10, help="MuSiQue questions asked (plus 4 sample and 4 codeword questions)"
+    )
     parser.add_argument("--budget", type=int, default=400)
-    parser.add_argument("--pack-documents", action="store_true",
-                        help="cut consecutive same-ACL documents as one stream (the default of chunking.pack_documents); off here, so that a "
-                             "public document's chunks do not depend on whether a restricted document sits between it and the next")
-    parser.add_argument("--kg", action="store_true", help="also extract a KG with the CPU stand-in and compare kg, hybrid, ket, g2cons")
+    parser.add_argument(
+        "--pack-documents",
+        action="store_true",
+        help="cut consecutive same-ACL documents as one stream (the default of chunking.pack_documents); off here, "
+        "so that a "
+        "public document's chunks do not depend on whether a restricted document sits between it and the next",
+    )
+    parser.add_argument(
+        "--kg", action="store_true", help="also extract a KG with the CPU stand-in and compare kg, hybrid, ket, g2cons"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--llm-cache", type=Path, default=REPO / ".hopgraph" / "llm-noninterference.sqlite")
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "acl_noninterference.json")
@@ -122,29 +162,56 @@ def main() -> None:
     modes: dict[str, Any] = {}
     try:
         with llm_settings(args.kg, args.llm_cache) as llm:
-            settings = {**SAMPLE_SETTINGS, "chunking.size": 300, "chunking.pack_documents": args.pack_documents, "extraction.cue_alpha": 0.0, "embedding.cache": str(work / "vectors.sqlite"), **llm}
+            settings = {
+                **SAMPLE_SETTINGS,
+                "chunking.size": 300,
+                "chunking.pack_documents": args.pack_documents,
+                "extraction.cue_alpha": 0.0,
+                "embedding.cache": str(work / "vectors.sqlite"),
+                **llm,
+            }
             started = time.perf_counter()
             public_manifest = build_index(public_docs, work / "public", load_config(None, settings), progress=False)
             public = Retriever(work / "public")
             for mode, isolation in (("default", False), ("isolation", True)):
                 built = time.perf_counter()
-                manifest = build_index(documents, work / mode, load_config(None, {**settings, "access.isolation": isolation}), progress=False)
-                modes[mode] = {"build_seconds": round(time.perf_counter() - built, 1), "partitions": len(manifest.get("partitions", [])) or 1,
-                               **compare(Retriever(work / mode), public, methods, asked, args.budget)}
+                manifest = build_index(
+                    documents,
+                    work / mode,
+                    load_config(None, {**settings, "access.isolation": isolation}),
+                    progress=False,
+                )
+                modes[mode] = {
+                    "build_seconds": round(time.perf_counter() - built, 1),
+                    "partitions": len(manifest.get("partitions", [])) or 1,
+                    **compare(Retriever(work / mode), public, methods, asked, args.budget),
+                }
                 print(mode, modes[mode]["differences"], flush=True)
             seconds = time.perf_counter() - started
     finally:
         shutil.rmtree(work, ignore_errors=True)
     payload: dict[str, Any] = {
         "benchmark": "non-interference: groupless reader, full index vs index of the unrestricted documents only",
-        "corpus": {"documents": len(documents), "restricted": len(documents) - len(public_docs), "musique_paragraphs": args.musique_paragraphs,
-                   "distinct_acls": len({tuple(d.acl) if d.acl is not None else None for d in documents}), "public_counts": public_manifest["counts"]},
+        "corpus": {
+            "documents": len(documents),
+            "restricted": len(documents) - len(public_docs),
+            "musique_paragraphs": args.musique_paragraphs,
+            "distinct_acls": len({tuple(d.acl) if d.acl is not None else None for d in documents}),
+            "public_counts": public_manifest["counts"],
+        },
         "pack_documents": args.pack_documents,
-        "questions": len(asked), "question_texts": asked, "methods": methods, "budget": args.budget,
-        "llm": "smollm2-135m via llama.cpp (CPU stand-in), KG of every chunk" if args.kg else
-               "none: kg/hybrid/ket/g2cons not run (pass --kg; CPU stand-in extraction of every chunk of three indexes)",
+        "questions": len(asked),
+        "question_texts": asked,
+        "methods": methods,
+        "budget": args.budget,
+        "llm": "smollm2-135m via llama.cpp (CPU stand-in), KG of every chunk"
+        if args.kg
+        else "none: kg/hybrid/ket/g2cons not run (pass --kg; CPU stand-in extraction of every chunk of three indexes)",
         "cue": "alpha 0: punkt sentence units, spaCy entities, bi-encoder rerank (no LLM)",
-        "modes": modes, "seconds": round(seconds, 1), "seed": args.seed, **provenance(),
+        "modes": modes,
+        "seconds": round(seconds, 1),
+        "seed": args.seed,
+        **provenance(),
     }
     write_json(args.out, payload)
     for mode, result in modes.items():

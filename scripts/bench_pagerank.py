@@ -7,6 +7,7 @@ hopgraph's time includes building its transition matrix, networkx's its own grap
     python3 scripts/bench_pagerank.py                     # 50k nodes, ~500k edges
     python3 scripts/bench_pagerank.py --nodes 200000 --out /tmp/pagerank.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,10 @@ def main() -> None:
         **provenance(),
     }
     write_json(args.out, result)
-    print(f"{args.nodes} nodes, {graph.nnz} edges: hopgraph {hopgraph_seconds:.3f} s, networkx {networkx_seconds:.2f} s, "
-          f"speedup {result['speedup']}x, max |diff| {result['max_abs_diff']:.2e} -> {args.out}")
+    print(
+        f"{args.nodes} nodes, {graph.nnz} edges: hopgraph {hopgraph_seconds:.3f} s, networkx {networkx_seconds:.2f} s, "
+        f"speedup {result['speedup']}x, max |diff| {result['max_abs_diff']:.2e} -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

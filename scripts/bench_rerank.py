@@ -11,6 +11,7 @@ after; one untimed warm-up question keeps model loading and kernel compilation o
     python3 scripts/bench_rerank.py --set rerank.model=/models/bge-reranker-v2-m3 \\
         --set embedding.device=cuda --out scripts/results/rerank_gpu.json     # GPU machine with the weights
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,13 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=50, help="questions timed (after one warm-up question)")
     parser.add_argument("--candidates", type=int, default=20, help="chunks scored per question")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="setting override, e.g. rerank.model=PATH (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="setting override, e.g. rerank.model=PATH (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "rerank_musique.json")
     args = parser.parse_args()
     config = load_config(None, dict(item.split("=", 1) for item in args.set))
@@ -64,24 +71,37 @@ def main() -> None:
         scores = reranker.score(question.text, [texts[c] for c in chosen])
         seconds = time.perf_counter() - started
         if not np.all(np.isfinite(scores)) or len(scores) != len(chosen):
-            raise SystemExit(f"reranker {reranker.name} returned {len(scores)} scores for {len(chosen)} passages, or non-finite ones")
+            raise SystemExit(
+                f"reranker {reranker.name} returned {len(scores)} scores for {len(chosen)} passages, or non-finite ones"
+            )
         if i:  # question 0 is the warm-up
             per_question.append(seconds)
             pairs += len(chosen)
     timed = sum(per_question)
     payload = {
-        "benchmark": "reranker throughput", "dataset": str(args.dataset), "reranker": reranker.name,
-        "device": resolve_device(config.embedding.device), "batch_size": config.rerank.batch_size,
-        "chunk_size": config.chunking.size, "chunks_in_corpus": len(texts),
-        "questions_timed": len(per_question), "candidates_per_question": args.candidates, "pairs": pairs,
-        "load_seconds": round(load_seconds, 2), "seconds": round(timed, 2), "pairs_per_second": round(pairs / timed, 1),
+        "benchmark": "reranker throughput",
+        "dataset": str(args.dataset),
+        "reranker": reranker.name,
+        "device": resolve_device(config.embedding.device),
+        "batch_size": config.rerank.batch_size,
+        "chunk_size": config.chunking.size,
+        "chunks_in_corpus": len(texts),
+        "questions_timed": len(per_question),
+        "candidates_per_question": args.candidates,
+        "pairs": pairs,
+        "load_seconds": round(load_seconds, 2),
+        "seconds": round(timed, 2),
+        "pairs_per_second": round(pairs / timed, 1),
         "ms_per_question_p50": round(1000 * statistics.median(per_question), 1),
         "ms_per_question_max": round(1000 * max(per_question), 1),
         **provenance(),
     }
     write_json(args.out, payload)
-    print(f"{reranker.name} on {payload['device']}: {pairs} pairs in {timed:.1f} s = {payload['pairs_per_second']} pairs/s, "
-          f"p50 {payload['ms_per_question_p50']} ms per question of {args.candidates}")
+    print(
+        f"{reranker.name} on {payload['device']}: {pairs} pairs in {timed:.1f} s = {payload['pairs_per_second']} "
+        "pairs/s, "
+        f"p50 {payload['ms_per_question_p50']} ms per question of {args.candidates}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ every keyword's posting list grows with the corpus, instead of new text bringing
     python3 scripts/bench_scale.py                               # 10k, 30k, 100k chunks
     python3 scripts/bench_scale.py --sizes 5000 20000 --out /tmp/scale.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,16 +55,27 @@ def run_one(source: Path, documents: int, work: Path) -> dict:
     total = time.perf_counter() - started
     stages = {name: record["seconds"] for name, record in manifest["stages"].items()}
     shutil.rmtree(work, ignore_errors=True)
-    return {"documents": documents, "chunks": manifest["counts"]["chunks"], "sentences": manifest["counts"]["sentences"],
-            "seconds_total": round(total, 2), "seconds_model_stages": round(sum(stages[s] for s in MODEL_STAGES), 2),
-            "seconds_other_stages": round(sum(v for k, v in stages.items() if k not in MODEL_STAGES), 2),
-            "stage_seconds": stages, "peak_memory_mb": round(manifest["peak_memory_mb"], 1),
-            "knn_edges": manifest["counts"].get("knn_edges"), "concept_edges": manifest["counts"].get("concept_edges")}
+    return {
+        "documents": documents,
+        "chunks": manifest["counts"]["chunks"],
+        "sentences": manifest["counts"]["sentences"],
+        "seconds_total": round(total, 2),
+        "seconds_model_stages": round(sum(stages[s] for s in MODEL_STAGES), 2),
+        "seconds_other_stages": round(sum(v for k, v in stages.items() if k not in MODEL_STAGES), 2),
+        "stage_seconds": stages,
+        "peak_memory_mb": round(manifest["peak_memory_mb"], 1),
+        "knn_edges": manifest["counts"].get("knn_edges"),
+        "concept_edges": manifest["counts"].get("concept_edges"),
+    }
 
 
 def in_subprocess(source: Path, documents: int, work: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", str(documents), "--source", str(source), "--work", str(work)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", str(documents), "--source", str(source), "--work", str(work)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise SystemExit(f"size {documents} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -95,12 +107,17 @@ def main() -> None:
         print(f"{run['chunks']:>7} chunks  {run['seconds_total']:7.1f} s  {run['peak_memory_mb']:7.0f} MB", flush=True)
     chunks = [r["chunks"] for r in runs]
     payload = {
-        "benchmark": "index scale", "source": str(args.source), "settings": SETTINGS,
+        "benchmark": "index scale",
+        "source": str(args.source),
+        "settings": SETTINGS,
         "method": "replicated corpus; embeddings served from the vector cache after the warm-up",
-        "warmup_one_replica": warmup, "runs": runs,
-        "loglog_slope": {"seconds_total": round(slope(chunks, [r["seconds_total"] for r in runs]), 3),
-                         "seconds_other_stages": round(slope(chunks, [r["seconds_other_stages"] for r in runs]), 3),
-                         "peak_memory_mb": round(slope(chunks, [r["peak_memory_mb"] for r in runs]), 3)},
+        "warmup_one_replica": warmup,
+        "runs": runs,
+        "loglog_slope": {
+            "seconds_total": round(slope(chunks, [r["seconds_total"] for r in runs]), 3),
+            "seconds_other_stages": round(slope(chunks, [r["seconds_other_stages"] for r in runs]), 3),
+            "peak_memory_mb": round(slope(chunks, [r["peak_memory_mb"] for r in runs]), 3),
+        },
         **provenance(),
     }
     write_json(args.out, payload)

@@ -11,6 +11,7 @@ within ``--bound`` times the read-only phase (update jobs run at ``serve.job_nic
     python3 scripts/bench_serve.py                         # MuSiQue kag_dev100 corpus, ppr, 50 clients, 60 s per phase
     python3 scripts/bench_serve.py --clients 100 --seconds 30 --method text
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,17 @@ from hopgraph.llm.standin import free_port
 REPO = Path(__file__).resolve().parents[1]
 
 
-async def client_loop(url: str, token: str, questions: list[str], offset: int, method: str, budget: int, until: float, out: list) -> None:
+async def client_loop(
+    url: str, token: str, questions: list[str], offset: int, method: str, budget: int, until: float, out: list
+) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=60, headers={"Authorization": f"Bearer {token}"}) as client:
         n = offset
         while time.monotonic() < until:
             started = time.perf_counter()
             try:
-                response = await client.post("/v1/retrieve", json={"query": questions[n % len(questions)], "method": method, "budget": budget})
+                response = await client.post(
+                    "/v1/retrieve", json={"query": questions[n % len(questions)], "method": method, "budget": budget}
+                )
                 status = response.status_code
             except httpx.HTTPError as exc:
                 status = f"{exc.__class__.__name__}"
@@ -63,22 +68,41 @@ async def writer_loop(url: str, token: str, batches: list[list[dict]], until: fl
                 if record["status"] in ("done", "failed"):
                     break
                 await asyncio.sleep(0.5)
-            jobs.append({"id": job["id"], "documents": len(batch), "status": record["status"], "seconds": round(time.perf_counter() - submitted, 2)})
+            jobs.append(
+                {
+                    "id": job["id"],
+                    "documents": len(batch),
+                    "status": record["status"],
+                    "seconds": round(time.perf_counter() - submitted, 2),
+                }
+            )
 
 
 def summarise(samples: list[tuple[float, Any]], seconds: float) -> dict[str, Any]:
     latencies = np.asarray([s for s, status in samples if status == 200]) * 1000
     errors = [status for _, status in samples if status != 200]
-    return {"requests": len(samples), "errors": len(errors), "error_kinds": sorted({str(e) for e in errors}),
-            "throughput_rps": round(len(samples) / seconds, 1),
-            **{f"latency_ms_p{q}": round(float(np.percentile(latencies, q)), 1) if len(latencies) else None for q in (50, 95, 99)}}
+    return {
+        "requests": len(samples),
+        "errors": len(errors),
+        "error_kinds": sorted({str(e) for e in errors}),
+        "throughput_rps": round(len(samples) / seconds, 1),
+        **{
+            f"latency_ms_p{q}": round(float(np.percentile(latencies, q)), 1) if len(latencies) else None
+            for q in (50, 95, 99)
+        },
+    }
 
 
-async def phase(url: str, tokens: list[str], questions: list[str], args: argparse.Namespace, batches: list[list[dict]] | None) -> dict[str, Any]:
+async def phase(
+    url: str, tokens: list[str], questions: list[str], args: argparse.Namespace, batches: list[list[dict]] | None
+) -> dict[str, Any]:
     samples: list = []
     jobs: list = []
     until = time.monotonic() + args.seconds
-    tasks = [client_loop(url, tokens[i % len(tokens)], questions, i * 7, args.method, args.budget, until, samples) for i in range(args.clients)]
+    tasks = [
+        client_loop(url, tokens[i % len(tokens)], questions, i * 7, args.method, args.budget, until, samples)
+        for i in range(args.clients)
+    ]
     if batches:
         tasks.append(writer_loop(url, "admin-token-bench-000000", batches, until, jobs))
     started = time.perf_counter()
@@ -91,13 +115,19 @@ async def phase(url: str, tokens: list[str], questions: list[str], args: argpars
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", type=Path, default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json",
+    )
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--method", default="ppr")
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--insert-batch", type=int, default=20, help="documents per insert job in the mixed phase")
-    parser.add_argument("--bound", type=float, default=1.5, help="allowed mixed / read-only ratio of reader p50 and p95 latency")
+    parser.add_argument(
+        "--bound", type=float, default=1.5, help="allowed mixed / read-only ratio of reader p50 and p95 latency"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "serve_load.json")
     args = parser.parse_args()
     bench = load_benchmark(args.dataset)
@@ -111,8 +141,22 @@ def main() -> None:
     env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)}
     try:
         Index.build(documents, work / "index", load_config(None, {}), progress=True)
-        server = subprocess.Popen([sys.executable, "-m", "hopgraph.cli", "serve", str(work / "index"), "--serve.port", str(port),
-                                   "--serve.rate_limit", "1000", "--serve.rate_burst", "1000"], env=env)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hopgraph.cli",
+                "serve",
+                str(work / "index"),
+                "--serve.port",
+                str(port),
+                "--serve.rate_limit",
+                "1000",
+                "--serve.rate_burst",
+                "1000",
+            ],
+            env=env,
+        )
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300
         while True:
@@ -128,8 +172,14 @@ def main() -> None:
         print(f"read-only phase: {args.clients} clients, {args.seconds:g} s", flush=True)
         readers = asyncio.run(phase(url, tokens, questions, args, None))
         print(json.dumps(readers), flush=True)
-        batches = [[{"id": d.id, "title": d.title, "text": d.text} for d in extra[i:i + args.insert_batch]] for i in range(0, len(extra), args.insert_batch)]
-        print(f"mixed phase: the same load while insert jobs of {args.insert_batch} documents run back to back", flush=True)
+        batches = [
+            [{"id": d.id, "title": d.title, "text": d.text} for d in extra[i : i + args.insert_batch]]
+            for i in range(0, len(extra), args.insert_batch)
+        ]
+        print(
+            f"mixed phase: the same load while insert jobs of {args.insert_batch} documents run back to back",
+            flush=True,
+        )
         mixed = asyncio.run(phase(url, tokens, questions, args, batches))
         print(json.dumps(mixed), flush=True)
         server.terminate()
@@ -138,21 +188,41 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     ratios = {f"p{q}": round(mixed[f"latency_ms_p{q}"] / readers[f"latency_ms_p{q}"], 2) for q in (50, 95, 99)}
     payload = {
-        "benchmark": "server load", "dataset": f"{args.dataset} ({len(documents)} documents indexed, {held_out} held out for inserts)",
-        "clients": args.clients, "seconds_per_phase": args.seconds, "method": args.method, "budget": args.budget,
-        "read_only": readers, "mixed_with_inserts": mixed,
-        "mixed_over_read_only": ratios, "bound": args.bound, "job_niceness": load_config(None, {}).serve.job_niceness,
+        "benchmark": "server load",
+        "dataset": f"{args.dataset} ({len(documents)} documents indexed, {held_out} held out for inserts)",
+        "clients": args.clients,
+        "seconds_per_phase": args.seconds,
+        "method": args.method,
+        "budget": args.budget,
+        "read_only": readers,
+        "mixed_with_inserts": mixed,
+        "mixed_over_read_only": ratios,
+        "bound": args.bound,
+        "job_niceness": load_config(None, {}).serve.job_niceness,
         "readers_within_bound": mixed["errors"] == 0 and ratios["p50"] <= args.bound and ratios["p95"] <= args.bound,
         **report.provenance(),
     }
     report.write_json(args.out, payload)
-    lines = [f"# Server load ({args.clients} clients, {args.seconds:g} s per phase, method {args.method}, λ={args.budget})", "",
-             f"Command: `{payload['command']}`  ", f"Machine: {report.machine_line(payload['machine'])}, commit {payload['git_commit']}.", "",
-             report.markdown_table([{"phase": "read-only", **readers}, {"phase": "with inserts", **{k: v for k, v in mixed.items() if k != 'insert_jobs'}}],
-                                   ["phase", "requests", "errors", "throughput_rps", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99"]),
-             "", f"Mixed / read-only latency: {ratios}; bound {args.bound}× on p50 and p95 with 0 errors: "
-             f"{'met' if payload['readers_within_bound'] else 'NOT met'}.", "",
-             f"Insert jobs during the mixed phase: {mixed['insert_jobs']}", ""]
+    lines = [
+        f"# Server load ({args.clients} clients, {args.seconds:g} s per phase, method {args.method}, λ={args.budget})",
+        "",
+        f"Command: `{payload['command']}`  ",
+        f"Machine: {report.machine_line(payload['machine'])}, commit {payload['git_commit']}.",
+        "",
+        report.markdown_table(
+            [
+                {"phase": "read-only", **readers},
+                {"phase": "with inserts", **{k: v for k, v in mixed.items() if k != "insert_jobs"}},
+            ],
+            ["phase", "requests", "errors", "throughput_rps", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99"],
+        ),
+        "",
+        f"Mixed / read-only latency: {ratios}; bound {args.bound}× on p50 and p95 with 0 errors: "
+        f"{'met' if payload['readers_within_bound'] else 'NOT met'}.",
+        "",
+        f"Insert jobs during the mixed phase: {mixed['insert_jobs']}",
+        "",
+    ]
     report.atomic_write(args.out.with_suffix(".md"), lambda tmp: tmp.write_text("\n".join(lines), encoding="utf-8"))
     print("\n".join(lines))
 

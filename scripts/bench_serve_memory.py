@@ -9,6 +9,7 @@ on disk at ``serve.keep_versions`` + 1 at most.
     python3 scripts/bench_serve_memory.py               # 50 jobs
     python3 scripts/bench_serve_memory.py --jobs 6 --out /tmp/serve_memory.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,14 @@ from hopgraph.llm.standin import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample"
-SETTINGS = {"chunking.size": 96, "chunking.overlap": 8, "chunking.splits": 1, "graph.theta_co": 2, "graph.theta_sem": 0.3, "keywords.max_df": 0.5}
+SETTINGS = {
+    "chunking.size": 96,
+    "chunking.overlap": 8,
+    "chunking.splits": 1,
+    "graph.theta_co": 2,
+    "graph.theta_sem": 0.3,
+    "keywords.max_df": 0.5,
+}
 ADMIN = "admin-token-memory-bench-0"
 
 
@@ -45,9 +53,26 @@ def rss_mb(pid: int) -> float:
 
 
 def start_server(index: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps([{"token": ADMIN, "user": "admin", "groups": [], "admin": True}])}
-    server = subprocess.Popen([sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(port),
-                               "--serve.rate_limit", "1000", "--serve.rate_burst", "1000"], env=env)
+    env = {
+        **os.environ,
+        "HOPGRAPH_TOKENS": json.dumps([{"token": ADMIN, "user": "admin", "groups": [], "admin": True}]),
+    }
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hopgraph.cli",
+            "serve",
+            str(index),
+            "--serve.port",
+            str(port),
+            "--serve.rate_limit",
+            "1000",
+            "--serve.rate_burst",
+            "1000",
+        ],
+        env=env,
+    )
     deadline = time.monotonic() + 300
     while True:
         try:
@@ -64,14 +89,21 @@ def run_job(client: httpx.Client, n: int) -> dict[str, Any]:
     """Job n: even n inserts document mem-n, odd n deletes the one inserted just before."""
     if n % 2 == 0:
         text = f"Memo {n} of the Sorvik ferry office: the timetable for route {n} changes in week {n % 52 + 1}."
-        response = client.post("/v1/documents", json={"documents": [{"id": f"mem-{n}", "title": f"Memo {n}", "text": text}]})
+        response = client.post(
+            "/v1/documents", json={"documents": [{"id": f"mem-{n}", "title": f"Memo {n}", "text": text}]}
+        )
     else:
         response = client.delete(f"/v1/documents/mem-{n - 1}")
     response.raise_for_status()
     job_id, submitted = response.json()["id"], time.perf_counter()
     while (record := client.get(f"/v1/jobs/{job_id}").json())["status"] not in ("done", "failed"):
         time.sleep(0.1)
-    return {"job": n, "kind": "insert" if n % 2 == 0 else "delete", "status": record["status"], "seconds": round(time.perf_counter() - submitted, 2)}
+    return {
+        "job": n,
+        "kind": "insert" if n % 2 == 0 else "delete",
+        "status": record["status"],
+        "seconds": round(time.perf_counter() - submitted, 2),
+    }
 
 
 def main() -> None:
@@ -89,7 +121,9 @@ def main() -> None:
         server = start_server(work / "index", port)
         try:
             rss_start = rss_mb(server.pid)
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"Authorization": f"Bearer {ADMIN}"}) as client:
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"Authorization": f"Bearer {ADMIN}"}
+            ) as client:
                 for n in range(args.jobs):
                     step = run_job(client, n)
                     step["rss_mb"] = round(rss_mb(server.pid), 1)
@@ -103,12 +137,19 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     payload = {
-        "benchmark": "server memory over update jobs", "index": f"{SAMPLE} ({len(documents)} documents)", "jobs": args.jobs,
-        "keep_versions": config.serve.keep_versions, "rss_mb_at_start": round(rss_start, 1),
-        "rss_mb_after_first": series[0]["rss_mb"], "rss_mb_after_last": series[-1]["rss_mb"],
+        "benchmark": "server memory over update jobs",
+        "index": f"{SAMPLE} ({len(documents)} documents)",
+        "jobs": args.jobs,
+        "keep_versions": config.serve.keep_versions,
+        "rss_mb_at_start": round(rss_start, 1),
+        "rss_mb_after_first": series[0]["rss_mb"],
+        "rss_mb_after_last": series[-1]["rss_mb"],
         "rss_ratio": round(series[-1]["rss_mb"] / series[0]["rss_mb"], 3),
-        "failed_jobs": sum(s["status"] != "done" for s in series), "versions_left_on_disk": len(left), "versions_left": left,
-        "series": series, **report.provenance(),
+        "failed_jobs": sum(s["status"] != "done" for s in series),
+        "versions_left_on_disk": len(left),
+        "versions_left": left,
+        "series": series,
+        **report.provenance(),
     }
     report.write_json(args.out, payload)
     print(json.dumps({k: v for k, v in payload.items() if k not in ("series", "machine")}, indent=2))

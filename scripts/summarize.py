@@ -1,8 +1,9 @@
 """The README's figures, generated from the committed result files so no number is copied by hand.
 
-    python3 scripts/summarize.py            # print the generated sections
-    python3 scripts/summarize.py --readme   # rewrite them in README.md (between the marker comments)
+python3 scripts/summarize.py            # print the generated sections
+python3 scripts/summarize.py --readme   # rewrite them in README.md (between the marker comments)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,37 +27,62 @@ def coverage_tables() -> str:
     latency = [head + " |", "|---|---|" + "---|" * len(methods)]
     for run in runs:
         by = {r["method"]: r for r in run["results"]}
-        cover.append(f"| {run['dataset']} | {run['chunk_size']} | " + " | ".join(f"{by[m]['coverage']:.1f}" for m in methods) + f" | `{run['file']}` |")
-        latency.append(f"| {run['dataset']} | {run['chunk_size']} | "
-                       + " | ".join(f"{by[m]['latency_ms_p50']:.1f} / {by[m]['latency_ms_p95']:.1f}" for m in methods) + " |")
-    return "\n".join(cover) + "\n\nQuery latency without query embedding, p50 / p95 ms (target p50 ≤ 30 ms):\n\n" + "\n".join(latency)
+        cover.append(
+            f"| {run['dataset']} | {run['chunk_size']} | "
+            + " | ".join(f"{by[m]['coverage']:.1f}" for m in methods)
+            + f" | `{run['file']}` |"
+        )
+        latency.append(
+            f"| {run['dataset']} | {run['chunk_size']} | "
+            + " | ".join(f"{by[m]['latency_ms_p50']:.1f} / {by[m]['latency_ms_p95']:.1f}" for m in methods)
+            + " |"
+        )
+    return (
+        "\n".join(cover)
+        + "\n\nQuery latency without query embedding, p50 / p95 ms (target p50 ≤ 30 ms):\n\n"
+        + "\n".join(latency)
+    )
 
 
 def speed() -> str:
     s, p = _load("index_speed_musique_l1200.json"), _load("pagerank_vs_networkx.json")
     st = s["stage_seconds"]
-    return (f"Indexing MuSiQue-500 from scratch at ℓ=1200 with the vector cache off (`python3 scripts/bench_index_speed.py` → "
-            f"`index_speed_musique_l1200.json`): {s['seconds_total']:.1f} s in all, of which {s['seconds_embedding']:.1f} s embedding "
-            f"{s['counts']['units']:,} sub-chunks and {s['counts']['sentences']:,} sentences, so the whole index costs "
-            f"{s['total_over_embedding']:.2f}× its embedding time (target ≤ 1.5×); the KNN graph takes {st['knn_graph']:.1f} s, the concept "
-            f"graph {st['concept_graph']:.1f} s, and peak memory is {s['peak_memory_mb'] / 1024:.1f} GB.\n\n"
-            f"PageRank on a {p['nodes']:,}-node, {p['edges']:,}-edge graph (`python3 scripts/bench_pagerank.py` → "
-            f"`pagerank_vs_networkx.json`): {p['hopgraph_seconds']:.3f} s against {p['networkx_seconds']:.2f} s for "
-            f"`networkx.pagerank`, {p['speedup']:.0f}× faster (target ≥ 20×), largest difference {p['max_abs_diff']:.1e}.")
+    return (
+        "Indexing MuSiQue-500 from scratch at ℓ=1200 with the vector cache off (`python3 "
+        "scripts/bench_index_speed.py` → "
+        f"`index_speed_musique_l1200.json`): {s['seconds_total']:.1f} s in all, of which "
+        f"{s['seconds_embedding']:.1f} s embedding "
+        f"{s['counts']['units']:,} sub-chunks and {s['counts']['sentences']:,} sentences, so the whole index costs "
+        f"{s['total_over_embedding']:.2f}× its embedding time (target ≤ 1.5×); the KNN graph takes "
+        f"{st['knn_graph']:.1f} s, the concept "
+        f"graph {st['concept_graph']:.1f} s, and peak memory is {s['peak_memory_mb'] / 1024:.1f} GB.\n\n"
+        f"PageRank on a {p['nodes']:,}-node, {p['edges']:,}-edge graph (`python3 scripts/bench_pagerank.py` → "
+        f"`pagerank_vs_networkx.json`): {p['hopgraph_seconds']:.3f} s against {p['networkx_seconds']:.2f} s for "
+        f"`networkx.pagerank`, {p['speedup']:.0f}× faster (target ≥ 20×), largest difference {p['max_abs_diff']:.1e}."
+    )
 
 
 def scale() -> str:
     d = _load("scale.json")
     w = d["warmup_one_replica"]
-    rows = ["| chunks | sentences | index s | of which cache reads s | graphs s | peak MB |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| chunks | sentences | index s | of which cache reads s | graphs s | peak MB |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in d["runs"]:
         graphs = r["stage_seconds"]["knn_graph"] + r["stage_seconds"]["concept_graph"]
-        rows.append(f"| {r['chunks']:,} | {r['sentences']:,} | {r['seconds_total']:.1f} | {r['seconds_model_stages']:.1f} | {graphs:.1f} | {r['peak_memory_mb']:.0f} |")
+        rows.append(
+            f"| {r['chunks']:,} | {r['sentences']:,} | {r['seconds_total']:.1f} | {r['seconds_model_stages']:.1f} "
+            f"| {graphs:.1f} | {r['peak_memory_mb']:.0f} |"
+        )
     slope = d["loglog_slope"]
-    return (f"The warm-up replica ({w['chunks']:,} chunks) spent {w['seconds_model_stages']:.0f} s in the model and "
-            f"{w['seconds_other_stages']:.1f} s in everything else.\n\n" + "\n".join(rows)
-            + f"\n\nLog-log slopes over the three sizes: index time {slope['seconds_total']:.2f}, time without cache reads "
-            f"{slope['seconds_other_stages']:.2f}, peak memory {slope['peak_memory_mb']:.2f} (target ≤ 1.2).")
+    return (
+        f"The warm-up replica ({w['chunks']:,} chunks) spent {w['seconds_model_stages']:.0f} s in the model and "
+        f"{w['seconds_other_stages']:.1f} s in everything else.\n\n"
+        + "\n".join(rows)
+        + f"\n\nLog-log slopes over the three sizes: index time {slope['seconds_total']:.2f}, time without cache reads "
+        f"{slope['seconds_other_stages']:.2f}, peak memory {slope['peak_memory_mb']:.2f} (target ≤ 1.2)."
+    )
 
 
 def incremental() -> str:
@@ -66,21 +92,36 @@ def incremental() -> str:
             continue
         d = _load(name)
         llm = bool(d.get("llm"))
-        rows = ["| pack_documents | documents built + inserted − deleted | build s | insert s (share of build) | delete s (share of build) "
-                + ("| LLM calls build / insert / delete / rebuild " if llm else "| texts embedded insert / delete ")
-                + "| identical to a cold rebuild | identical to a rebuild from the same caches |", "|---|---|---|---|---|---|---|---|"]
+        rows = [
+            "| pack_documents | documents built + inserted − deleted | build s | insert s (share of build) | "
+            "delete s (share of build) "
+            + ("| LLM calls build / insert / delete / rebuild " if llm else "| texts embedded insert / delete ")
+            + "| identical to a cold rebuild | identical to a rebuild from the same caches |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in d["runs"]:
             cold, warm = r["retrieval_vs_rebuild"], r.get("retrieval_vs_warm_cache_rebuild")
             same_as_warm = f"{warm['identical']}/{warm['total']}" if warm else "not measured"
-            paid = (" / ".join(str(r[k].get("llm_calls")) for k in ("build", "insert", "delete", "rebuild")) if llm
-                    else f"{r['insert']['texts_embedded']:,} / {r['delete']['texts_embedded']:,}")
-            rows.append(f"| {str(r['pack_documents']).lower()} | {r['documents_initial']:,} + {r['documents_inserted']} − {r['documents_deleted']} "
-                        f"| {r['build']['seconds']:.1f} | {r['insert']['seconds']:.1f} ({100 * r['insert_over_build']:.1f}%) "
-                        f"| {r['delete']['seconds']:.1f} ({100 * r['delete_over_build']:.1f}%) | {paid} "
-                        f"| {cold['identical']}/{cold['total']} (same pieces {cold['same_pieces_any_order']}) "
-                        f"| {same_as_warm} |")
-        what = (f"{d['n_documents']} paragraphs (`{d['dataset']}`), {d['n_questions']} question(s), methods {', '.join(d['methods'])}; {d['llm']}"
-                if llm else f"{d['n_documents']:,} paragraphs (`{d['dataset']}`), {d['n_questions']} questions, methods {', '.join(d['methods'])}")
+            paid = (
+                " / ".join(str(r[k].get("llm_calls")) for k in ("build", "insert", "delete", "rebuild"))
+                if llm
+                else f"{r['insert']['texts_embedded']:,} / {r['delete']['texts_embedded']:,}"
+            )
+            rows.append(
+                f"| {str(r['pack_documents']).lower()} | {r['documents_initial']:,} + {r['documents_inserted']} − "
+                f"{r['documents_deleted']} "
+                f"| {r['build']['seconds']:.1f} | {r['insert']['seconds']:.1f} ({100 * r['insert_over_build']:.1f}%) "
+                f"| {r['delete']['seconds']:.1f} ({100 * r['delete_over_build']:.1f}%) | {paid} "
+                f"| {cold['identical']}/{cold['total']} (same pieces {cold['same_pieces_any_order']}) "
+                f"| {same_as_warm} |"
+            )
+        what = (
+            f"{d['n_documents']} paragraphs (`{d['dataset']}`), {d['n_questions']} question(s), methods "
+            f"{', '.join(d['methods'])}; {d['llm']}"
+            if llm
+            else f"{d['n_documents']:,} paragraphs (`{d['dataset']}`), {d['n_questions']} questions, methods "
+            f"{', '.join(d['methods'])}"
+        )
         parts.append(f"`python3 {d['command']}` → `{name}`: {what}.\n\n" + "\n".join(rows))
     return "\n\n".join(parts)
 
@@ -89,35 +130,61 @@ def server() -> str:
     parts = []
     if (RESULTS / "serve_load.json").exists():
         d = _load("serve_load.json")
-        rows = ["| phase | requests | errors | requests/s | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
+        rows = [
+            "| phase | requests | errors | requests/s | p50 ms | p95 ms | p99 ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for label, r in (("read-only", d["read_only"]), ("with insert jobs", d["mixed_with_inserts"])):
-            rows.append(f"| {label} | {r['requests']:,} | {r['errors']} | {r['throughput_rps']} | {r['latency_ms_p50']} | {r['latency_ms_p95']} | {r['latency_ms_p99']} |")
+            rows.append(
+                f"| {label} | {r['requests']:,} | {r['errors']} | {r['throughput_rps']} | {r['latency_ms_p50']} | "
+                f"{r['latency_ms_p95']} | {r['latency_ms_p99']} |"
+            )
         jobs = d["mixed_with_inserts"]["insert_jobs"]
         ratio = d["mixed_over_read_only"]
-        parts.append(f"Load (`python3 {d['command']}` → `serve_load.json`): {d['clients']} clients, each with its own token and one keep-alive "
-                     f"connection, {d['seconds_per_phase']:g} s per phase, `/v1/retrieve` with `{d['method']}` at λ={d['budget']} on {d['dataset']}.\n\n"
-                     + "\n".join(rows) + f"\n\nDuring the mixed phase {len(jobs)} insert jobs ran ({sum(j['documents'] for j in jobs)} documents, "
-                     f"{', '.join(str(j['seconds']) for j in jobs)} s from submit to done, statuses {sorted({j['status'] for j in jobs})}); reader latency "
-                     f"mixed / read-only p50 {ratio['p50']}×, p95 {ratio['p95']}×, p99 {ratio['p99']}× against the stated bound of "
-                     f"{d['bound']}× on p50 and p95 with 0 errors: **{'met' if d['readers_within_bound'] else 'not met'}** "
-                     f"(update worker at nice {d['job_niceness']}).")
+        parts.append(
+            f"Load (`python3 {d['command']}` → `serve_load.json`): {d['clients']} clients, each with its own token "
+            "and one keep-alive "
+            f"connection, {d['seconds_per_phase']:g} s per phase, `/v1/retrieve` with `{d['method']}` at "
+            f"λ={d['budget']} on {d['dataset']}.\n\n"
+            + "\n".join(rows)
+            + f"\n\nDuring the mixed phase {len(jobs)} insert jobs ran ({sum(j['documents'] for j in jobs)} documents, "
+            f"{', '.join(str(j['seconds']) for j in jobs)} s from submit to done, statuses "
+            f"{sorted({j['status'] for j in jobs})}); reader latency "
+            f"mixed / read-only p50 {ratio['p50']}×, p95 {ratio['p95']}×, p99 {ratio['p99']}× against the stated "
+            "bound of "
+            f"{d['bound']}× on p50 and p95 with 0 errors: **{'met' if d['readers_within_bound'] else 'not met'}** "
+            f"(update worker at nice {d['job_niceness']})."
+        )
     if (RESULTS / "crash_safety.json").exists():
         d = _load("crash_safety.json")
         s = d["summary"]
         stages = ", ".join(f"{k} {v}" for k, v in sorted(s["stages"].items()))
-        parts.append(f"Crash safety (`python3 {d['command']}` → `crash_safety.json`): `{d['update_command']}` adding {d['added_documents']} paragraphs "
-                     f"to a {d['base_documents']}-paragraph index ({d['reference_seconds']} s uninterrupted), SIGKILLed in {s['trials']} trials "
-                     f"({s['random_delay_trials']} after a random delay, the rest the moment each step was reached; {s['killed']} "
-                     f"really killed). Servable right after the kill: **{s['servable']}/{s['trials']}**; resumed to retrieval identical to the "
-                     f"uninterrupted run ({d['questions']} questions × 5 methods): **{s['resumed_equal']}/{s['trials']}**, vectors bitwise equal "
-                     f"{s['vectors_bitwise_equal']}/{s['trials']}. Where the kills landed: {stages}.")
+        parts.append(
+            f"Crash safety (`python3 {d['command']}` → `crash_safety.json`): `{d['update_command']}` adding "
+            f"{d['added_documents']} paragraphs "
+            f"to a {d['base_documents']}-paragraph index ({d['reference_seconds']} s uninterrupted), SIGKILLed in "
+            f"{s['trials']} trials "
+            f"({s['random_delay_trials']} after a random delay, the rest the moment each step was reached; "
+            f"{s['killed']} "
+            f"really killed). Servable right after the kill: **{s['servable']}/{s['trials']}**; resumed to "
+            "retrieval identical to the "
+            f"uninterrupted run ({d['questions']} questions × 5 methods): **{s['resumed_equal']}/{s['trials']}**, "
+            "vectors bitwise equal "
+            f"{s['vectors_bitwise_equal']}/{s['trials']}. Where the kills landed: {stages}."
+        )
     if (RESULTS / "acl_audit.json").exists():
         d = _load("acl_audit.json")
         r, a = d["retrieve"], d["answer"]
-        parts.append(f"Access control (`python3 {d['command']}` → `acl_audit.json`): {d['corpus']['documents']} documents, {d['corpus']['restricted']} "
-                     f"restricted, {len(d['users'])} users with overlapping groups; {r['queries']:,} random `/v1/retrieve` queries over all "
-                     f"{len(r['by_method'])} methods and {a['queries']} `/v1/answer` queries: **{r['forbidden_chunks'] + a['forbidden_chunks']} "
-                     f"forbidden pieces, {r['leaked_codewords'] + a['leaked_codewords']} leaked codewords**, {r['errors'] + a['errors']} errors.")
+        parts.append(
+            f"Access control (`python3 {d['command']}` → `acl_audit.json`): {d['corpus']['documents']} documents, "
+            f"{d['corpus']['restricted']} "
+            f"restricted, {len(d['users'])} users with overlapping groups; {r['queries']:,} random `/v1/retrieve` "
+            "queries over all "
+            f"{len(r['by_method'])} methods and {a['queries']} `/v1/answer` queries: "
+            f"**{r['forbidden_chunks'] + a['forbidden_chunks']} "
+            f"forbidden pieces, {r['leaked_codewords'] + a['leaked_codewords']} leaked codewords**, "
+            f"{r['errors'] + a['errors']} errors."
+        )
     return "\n\n".join(parts)
 
 
@@ -130,7 +197,7 @@ def rewrite_readme(path: Path = REPO / "README.md") -> None:
         pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(<!-- {name}:end -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"README.md lacks the <!-- {name}:start/end --> markers")
-        text = pattern.sub(lambda m, body=make(): m.group(1) + body + "\n" + m.group(2), text)
+        text = pattern.sub(lambda m, body=make(): m.group(1) + body + "\n" + m.group(2), text)  # noqa: B008 (once per section)
     path.write_text(text, encoding="utf-8")
 
 

@@ -7,6 +7,7 @@ question); the JSON it writes is the record of what was tried.
         --method ppr --grid '{"ppr.text_weight": [0.4, 0.6], "ppr.damping": [0.3, 0.5]}' \
         --out scripts/results/sweep_ppr_musique_l1200.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,9 @@ def main() -> None:
     parser.add_argument("dataset")
     parser.add_argument("--index", required=True)
     parser.add_argument("--method", required=True)
-    parser.add_argument("--grid", required=True, help="JSON object: retrieval setting (dotted, under [retrieval]) → list of values")
+    parser.add_argument(
+        "--grid", required=True, help="JSON object: retrieval setting (dotted, under [retrieval]) → list of values"
+    )
     parser.add_argument("--limit", type=int)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
@@ -41,13 +44,34 @@ def main() -> None:
     for values in itertools.product(*grid.values()):
         settings = dict(zip(grid, values))
         started = time.perf_counter()
-        hits = [coverage_hit(retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings).context, q.answers)
-                for q, v in zip(bench.questions, vectors)]
-        rows.append({**settings, "coverage": round(100 * float(np.mean(hits)), 2), "seconds": round(time.perf_counter() - started, 1)})
+        hits = [
+            coverage_hit(
+                retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings).context, q.answers
+            )
+            for q, v in zip(bench.questions, vectors)
+        ]
+        rows.append(
+            {
+                **settings,
+                "coverage": round(100 * float(np.mean(hits)), 2),
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     best = max(rows, key=lambda r: r["coverage"])
-    write_json(Path(args.out), {"dataset": bench.name, "index": args.index, "method": args.method, "n_questions": len(bench.questions),
-                                "grid": grid, "results": rows, "best": best, **provenance()})
+    write_json(
+        Path(args.out),
+        {
+            "dataset": bench.name,
+            "index": args.index,
+            "method": args.method,
+            "n_questions": len(bench.questions),
+            "grid": grid,
+            "results": rows,
+            "best": best,
+            **provenance(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Shared fixtures: the bundled sample corpus indexed once per test session (real models, real files)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,14 @@ SAMPLE = REPO / "examples" / "sample"
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 # Small chunks so the tiny sample still yields several chunks, sub-chunks and graph edges.
-SAMPLE_SETTINGS = {"chunking.size": 96, "chunking.overlap": 8, "chunking.splits": 1, "graph.theta_co": 2, "graph.theta_sem": 0.3, "keywords.max_df": 0.5}
+SAMPLE_SETTINGS = {
+    "chunking.size": 96,
+    "chunking.overlap": 8,
+    "chunking.splits": 1,
+    "graph.theta_co": 2,
+    "graph.theta_sem": 0.3,
+    "keywords.max_df": 0.5,
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -58,5 +66,12 @@ def llm_config(llm_server, tmp_path):
     """LLM settings for the stand-in with a fresh completion cache per test; short outputs keep tests fast."""
     from hopgraph.config import LLMConfig
 
-    return LLMConfig(base_url=llm_server.base_url, model="smollm2-135m", cache=str(tmp_path / "llm.sqlite"),
-                     max_tokens=160, context_tokens=4096, retries=1, timeout=60)
+    return LLMConfig(
+        base_url=llm_server.base_url,
+        model="smollm2-135m",
+        cache=str(tmp_path / "llm.sqlite"),
+        max_tokens=160,
+        context_tokens=4096,
+        retries=1,
+        timeout=60,
+    )

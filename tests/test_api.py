@@ -1,4 +1,5 @@
 """The public API: the README's example runs as written, and the API covers what the CLI does."""
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,10 @@ def test_open_and_query_existing_index(sample_index, tmp_path):
 
 def test_reading_an_index_loads_no_build_llm_or_ner_code():
     """``import hopgraph.retrieve`` and opening an index for reading stay light (checked in a fresh interpreter)."""
-    code = ("import sys, hopgraph.retrieve, hopgraph.retrieve.retriever, hopgraph.retrieve.methods, hopgraph.api; "
-            "bad = [m for m in sys.modules if m.startswith(('hopgraph.index.pipeline', 'hopgraph.llm', 'spacy'))]; "
-            "print(','.join(bad))")
+    code = (
+        "import sys, hopgraph.retrieve, hopgraph.retrieve.retriever, hopgraph.retrieve.methods, hopgraph.api; "
+        "bad = [m for m in sys.modules if m.startswith(('hopgraph.index.pipeline', 'hopgraph.llm', 'spacy'))]; "
+        "print(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "", f"reader imports loaded: {out.stdout.strip()}"

@@ -1,4 +1,5 @@
 """The index schema (hopgraph/artifacts.py) describes what a build really writes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,12 @@ def cue_index(tmp_path_factory, sample_documents, sample_config):
     from hopgraph.index.pipeline import build_index
 
     out = tmp_path_factory.mktemp("schema") / "index"
-    build_index(sample_documents, out, sample_config.model_copy(update={"extraction": sample_config.extraction.model_copy(update={"cue_alpha": 0.0})}),
-                progress=False)
+    build_index(
+        sample_documents,
+        out,
+        sample_config.model_copy(update={"extraction": sample_config.extraction.model_copy(update={"cue_alpha": 0.0})}),
+        progress=False,
+    )
     return out
 
 
@@ -29,8 +34,18 @@ def test_every_stored_file_is_declared_with_its_kind(cue_index):
 
 def test_shapes_follow_the_schema(cue_index):
     store = IndexStore(cue_index)
-    tables = {a.name: store.read_table(a.name) for a in SCHEMA.values() if a.kind == "table" and store.has("tables", a.name)}
-    rows = {"D": "documents", "C": "chunks", "U": "units", "S": "sentences", "K": "keywords", "Q": "cue_units", "N": "cue_entities"}
+    tables = {
+        a.name: store.read_table(a.name) for a in SCHEMA.values() if a.kind == "table" and store.has("tables", a.name)
+    }
+    rows = {
+        "D": "documents",
+        "C": "chunks",
+        "U": "units",
+        "S": "sentences",
+        "K": "keywords",
+        "Q": "cue_units",
+        "N": "cue_entities",
+    }
     size = {letter: len(next(iter(tables[name].values()))) for letter, name in rows.items()}
     size["d"] = store.read_array("unit_vectors").shape[1]
     for a in SCHEMA.values():

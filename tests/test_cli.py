@@ -1,4 +1,5 @@
 """The command line as a user runs it: real processes, real files, real models."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,11 @@ def test_inspect_reports_counts_stages_and_core_chunks(cli_index):
 
 def test_killed_index_run_resumes_where_it_stopped(tmp_path):
     out = tmp_path / "index"
-    process = subprocess.Popen([sys.executable, "-m", "hopgraph.cli", "index", str(SAMPLE), "--out", str(out), "-q", *SMALL],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hopgraph.cli", "index", str(SAMPLE), "--out", str(out), "-q", *SMALL],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     manifest = out / "manifest.json"
     deadline = time.time() + 120
     finished: dict = {}
@@ -83,7 +87,9 @@ def test_killed_index_run_resumes_where_it_stopped(tmp_path):
 def test_bad_files_are_named_and_the_rest_indexed(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "good.txt").write_text("The Orla mill was built in 1881 by Tessa Brun on the river Venn.", encoding="utf-8")
+    (corpus / "good.txt").write_text(
+        "The Orla mill was built in 1881 by Tessa Brun on the river Venn.", encoding="utf-8"
+    )
     (corpus / "empty.txt").write_text("", encoding="utf-8")
     (corpus / "latin1.txt").write_bytes("Caf\xe9 on the quay".encode("latin-1"))
     (corpus / "broken.jsonl").write_text('{"text": "fine record", "id": "a"}\n{not json\n', encoding="utf-8")
@@ -93,11 +99,14 @@ def test_bad_files_are_named_and_the_rest_indexed(tmp_path):
     assert "indexed 2 documents" in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["query", "/nonexistent/index", "q"], "/nonexistent/index"),
-    (["index", "/nonexistent/corpus", "--out", "/tmp/never"], "/nonexistent/corpus"),
-    (["index", str(SAMPLE), "--out", "/tmp/never", "--chunking.size", "x"], "chunking.size"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["query", "/nonexistent/index", "q"], "/nonexistent/index"),
+        (["index", "/nonexistent/corpus", "--out", "/tmp/never"], "/nonexistent/corpus"),
+        (["index", str(SAMPLE), "--out", "/tmp/never", "--chunking.size", "x"], "chunking.size"),
+    ],
+)
 def test_errors_are_short_and_name_the_problem(args, message):
     out = hopgraph(*args, check=False)
     assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
@@ -110,7 +119,14 @@ def test_out_of_range_setting_is_refused(cli_index):
 
 def test_help_documents_every_setting():
     text = hopgraph("index", "--help").stdout
-    for option in ("--chunking.size", "--chunking.splits", "--embedding.model", "--keywords.max_df", "--graph.theta_sem", "--graph.exact_knn_limit"):
+    for option in (
+        "--chunking.size",
+        "--chunking.splits",
+        "--embedding.model",
+        "--keywords.max_df",
+        "--graph.theta_sem",
+        "--graph.exact_knn_limit",
+    ):
         assert option in text
     query_help = hopgraph("query", "--help").stdout
     assert "--retrieval.ppr.text_weight" in query_help and "--retrieval.sentence_mix" in query_help

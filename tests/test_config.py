@@ -19,11 +19,14 @@ def test_toml_then_overrides(tmp_path):
     assert cfg.retrieval.method == "keyword" and cfg.retrieval.concept.depth == 1
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    ({"chunking.size": 100, "chunking.overlap": 60}, "overlap"),
-    ({"retrieval.method": "No Such Method!"}, "retrieval.method"),
-    ({"chunking.sise": 3}, "chunking.sise"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        ({"chunking.size": 100, "chunking.overlap": 60}, "overlap"),
+        ({"retrieval.method": "No Such Method!"}, "retrieval.method"),
+        ({"chunking.sise": 3}, "chunking.sise"),
+    ],
+)
 def test_bad_settings_name_the_key(overrides, fragment):
     with pytest.raises(ConfigError, match=fragment):
         load_config(None, overrides)
@@ -51,5 +54,6 @@ def test_example_settings_file_lists_every_default():
     assert load_config(example) == HopgraphConfig()
     text = example.read_text(encoding="utf-8")
     assert all(f"{dotted.rsplit('.', 1)[1]} =" in text for dotted, _ in leaf_fields())
-    # Regenerate with: python -c "from hopgraph.config import example_toml; print(example_toml(), end='')" > examples/hopgraph.toml
+    # Regenerate with:
+    # python -c "from hopgraph.config import example_toml; print(example_toml(), end='')" > examples/hopgraph.toml
     assert text == example_toml()

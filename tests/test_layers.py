@@ -1,4 +1,5 @@
 """Code checks the test command runs: one-way layers (import-linter), ruff (lint and format), mypy."""
+
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,5 @@
 """Model backends on the offline wheels: tokens, sentences and embeddings (real MiniLM on CPU)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,11 +18,17 @@ def minilm():
 def test_sentences_are_character_spans():
     text = "The mill was built in 1881. Dr. Brun ran it until 1902! Was it profitable?"
     spans = sentence_spans(text)
-    assert [text[a:b] for a, b in spans] == ["The mill was built in 1881.", "Dr. Brun ran it until 1902!", "Was it profitable?"]
+    assert [text[a:b] for a, b in spans] == [
+        "The mill was built in 1881.",
+        "Dr. Brun ran it until 1902!",
+        "Was it profitable?",
+    ]
 
 
 def test_minilm_vectors_are_normalised_and_meaningful(minilm):
-    vectors = minilm.encode(["A harbour research institute on a lake.", "A marine science centre by the water.", "Quarterly tax forms."])
+    vectors = minilm.encode(
+        ["A harbour research institute on a lake.", "A marine science centre by the water.", "Quarterly tax forms."]
+    )
     assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
@@ -63,11 +70,16 @@ def test_query_and_passage_prompts_go_before_the_text(tmp_path):
     from hopgraph.models import load_embedder
 
     plain = load_embedder(EmbeddingConfig(cache=""))
-    prompted = load_embedder(EmbeddingConfig(cache=str(tmp_path / "v.sqlite"), query_prompt="query: ", passage_prompt="passage: "), cached=True)
+    prompted = load_embedder(
+        EmbeddingConfig(cache=str(tmp_path / "v.sqlite"), query_prompt="query: ", passage_prompt="passage: "),
+        cached=True,
+    )
     text = "The Halvern Harbor Institute was founded in 1931."
     assert np.allclose(prompted.encode([text])[0], plain.encode(["passage: " + text])[0], atol=1e-5)
     assert np.allclose(prompted.encode_queries([text])[0], plain.encode(["query: " + text])[0], atol=1e-5)
-    assert np.allclose(plain.encode_queries([text])[0], plain.encode([text])[0], atol=1e-6)  # no prompts: the same vectors
+    assert np.allclose(
+        plain.encode_queries([text])[0], plain.encode([text])[0], atol=1e-6
+    )  # no prompts: the same vectors
     assert not np.allclose(prompted.encode([text])[0], plain.encode([text])[0], atol=1e-3)
 
 

@@ -2,6 +2,7 @@
 
 All scores are fractions in [0, 1]; turning them into percentages is left to the report.
 """
+
 from __future__ import annotations
 
 from collections import Counter

@@ -1,4 +1,5 @@
 """Result files: machine-readable JSON, a readable Markdown table and a PNG chart per run."""
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,25 @@ from hopgraph.store import atomic_write
 
 
 def machine() -> dict[str, Any]:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "python": platform.python_version(), "gpus": gpus()}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "gpus": gpus(),
+    }
 
 
 def gpus() -> list[str]:
     """Names and memory of the NVIDIA GPUs here (empty where there is none or no driver)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
@@ -32,7 +42,8 @@ def gpus() -> list[str]:
 
 def machine_line(info: dict[str, Any]) -> str:
     gpu = f", GPU {'; '.join(info['gpus'])}" if info.get("gpus") else ""
-    return f"{info['cpu_count']} CPU cores ({info['processor']}), {info['memory_gb']} GiB RAM{gpu}, {info['platform']}, Python {info['python']}"
+    cores = f"{info['cpu_count']} CPU cores ({info['processor']})"
+    return f"{cores}, {info['memory_gb']} GiB RAM{gpu}, {info['platform']}, Python {info['python']}"
 
 
 def git_commit() -> str:
@@ -47,8 +58,13 @@ def git_commit() -> str:
         return os.environ["HOPGRAPH_SOURCE_COMMIT"] + " (copy)"
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, cwd=here)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)scripts/results"],
-                               capture_output=True, text=True, timeout=10, cwd=here)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(exclude,top)scripts/results"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=here,
+        )
         return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

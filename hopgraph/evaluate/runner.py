@@ -1,10 +1,12 @@
 """`hopgraph eval`: index a benchmark corpus (resumable), retrieve for every question with each
 method, and score Coverage / supporting-passage recall; results as JSON, table and chart."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -26,8 +28,16 @@ def percentile_ms(seconds: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(seconds) * 1000.0, q)), 2) if seconds else 0.0
 
 
-def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig, methods: Sequence[str], *,
-             limit: int | None = None, progress: bool = True, answers: bool = False) -> dict[str, Any]:
+def evaluate(
+    dataset: str | Path,
+    index_dir: str | Path,
+    config: HopgraphConfig,
+    methods: Sequence[str],
+    *,
+    limit: int | None = None,
+    progress: bool = True,
+    answers: bool = False,
+) -> dict[str, Any]:
     """Run every method over the benchmark and return one result record per method.
 
     With ``answers`` the configured LLM also answers every question from each method's context,
@@ -35,8 +45,10 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
     """
     bench = load_benchmark(dataset, limit=limit)
     if live_version(index_dir):
-        raise IndexFormatError(f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
-                               "so it no longer holds exactly the dataset's corpus; choose another --index")
+        raise IndexFormatError(
+            f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
+            "so it no longer holds exactly the dataset's corpus; choose another --index"
+        )
     manifest = build_index(bench.documents, index_dir, config, progress=progress)
     retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()
@@ -65,8 +77,14 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
             record["reranker"] = reranker_for(retriever.index).name
         if llm is not None:
             replies, usage = answer_many(llm, results, config.answer, progress=progress)
-            record.update({metric: round(100.0 * float(np.mean([fn(a.text, q.answers) for a, q in zip(replies, bench.questions)])), 2)
-                           for metric, fn in (("em", exact_match), ("f1", f1_score), ("accuracy", accuracy))})
+            record.update(
+                {
+                    metric: round(
+                        100.0 * float(np.mean([fn(a.text, q.answers) for a, q in zip(replies, bench.questions)])), 2
+                    )
+                    for metric, fn in (("em", exact_match), ("f1", f1_score), ("accuracy", accuracy))
+                }
+            )
             record["not_found"] = sum(not a.found for a in replies)
             record["answer_llm"] = usage.to_dict()
         records.append(record)
@@ -78,9 +96,12 @@ def evaluate(dataset: str | Path, index_dir: str | Path, config: HopgraphConfig,
         "budget": config.retrieval.budget,
         "embedding_model": config.embedding.model,
         "results": records,
-        "index": {"stages_seconds": {k: v["seconds"] for k, v in manifest["stages"].items()}, "counts": manifest["counts"],
-                  "llm": {k: v["llm"] for k, v in manifest["stages"].items() if "llm" in v},
-                  "extraction": config.extraction.model_dump() if config.extraction.active() else None},
+        "index": {
+            "stages_seconds": {k: v["seconds"] for k, v in manifest["stages"].items()},
+            "counts": manifest["counts"],
+            "llm": {k: v["llm"] for k, v in manifest["stages"].items() if "llm" in v},
+            "extraction": config.extraction.model_dump() if config.extraction.active() else None,
+        },
         "llm_model": config.llm.model if (answers or config.extraction.active()) else None,
         "query_embedding_seconds": round(query_embedding_seconds, 3),
         "peak_memory_mb": round(peak_memory_mb(), 1),
@@ -99,12 +120,20 @@ def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
     report.write_json(out, payload)
     rows = payload["results"]
     table = out.with_suffix(".md")
-    header = (f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
-              f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: {report.machine_line(payload['machine'])}, "
-              f"commit {payload['git_commit']}; latency excludes query embedding.\n\n")
+    header = (
+        f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
+        f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: "
+        f"{report.machine_line(payload['machine'])}, "
+        f"commit {payload['git_commit']}; latency excludes query embedding.\n\n"
+    )
     text = header + report.markdown_table(rows, result_columns(rows))
     report.atomic_write(table, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     chart = out.with_suffix(".png")
-    report.bar_chart(chart, [r["method"] for r in rows], [r["coverage"] for r in rows],
-                     f"{payload['dataset']} ℓ={payload['chunk_size']} λ={payload['budget']}", "Coverage (%)")
+    report.bar_chart(
+        chart,
+        [r["method"] for r in rows],
+        [r["coverage"] for r in rows],
+        f"{payload['dataset']} ℓ={payload['chunk_size']} λ={payload['budget']}",
+        "Coverage (%)",
+    )
     return [out, table, chart]

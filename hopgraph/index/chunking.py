@@ -5,11 +5,12 @@ how the papers chunk their corpora: KET-RAG's MuSiQue file is one document of 6,
 chunk may cover several documents; every piece records which documents it covers. Documents with
 different ACLs never share a chunk, so access control stays exact per piece.
 """
+
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from hopgraph.config import ChunkingConfig
 from hopgraph.documents import Document
@@ -84,7 +85,7 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig) -> TextL
     enc = get_encoding(config.encoding)
     sep_tokens = len(enc.encode(SEPARATOR))
     layers = TextLayers(Pieces(), Pieces(), Pieces())
-    parts = 2 ** config.effective_splits
+    parts = 2**config.effective_splits
     for group in stream_groups(documents, config.pack_documents):
         text_parts: list[str] = []
         token_char: list[int] = []  # char offset (in the stream text) where each token starts

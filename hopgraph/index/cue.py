@@ -6,13 +6,15 @@ chunks *similar* to others to the LLM, because their sentences are the ones that
 out of context (§1, §3.2). The caller extracts LLM units for the selected chunks and punkt sentences
 for the rest; :func:`write_cue_graph` links units to their chunks and to their spaCy entities.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,9 +68,15 @@ def bleu_scores(texts: Sequence[str]) -> np.ndarray:
     tokens = [WORD.findall(t.lower()) for t in texts]
     lengths = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=n)
     vocabulary: dict[str, int] = {}
-    words = np.fromiter((vocabulary.setdefault(w, len(vocabulary)) for doc in tokens for w in doc), dtype=np.int64, count=int(lengths.sum()))
+    words = np.fromiter(
+        (vocabulary.setdefault(w, len(vocabulary)) for doc in tokens for w in doc),
+        dtype=np.int64,
+        count=int(lengths.sum()),
+    )
     owner = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    room = np.repeat(lengths, lengths) - (np.arange(len(words)) - np.repeat(np.cumsum(lengths) - lengths, lengths))  # words left from p
+    room = np.repeat(lengths, lengths) - (
+        np.arange(len(words)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    )  # words left from p
     vocabulary_size = max(len(vocabulary), 1)
     ids, n_grams = words, vocabulary_size
     log_precision = np.zeros(n)
@@ -186,16 +194,21 @@ def knapsack_select(values: np.ndarray, weights: np.ndarray, capacity: int) -> n
     return np.sort(useful[chosen])
 
 
-def select_chunks(texts: Sequence[str], tokens: Sequence[int], alpha: float,
-                  metric: Literal["bleu", "cosine"] = "bleu", vectors: np.ndarray | None = None) -> np.ndarray:
+def select_chunks(
+    texts: Sequence[str],
+    tokens: Sequence[int] | np.ndarray,
+    alpha: float,
+    metric: Literal["bleu", "cosine"] = "bleu",
+    vectors: np.ndarray | None = None,
+) -> np.ndarray:
     """Chunk-Selection (Alg. 2): ids of the chunks whose LLM extraction fits ⌈α·Σ tokens⌉ and whose
     summed score (BLEU or cosine to the rest of the corpus) is largest.
 
     A tiny bonus proportional to each chunk's tokens breaks ties (e.g. many chunks with BLEU 0)
     toward spending the budget the user granted instead of leaving it idle.
     """
-    tokens = np.asarray(tokens, dtype=np.int64)
-    if alpha <= 0 or len(tokens) == 0:
+    weights = np.asarray(tokens, dtype=np.int64)
+    if alpha <= 0 or len(weights) == 0:
         return np.zeros(0, dtype=np.int64)
     if metric == "bleu":
         scores = bleu_scores(texts)
@@ -203,10 +216,10 @@ def select_chunks(texts: Sequence[str], tokens: Sequence[int], alpha: float,
         raise InputError("cue_metric=cosine needs the chunk vectors")
     else:
         scores = cosine_scores(vectors)
-    total = int(tokens.sum())
+    total = int(weights.sum())
     capacity = math.ceil(alpha * total)
-    values = np.maximum(scores, 0.0) + 1e-6 * tokens / max(total, 1)
-    return knapsack_select(values, tokens, capacity)
+    values = np.maximum(scores, 0.0) + 1e-6 * weights / max(total, 1)
+    return knapsack_select(values, weights, capacity)
 
 
 # ------------------------------------------------------------------------------------ graph
@@ -225,8 +238,13 @@ def _entities(texts: Sequence[str], cache: str | Path | None = None) -> list[lis
     return [[(name, label) for name, label in (f if f is not None else fresh[t])] for t, f in zip(texts, found)]
 
 
-def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], unit_source: Sequence[str],
-                    embed: Callable[[list[str]], np.ndarray], entity_cache: str | Path | None = None) -> dict[str, int]:
+def write_cue_graph(
+    store: IndexStore,
+    chunk_units: Sequence[Sequence[str]],
+    unit_source: Sequence[str],
+    embed: Callable[[list[str]], np.ndarray],
+    entity_cache: str | Path | None = None,
+) -> dict[str, int]:
     """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
 
     ``chunk_units[c]`` are chunk c's knowledge units (LLM units or sentences), ``unit_source`` the
@@ -255,12 +273,26 @@ def write_cue_graph(store: IndexStore, chunk_units: Sequence[Sequence[str]], uni
             labels.setdefault(name, Counter())[label] += 1
         indptr.append(len(indices))
     names = list(entity_ids)
-    graph = sp.csr_matrix((np.ones(len(indices), dtype=np.float32), np.asarray(indices, dtype=np.int64), np.asarray(indptr, dtype=np.int64)),
-                          shape=(len(texts), len(names)))
+    graph = sp.csr_matrix(
+        (
+            np.ones(len(indices), dtype=np.float32),
+            np.asarray(indices, dtype=np.int64),
+            np.asarray(indptr, dtype=np.int64),
+        ),
+        shape=(len(texts), len(names)),
+    )
     unit_vectors = normalize_rows(embed(texts)) if texts else np.zeros((0, 0), dtype=np.float32)
     entity_vectors = normalize_rows(embed(names)) if names else np.zeros((0, unit_vectors.shape[1]), dtype=np.float32)
-    store.write_table("cue_units", {"text": texts, "tokens": [count_tokens(t) for t in texts],
-                                    "docs": [chunks["docs"][c] for c in owner], "chunk": owner, "source": sources})
+    store.write_table(
+        "cue_units",
+        {
+            "text": texts,
+            "tokens": [count_tokens(t) for t in texts],
+            "docs": [chunks["docs"][c] for c in owner],
+            "chunk": owner,
+            "source": sources,
+        },
+    )
     store.write_table("cue_entities", {"name": names, "label": [labels[n].most_common(1)[0][0] for n in names]})
     store.write_graph("cue_unit_entities", graph)
     store.write_array("cue_unit_vectors", unit_vectors)

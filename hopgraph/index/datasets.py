@@ -6,6 +6,7 @@ KET-RAG (folder with ``document.txt`` + ``qa-pairs.json``), HippoRAG (``NAME.jso
 (``paragraphs`` + ``question_decomposition``/``answerable``). Titled paragraphs get an id hashed
 from title and text, so the same passage has the same id in every format and every run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,7 @@ class Benchmark:
 
 def paragraph_id(title: str, text: str) -> str:
     """Short stable id of a titled paragraph, so supporting ids match the corpus across runs."""
-    return hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:12]
+    return hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:12]
 
 
 def detect_format(path: str | Path) -> str | None:
@@ -92,7 +93,10 @@ def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
             "and contexts, or MuSiQue json/jsonl with paragraphs)"
         )
     loaders: dict[str, Callable[[Path, int | None], Benchmark]] = {
-        KETRAG: _load_ketrag, HIPPORAG: _load_hipporag, IRCOT: _load_ircot, MUSIQUE: _load_musique,
+        KETRAG: _load_ketrag,
+        HIPPORAG: _load_hipporag,
+        IRCOT: _load_ircot,
+        MUSIQUE: _load_musique,
     }
     return loaders[kind](path, limit)
 
@@ -189,20 +193,23 @@ def _load_ketrag(path: Path, limit: int | None) -> Benchmark:
     documents = []
     for number, line in enumerate(_read_text(text_path).split("\n")):
         if line.strip():  # blank lines are skipped but still count, so ids follow physical lines
-            documents.append(Document(id=f"p{number:05d}", text=line.strip(), source=str(text_path),
-                                      metadata={"line": number}))
+            documents.append(
+                Document(id=f"p{number:05d}", text=line.strip(), source=str(text_path), metadata={"line": number})
+            )
     records = _read_records(qa_path)[:limit]
     questions = [
-        Question(id=_id_field(record, ("id",), where), text=_field(record, "question", str, where),
-                 answers=_answer_list(record.get("answer")))
+        Question(
+            id=_id_field(record, ("id",), where),
+            text=_field(record, "question", str, where),
+            answers=_answer_list(record.get("answer")),
+        )
         for where, record in records
     ]
     return Benchmark(f"{folder.parent.name}/{folder.name}", documents, questions)
 
 
 def _titled(title: str, text: str, source: Path) -> Document:
-    return Document(id=paragraph_id(title, text), text=text, title=title, source=str(source),
-                    metadata={"title": title})
+    return Document(id=paragraph_id(title, text), text=text, title=title, source=str(source), metadata={"title": title})
 
 
 def _dataset_name(corpus_path: Path) -> str:
@@ -237,17 +244,20 @@ def _load_hipporag(path: Path, limit: int | None) -> Benchmark:
     questions = []
     for index, (where, record) in enumerate(_read_records(questions_path)[:limit] if questions_path else []):
         has_id = "id" in record or "_id" in record
-        questions.append(Question(
-            id=_id_field(record, ("id", "_id"), where) if has_id else str(index),
-            text=_field(record, "question", str, where),
-            answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
-            supporting_ids=_hipporag_support(record, documents, by_title),
-        ))
+        questions.append(
+            Question(
+                id=_id_field(record, ("id", "_id"), where) if has_id else str(index),
+                text=_field(record, "question", str, where),
+                answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
+                supporting_ids=_hipporag_support(record, documents, by_title),
+            )
+        )
     return Benchmark(_dataset_name(corpus_path), list(documents.values()), questions)
 
 
-def _hipporag_support(record: dict[str, Any], documents: dict[str, Document],
-                      by_title: dict[str, list[str]]) -> list[str] | None:
+def _hipporag_support(
+    record: dict[str, Any], documents: dict[str, Document], by_title: dict[str, list[str]]
+) -> list[str] | None:
     """Supporting ids from MuSiQue-style paragraph flags or HotpotQA-style (title, sentence) facts."""
     found: list[str] = []
     for paragraph in record.get("paragraphs") or []:
@@ -261,8 +271,14 @@ def _hipporag_support(record: dict[str, Any], documents: dict[str, Document],
     return found or None
 
 
-def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_key: str, text_key: str,
-                       answers_of: Callable[[dict[str, Any]], list[str]]) -> Benchmark:
+def _load_paragraph_qa(
+    path: Path,
+    limit: int | None,
+    paragraphs_key: str,
+    id_key: str,
+    text_key: str,
+    answers_of: Callable[[dict[str, Any]], list[str]],
+) -> Benchmark:
     """Shared reader for formats that ship each question with its own titled paragraphs.
 
     The corpus is every question's paragraphs even under ``limit``: a smaller corpus would make the
@@ -284,8 +300,14 @@ def _load_paragraph_qa(path: Path, limit: int | None, paragraphs_key: str, id_ke
             if paragraph.get("is_supporting") and document.id not in supporting:
                 supporting.append(document.id)
         if limit is None or n < limit:
-            questions.append(Question(_id_field(record, (id_key,), where), _field(record, text_key, str, where),
-                                      answers_of(record), supporting if marked else None))
+            questions.append(
+                Question(
+                    _id_field(record, (id_key,), where),
+                    _field(record, text_key, str, where),
+                    answers_of(record),
+                    supporting if marked else None,
+                )
+            )
     return Benchmark(f"{path.parent.name}/{path.stem}", [documents[key] for key in sorted(documents)], questions)
 
 

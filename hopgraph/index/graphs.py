@@ -4,6 +4,7 @@ Each builder takes postings and vectors and returns a scipy CSR matrix; the heav
 :mod:`hopgraph.kernels` (blocked top-k, co-occurrence from postings, PageRank), so nothing here
 materialises all pairs.
 """
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -24,8 +25,16 @@ def _drop_common(postings: sp.csr_matrix, max_df: float, max_postings: int) -> s
     return postings[:, np.flatnonzero(keep)].tocsr()
 
 
-def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, *, max_df: float, max_postings: int,
-              exact_limit: int, xp: ModuleType = np) -> sp.csr_matrix:
+def knn_graph(
+    chunk_vectors: np.ndarray,
+    chunk_postings: sp.csr_matrix,
+    k: int,
+    *,
+    max_df: float,
+    max_postings: int,
+    exact_limit: int,
+    xp: ModuleType = np,
+) -> sp.csr_matrix:
     """Undirected chunk graph: each chunk links to its top ⌈K/2⌉ lexical and ⌊K/2⌋ cosine neighbours.
 
     Lexical similarity is the number of shared keywords (computed blockwise from postings); cosine
@@ -65,7 +74,9 @@ def knn_graph(chunk_vectors: np.ndarray, chunk_postings: sp.csr_matrix, k: int, 
     return graph.tocsr()
 
 
-def concept_graph(keyword_vectors: np.ndarray, keyword_chunk_postings: sp.csr_matrix, *, theta_sem: float, theta_co: int) -> sp.csr_matrix:
+def concept_graph(
+    keyword_vectors: np.ndarray, keyword_chunk_postings: sp.csr_matrix, *, theta_sem: float, theta_co: int
+) -> sp.csr_matrix:
     """Concept edges iff cos ≥ θ_sem and co-occurrence ≥ θ_co; weight = Dice = 2·Co/(|T_i|+|T_j|).
 
     Candidate pairs arrive block by block from the postings and are filtered at once, so only
@@ -83,7 +94,9 @@ def concept_graph(keyword_vectors: np.ndarray, keyword_chunk_postings: sp.csr_ma
         kept_weights.append((2.0 * co[keep] / (chunk_counts[rows[keep]] + chunk_counts[cols[keep]])).astype(np.float32))
     if not kept_rows:
         return sp.csr_matrix((n, n), dtype=np.float32)
-    return sp.csr_matrix((np.concatenate(kept_weights), (np.concatenate(kept_rows), np.concatenate(kept_cols))), shape=(n, n))
+    return sp.csr_matrix(
+        (np.concatenate(kept_weights), (np.concatenate(kept_rows), np.concatenate(kept_cols))), shape=(n, n)
+    )
 
 
 def node_rank(graph: sp.csr_matrix, damping: float) -> np.ndarray:

@@ -4,13 +4,14 @@ Bad input is the normal case with real corpora, so one broken file or record nev
 and never costs the other files: it becomes an :class:`InputProblem` and reading goes on. Only a
 run that yields no document at all is an error.
 """
+
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +44,9 @@ class IngestResult:
     problems: list[InputProblem]
 
 
-def read_corpus(paths: Sequence[str | Path], *, max_file_bytes: int = 200_000_000,
-                default_metadata: dict[str, Any] | None = None) -> IngestResult:
+def read_corpus(
+    paths: Sequence[str | Path], *, max_file_bytes: int = 200_000_000, default_metadata: dict[str, Any] | None = None
+) -> IngestResult:
     """Read every file, folder and benchmark in ``paths``; raise InputError only if nothing is usable."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -61,8 +63,11 @@ def read_corpus(paths: Sequence[str | Path], *, max_file_bytes: int = 200_000_00
     if not reader.documents:
         listed = "\n".join(f"  {problem}" for problem in reader.problems[:_MAX_LISTED])
         more = len(reader.problems) - _MAX_LISTED
-        detail = listed + (f"\n  ... and {more} more" if more > 0 else "") if listed else \
-            "  no .txt, .md, .jsonl or benchmark files were found"
+        detail = (
+            listed + (f"\n  ... and {more} more" if more > 0 else "")
+            if listed
+            else "  no .txt, .md, .jsonl or benchmark files were found"
+        )
         raise InputError(f"no document could be read from {', '.join(str(p) for p in paths)}:\n{detail}")
     return IngestResult(reader.documents, reader.problems)
 
@@ -98,7 +103,7 @@ def _markdown_title(text: str) -> str | None:
 
 
 def _modified(path: Path) -> str:
-    stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+    stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)
     return stamp.isoformat(timespec="seconds")
 
 
@@ -154,8 +159,12 @@ class _Reader:
             return
         suffix = path.suffix.lower()
         kind = detect_format(path)
-        if kind == HIPPORAG and not named and not path.name.endswith("_corpus.json") \
-                and (path.parent / f"{path.stem}_corpus.json").is_file():
+        if (
+            kind == HIPPORAG
+            and not named
+            and not path.name.endswith("_corpus.json")
+            and (path.parent / f"{path.stem}_corpus.json").is_file()
+        ):
             return  # a HippoRAG questions file: its corpus file beside it is read on its own
         if kind is not None or (suffix == ".json" and (named or path.name.endswith("_corpus.json"))):
             self.add_benchmark(path)  # an unrecognised .json named here gets the loader's reason
@@ -164,8 +173,11 @@ class _Reader:
         elif suffix == ".jsonl":
             self.add_jsonl(path, name)
         elif named:
-            self.problem(path, None, f"unsupported file type {suffix or '(none)'!r}: expected .txt, .md, "
-                                     ".jsonl or benchmark data")
+            self.problem(
+                path,
+                None,
+                f"unsupported file type {suffix or '(none)'!r}: expected .txt, .md, .jsonl or benchmark data",
+            )
 
     def size_ok(self, path: Path) -> bool:
         try:

@@ -3,9 +3,10 @@
 Postings are sparse incidence matrices (text pieces × keywords); every graph that needs lexical
 overlap is computed from them, never by comparing all pairs of texts.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,7 +24,10 @@ def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int 
         indices.extend(sorted(ids))
         indptr.append(len(indices))
     data = np.ones(len(indices), dtype=np.float32)
-    return sp.csr_matrix((data, np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)), shape=(len(texts), len(vocabulary)))
+    return sp.csr_matrix(
+        (data, np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)),
+        shape=(len(texts), len(vocabulary)),
+    )
 
 
 def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[str]:
@@ -44,5 +48,3 @@ def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[
         scored = sorted(counts, key=lambda w: (-counts[w] * np.log((1 + n) / (1 + document_frequency[w])), w))
         kept.update(scored[: config.tfidf_top])
     return sorted(kept)
-
-

@@ -6,11 +6,12 @@ core (G2ConS core-KG). Every relation keeps its provenance (chunk, model, time, 
 entity descriptions are stored per mention, so a reader only ever sees descriptions drawn from
 chunks they may read.
 """
+
 from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -60,7 +61,9 @@ def distinct_keys(names: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(normalise_entity(n) for n in names))
 
 
-def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chunks: int, model: str, embed, threshold: float) -> dict:
+def build_tables(
+    results: Sequence[dict | None], chunk_ids: Sequence[int], n_chunks: int, model: str, embed, threshold: float
+) -> dict:
     """Entities, mentions, relations and the entity–chunk graph from per-chunk extraction results."""
     mention_name: list[str] = []
     mention_type: list[str] = []
@@ -73,7 +76,10 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
         # A name that is only punctuation is no entity, and a relation from a thing to itself says nothing.
         for e in result["entities"]:
             if normalise_entity(e["name"]):
-                mention_name.append(e["name"]), mention_type.append(e["type"]), mention_desc.append(e["description"]), mention_chunk.append(int(chunk))
+                mention_name.append(e["name"])
+                mention_type.append(e["type"])
+                mention_desc.append(e["description"])
+                mention_chunk.append(int(chunk))
         for r in result["relations"]:
             source, target = normalise_entity(r["source"]), normalise_entity(r["target"])
             if source and target and source != target:
@@ -81,45 +87,66 @@ def build_tables(results: Sequence[dict | None], chunk_ids: Sequence[int], n_chu
     # Relation endpoints the model did not list as entities become entities too.
     for r, chunk in rel_rows:
         for end in (r["source"], r["target"]):
-            mention_name.append(end), mention_type.append("thing"), mention_desc.append(""), mention_chunk.append(chunk)
+            mention_name.append(end)
+            mention_type.append("thing")
+            mention_desc.append("")
+            mention_chunk.append(chunk)
     relation_names = [n for r, _ in rel_rows for n in (r["source"], r["target"])]
     keys = distinct_keys(mention_name)
     vectors = embed(keys) if keys else None
     entity_of_mention = resolve(mention_name, vectors, threshold)
     n_entities = int(entity_of_mention.max()) + 1 if len(entity_of_mention) else 0
     key_entity = {normalise_entity(n): int(e) for n, e in zip(mention_name, entity_of_mention)}
-    names = [Counter() for _ in range(n_entities)]
-    types = [Counter() for _ in range(n_entities)]
+    names: list[Counter[str]] = [Counter() for _ in range(n_entities)]
+    types: list[Counter[str]] = [Counter() for _ in range(n_entities)]
     for name, kind, e in zip(mention_name, mention_type, entity_of_mention):
         names[e][name] += 1
         if kind != "thing":
             types[e][kind] += 1
     entity_names = [c.most_common(1)[0][0] for c in names]
-    entity_chunks = sp.csr_matrix((np.ones(len(mention_chunk), dtype=np.float32), (entity_of_mention, np.asarray(mention_chunk, dtype=np.int64))),
-                                  shape=(n_entities, n_chunks))
+    entity_chunks = sp.csr_matrix(
+        (np.ones(len(mention_chunk), dtype=np.float32), (entity_of_mention, np.asarray(mention_chunk, dtype=np.int64))),
+        shape=(n_entities, n_chunks),
+    )
     entity_chunks.data[:] = 1.0  # duplicates summed: presence, not counts
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     ends = [key_entity[normalise_entity(n)] for n in relation_names]
-    merged_into_one = {i for i in range(len(rel_rows)) if ends[2 * i] == ends[2 * i + 1]}  # two names resolved to one entity
+    merged_into_one = {
+        i for i in range(len(rel_rows)) if ends[2 * i] == ends[2 * i + 1]
+    }  # two names resolved to one entity
     if merged_into_one:
         rel_rows = [row for i, row in enumerate(rel_rows) if i not in merged_into_one]
-        ends = [e for i in range(len(ends) // 2) if i not in merged_into_one for e in ends[2 * i: 2 * i + 2]]
+        ends = [e for i in range(len(ends) // 2) if i not in merged_into_one for e in ends[2 * i : 2 * i + 2]]
     relations = {
-        "source": ends[0::2], "target": ends[1::2],
-        "description": [r["description"] for r, _ in rel_rows], "strength": [r["strength"] for r, _ in rel_rows],
-        "source_name": [r["source"] for r, _ in rel_rows], "target_name": [r["target"] for r, _ in rel_rows],
-        "chunk": [c for _, c in rel_rows], "model": [model] * len(rel_rows), "extracted_at": [now] * len(rel_rows),
+        "source": ends[0::2],
+        "target": ends[1::2],
+        "description": [r["description"] for r, _ in rel_rows],
+        "strength": [r["strength"] for r, _ in rel_rows],
+        "source_name": [r["source"] for r, _ in rel_rows],
+        "target_name": [r["target"] for r, _ in rel_rows],
+        "chunk": [c for _, c in rel_rows],
+        "model": [model] * len(rel_rows),
+        "extracted_at": [now] * len(rel_rows),
         "confidence": [round(r["strength"] / 10, 2) for r, _ in rel_rows],
     }
     keep = [i for i, d in enumerate(mention_desc) if d]
     return {
         "entities": {"name": entity_names, "type": [t.most_common(1)[0][0] if t else "thing" for t in types]},
-        "mentions": {"entity": entity_of_mention[keep].tolist(), "chunk": [mention_chunk[i] for i in keep], "description": [mention_desc[i] for i in keep]},
+        "mentions": {
+            "entity": entity_of_mention[keep].tolist(),
+            "chunk": [mention_chunk[i] for i in keep],
+            "description": [mention_desc[i] for i in keep],
+        },
         "relations": relations,
         "entity_chunks": entity_chunks,
         # Every mention with its own surface name: what a reader's entity scores and labels are
         # drawn from when some of the entity's chunks are forbidden to them.
-        "surfaces": {"entity": entity_of_mention.tolist(), "chunk": list(mention_chunk), "name": list(mention_name), "description": list(mention_desc)},
+        "surfaces": {
+            "entity": entity_of_mention.tolist(),
+            "chunk": list(mention_chunk),
+            "name": list(mention_name),
+            "description": list(mention_desc),
+        },
     }
 
 
@@ -139,4 +166,7 @@ def surface_texts(surfaces: dict[str, list]) -> list[str]:
 
 def relation_texts(relations: dict[str, list]) -> list[str]:
     """Text of each relation from its own chunk only: the surface names it was extracted with."""
-    return [f"{a} — {b}: {d}" for a, b, d in zip(relations["source_name"], relations["target_name"], relations["description"])]
+    return [
+        f"{a} — {b}: {d}"
+        for a, b, d in zip(relations["source_name"], relations["target_name"], relations["description"])
+    ]

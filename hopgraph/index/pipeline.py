@@ -4,6 +4,7 @@ Each stage reads what earlier stages stored and writes its own files; the manife
 stage as done only after its files are in place. Running the same command again after a crash
 skips finished stages. A different corpus or build setting is refused instead of being mixed in.
 """
+
 from __future__ import annotations
 
 import functools
@@ -12,9 +13,10 @@ import json
 import resource
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
@@ -56,24 +58,50 @@ def corpus_fingerprint(documents: Sequence[Document]) -> str:
 # ------------------------------------------------------------------------------------ stages
 def stage_documents(ctx: BuildContext) -> dict[str, int]:
     docs = ctx.documents
-    ctx.store.write_table("documents", {
-        "id": [d.id for d in docs],
-        "title": [d.title for d in docs],
-        "source": [d.source for d in docs],
-        "text": [d.text for d in docs],
-        "metadata": [json.dumps(d.metadata, sort_keys=True, default=str) for d in docs],
-        "acl": [d.acl for d in docs],
-    })
+    ctx.store.write_table(
+        "documents",
+        {
+            "id": [d.id for d in docs],
+            "title": [d.title for d in docs],
+            "source": [d.source for d in docs],
+            "text": [d.text for d in docs],
+            "metadata": [json.dumps(d.metadata, sort_keys=True, default=str) for d in docs],
+            "acl": [d.acl for d in docs],
+        },
+    )
     return {"documents": len(docs)}
 
 
 def stage_chunks(ctx: BuildContext) -> dict[str, int]:
     layers = build_layers(ctx.documents, ctx.config.chunking)
     acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
-    ctx.store.write_table("chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl})
-    ctx.store.write_table("units", {"text": layers.units.text, "tokens": layers.units.tokens, "docs": layers.units.docs, "chunk": layers.units.parent})
-    ctx.store.write_table("sentences", {"text": layers.sentences.text, "tokens": layers.sentences.tokens, "doc": [d[0] for d in layers.sentences.docs], "unit": layers.sentences.parent})
-    return {"chunks": len(layers.chunks), "units": len(layers.units), "sentences": len(layers.sentences), "tokens": int(sum(layers.chunks.tokens))}
+    ctx.store.write_table(
+        "chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl}
+    )
+    ctx.store.write_table(
+        "units",
+        {
+            "text": layers.units.text,
+            "tokens": layers.units.tokens,
+            "docs": layers.units.docs,
+            "chunk": layers.units.parent,
+        },
+    )
+    ctx.store.write_table(
+        "sentences",
+        {
+            "text": layers.sentences.text,
+            "tokens": layers.sentences.tokens,
+            "doc": [d[0] for d in layers.sentences.docs],
+            "unit": layers.sentences.parent,
+        },
+    )
+    return {
+        "chunks": len(layers.chunks),
+        "units": len(layers.units),
+        "sentences": len(layers.sentences),
+        "tokens": int(sum(layers.chunks.tokens)),
+    }
 
 
 def stage_keywords(ctx: BuildContext) -> dict[str, int]:
@@ -83,8 +111,12 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     lookup = {w: i for i, w in enumerate(vocabulary)}
     chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
     ctx.store.write_graph("postings_chunks", chunk_postings)
-    ctx.store.write_graph("postings_units", keywords.incidence(ctx.store.read_table("units")["text"], lookup, cfg.min_length))
-    ctx.store.write_graph("postings_sentences", keywords.incidence(ctx.store.read_table("sentences")["text"], lookup, cfg.min_length))
+    ctx.store.write_graph(
+        "postings_units", keywords.incidence(ctx.store.read_table("units")["text"], lookup, cfg.min_length)
+    )
+    ctx.store.write_graph(
+        "postings_sentences", keywords.incidence(ctx.store.read_table("sentences")["text"], lookup, cfg.min_length)
+    )
     chunk_df = np.asarray(chunk_postings.sum(axis=0)).ravel().astype(np.int64)
     ctx.store.write_table("keywords", {"keyword": vocabulary, "chunk_df": chunk_df})
     return {"keywords": len(vocabulary)}
@@ -96,7 +128,9 @@ def embed_texts(config: HopgraphConfig, texts: list[str], progress: bool = False
     embedder = load_embedder(cfg, cached=True)
     if not texts:
         return np.zeros((0, embedder.dim), np.float32)
-    return embed_long_texts(embedder, texts, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding, progress=progress)
+    return embed_long_texts(
+        embedder, texts, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding, progress=progress
+    )
 
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
@@ -128,9 +162,15 @@ def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
 def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.graph
     xp = array_module(ctx.config.embedding.device)
-    knn = graphs.knn_graph(ctx.store.read_array("chunk_vectors"), ctx.store.read_graph("postings_chunks"), cfg.knn_k,
-                           max_df=ctx.config.keywords.max_df, max_postings=ctx.config.keywords.max_postings,
-                           exact_limit=cfg.exact_knn_limit, xp=xp)
+    knn = graphs.knn_graph(
+        ctx.store.read_array("chunk_vectors"),
+        ctx.store.read_graph("postings_chunks"),
+        cfg.knn_k,
+        max_df=ctx.config.keywords.max_df,
+        max_postings=ctx.config.keywords.max_postings,
+        exact_limit=cfg.exact_knn_limit,
+        xp=xp,
+    )
     ctx.store.write_graph("knn", knn)
     ctx.store.write_array("chunk_rank_knn", graphs.node_rank(knn, cfg.damping))
     return {"knn_edges": int(knn.nnz // 2)}
@@ -139,7 +179,12 @@ def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
 def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.graph
     chunk_postings = ctx.store.read_graph("postings_chunks")
-    concepts = graphs.concept_graph(ctx.store.read_array("keyword_vectors"), chunk_postings.T.tocsr(), theta_sem=cfg.theta_sem, theta_co=cfg.theta_co)
+    concepts = graphs.concept_graph(
+        ctx.store.read_array("keyword_vectors"),
+        chunk_postings.T.tocsr(),
+        theta_sem=cfg.theta_sem,
+        theta_co=cfg.theta_co,
+    )
     ctx.store.write_graph("concepts", concepts)
     concept_rank = graphs.node_rank(concepts, cfg.damping)
     ctx.store.write_array("concept_rank", concept_rank)
@@ -150,7 +195,9 @@ def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
 def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     """LLM entities and relations for the configured chunk set, resolved into one graph."""
     cfg = ctx.config
-    core = kg.select_core(cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept"))
+    core = kg.select_core(
+        cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept")
+    )
     texts = ctx.store.read_table("chunks")["text"]
     results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
     counts = write_kg(ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress)
@@ -158,7 +205,15 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     return {"kg_chunks": len(core), **counts, "kg_fallbacks": usage.fallbacks}
 
 
-def write_kg(store: IndexStore, config: HopgraphConfig, results: Sequence[dict | None], core: list[int], model: str, *, progress: bool = False) -> dict[str, int]:
+def write_kg(
+    store: IndexStore,
+    config: HopgraphConfig,
+    results: Sequence[dict | None],
+    core: list[int],
+    model: str,
+    *,
+    progress: bool = False,
+) -> dict[str, int]:
     """Resolve per-chunk extraction results (of chunks ``core``) into the KG tables, graph and vectors.
 
     Besides the entity vectors (name plus descriptions, for readers who may read every mention)
@@ -166,11 +221,21 @@ def write_kg(store: IndexStore, config: HopgraphConfig, results: Sequence[dict |
     mentions only.
     """
     n_chunks = len(store.read_table("chunks")["tokens"])
-    tables = kg.build_tables(results, core, n_chunks, model, load_embedder(config.embedding, cached=True).encode, config.extraction.resolve_threshold)
+    tables = kg.build_tables(
+        results,
+        core,
+        n_chunks,
+        model,
+        load_embedder(config.embedding, cached=True).encode,
+        config.extraction.resolve_threshold,
+    )
     for name in ("entities", "mentions", "relations", "surfaces"):
         store.write_table(f"kg_{name}", tables[name])
     store.write_graph("kg_entity_chunks", tables["entity_chunks"])
-    store.write_array("kg_entity_vectors", embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress))
+    store.write_array(
+        "kg_entity_vectors",
+        embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress),
+    )
     store.write_array("kg_surface_vectors", embed_texts(config, kg.surface_texts(tables["surfaces"]), progress))
     store.write_array("kg_relation_vectors", embed_texts(config, kg.relation_texts(tables["relations"]), progress))
     return {"kg_entities": len(tables["entities"]["name"]), "kg_relations": len(tables["relations"]["source"])}
@@ -181,9 +246,21 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config
     chunks = ctx.store.read_table("chunks")
     vectors = ctx.store.read_array("chunk_vectors") if cfg.extraction.cue_metric == "cosine" else None
-    chosen = cue.select_chunks(chunks["text"], np.asarray(chunks["tokens"]), cfg.extraction.cue_alpha or 0.0, cfg.extraction.cue_metric, vectors)
-    units, usage = extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress) if len(chosen) else ([], Usage())
-    chunk_units: list[list[str]] = [[chunks["text"][c][a:b] for a, b in sentence_spans(chunks["text"][c])] for c in range(len(chunks["text"]))]
+    chosen = cue.select_chunks(
+        chunks["text"],
+        np.asarray(chunks["tokens"]),
+        cfg.extraction.cue_alpha or 0.0,
+        cfg.extraction.cue_metric,
+        vectors,
+    )
+    units, usage = (
+        extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress)
+        if len(chosen)
+        else ([], Usage())
+    )
+    chunk_units: list[list[str]] = [
+        [chunks["text"][c][a:b] for a, b in sentence_spans(chunks["text"][c])] for c in range(len(chunks["text"]))
+    ]
     sources = [["sentence"] * len(u) for u in chunk_units]
     for c, found in zip(chosen, units):
         if found:
@@ -191,7 +268,9 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         else:
             sources[c] = ["fallback"] * len(chunk_units[c])
     entity_cache = Path(cfg.embedding.cache).expanduser().with_name("entities.sqlite") if cfg.embedding.cache else None
-    counts = cue.write_cue_graph(ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts), entity_cache)
+    counts = cue.write_cue_graph(
+        ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts), entity_cache
+    )
     ctx.usage = usage.to_dict()
     return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
 
@@ -215,7 +294,14 @@ class Stage:
 
 
 # LLM settings that decide what the model writes (how to reach it is not among them).
-LLM_OUTPUT = ("llm.model", "llm.structured", "llm.max_tokens", "llm.temperature", "llm.parse_retries", "llm.context_tokens")
+LLM_OUTPUT = (
+    "llm.model",
+    "llm.structured",
+    "llm.max_tokens",
+    "llm.temperature",
+    "llm.parse_retries",
+    "llm.context_tokens",
+)
 EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", "embedding.passage_prompt")
 
 STAGES: list[Stage] = [
@@ -225,14 +311,41 @@ STAGES: list[Stage] = [
     Stage("embed_units", stage_embed_units, EMBEDDING, ("chunks",)),
     Stage("embed_sentences", stage_embed_sentences, EMBEDDING, ("chunks",)),
     Stage("keyword_vectors", stage_keyword_vectors, (), ("keywords", "embed_sentences")),
-    Stage("knn_graph", stage_knn_graph, ("graph.knn_k", "graph.exact_knn_limit", "graph.damping", "keywords.max_df", "keywords.max_postings"),
-          ("keywords", "embed_units")),
-    Stage("concept_graph", stage_concept_graph, ("graph.theta_sem", "graph.theta_co", "graph.damping"), ("keywords", "keyword_vectors")),
-    Stage("kg_extract", stage_kg_extract, ("extraction.kg", "extraction.core_fraction", "extraction.seed", "extraction.resolve_threshold",
-                                           *EMBEDDING, *LLM_OUTPUT), ("knn_graph", "concept_graph"), llm=True,
-          enabled=lambda config: config.extraction.kg != "none"),
-    Stage("cue_graph", stage_cue_graph, ("extraction.cue_alpha", "extraction.cue_metric", *EMBEDDING, *LLM_OUTPUT), ("embed_units",), llm=True,
-          enabled=lambda config: config.extraction.cue_alpha is not None),
+    Stage(
+        "knn_graph",
+        stage_knn_graph,
+        ("graph.knn_k", "graph.exact_knn_limit", "graph.damping", "keywords.max_df", "keywords.max_postings"),
+        ("keywords", "embed_units"),
+    ),
+    Stage(
+        "concept_graph",
+        stage_concept_graph,
+        ("graph.theta_sem", "graph.theta_co", "graph.damping"),
+        ("keywords", "keyword_vectors"),
+    ),
+    Stage(
+        "kg_extract",
+        stage_kg_extract,
+        (
+            "extraction.kg",
+            "extraction.core_fraction",
+            "extraction.seed",
+            "extraction.resolve_threshold",
+            *EMBEDDING,
+            *LLM_OUTPUT,
+        ),
+        ("knn_graph", "concept_graph"),
+        llm=True,
+        enabled=lambda config: config.extraction.kg != "none",
+    ),
+    Stage(
+        "cue_graph",
+        stage_cue_graph,
+        ("extraction.cue_alpha", "extraction.cue_metric", *EMBEDDING, *LLM_OUTPUT),
+        ("embed_units",),
+        llm=True,
+        enabled=lambda config: config.extraction.cue_alpha is not None,
+    ),
 ]
 LLM_STAGES = {stage.name for stage in STAGES if stage.llm}
 
@@ -254,30 +367,49 @@ def stage_keys(config: HopgraphConfig) -> dict[str, str]:
     for stage in STAGES:
         own = {name: _setting(data, name) for name in stage.settings}
         upstream = {name: keys.get(name, "") for name in stage.reads}
-        keys[stage.name] = hashlib.sha256(json.dumps([own, upstream], sort_keys=True, default=str).encode()).hexdigest()[:16]
+        keys[stage.name] = hashlib.sha256(
+            json.dumps([own, upstream], sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
     return {stage.name: keys[stage.name] for stage in STAGES if stage.enabled(config)}
 
 
 # ------------------------------------------------------------------------------------ driver
 def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
     keys = stage_keys(config)
-    fresh = {"complete": False, "config": config.model_dump(), "build_settings": config.build_settings(), "stage_settings": keys,
-             "corpus_fingerprint": fingerprint, "stages": {}, "counts": {}}
+    fresh = {
+        "complete": False,
+        "config": config.model_dump(),
+        "build_settings": config.build_settings(),
+        "stage_settings": keys,
+        "corpus_fingerprint": fingerprint,
+        "stages": {},
+        "counts": {},
+    }
     if not store.exists() or overwrite:
         if store.root.exists() and any(store.root.iterdir()) and not store.exists():
-            raise IndexFormatError(f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out")
+            raise IndexFormatError(
+                f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out"
+            )
         return fresh
     manifest = store.read_manifest()
     stored = manifest.get("stage_settings")
     if stored is None:  # written before per-stage keys: its LLM-free stages match if its build settings do
         same = manifest.get("build_settings") == config.build_settings()
         stored = {stage.name: keys[stage.name] for stage in STAGES if same and not stage.llm and stage.name in keys}
-    changed = [stage.name for stage in STAGES if stage.name in keys and stored.get(stage.name) != keys[stage.name]
-               and (stage.name in manifest["stages"] or not stage.llm)]
+    changed = [
+        stage.name
+        for stage in STAGES
+        if stage.name in keys
+        and stored.get(stage.name) != keys[stage.name]
+        and (stage.name in manifest["stages"] or not stage.llm)
+    ]
     refused = [name for name in changed if name not in LLM_STAGES]
     if refused or manifest.get("corpus_fingerprint") != fingerprint:
         what = f"build settings (stages {', '.join(refused)})" if refused else "corpus"
-        raise IndexFormatError(f"{store.root} holds an index of a different {what}; pass --overwrite to rebuild it, or choose another --out")
+        raise IndexFormatError(
+            f"{store.root} holds an index of a different {what}; pass --overwrite to rebuild it, or choose another "
+            "--out"
+        )
     for name in changed:  # only LLM-built parts: re-running them costs nothing for cached calls
         manifest["stages"].pop(name, None)
     for name in set(manifest["stages"]) - set(keys):  # no longer configured
@@ -293,7 +425,15 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def build_index(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True, overwrite: bool = False, stop_after: str | None = None) -> dict:
+def build_index(
+    documents: Sequence[Document],
+    out: str | Path,
+    config: HopgraphConfig,
+    *,
+    progress: bool = True,
+    overwrite: bool = False,
+    stop_after: str | None = None,
+) -> dict:
     """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest.
 
     With ``access.isolation`` the index is one complete sub-index per ACL partition (see
@@ -329,8 +469,11 @@ def build_index(documents: Sequence[Document], out: str | Path, config: Hopgraph
         if name == stop_after:
             return manifest
     manifest["complete"] = True
-    manifest["models"] = {"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
-                          "llm": config.llm.model if config.extraction.active() else None}
+    manifest["models"] = {
+        "embedding": config.embedding.model,
+        "embedding_backend": config.embedding.backend,
+        "llm": config.llm.model if config.extraction.active() else None,
+    }
     store.write_manifest(manifest)
     return manifest
 
@@ -359,8 +502,15 @@ def acl_partitions(documents: Sequence[Document]) -> list[dict[str, Any]]:
     return [{"name": partition_name(k), "acl": None if k is None else list(k), "documents": groups[k]} for k in keys]
 
 
-def build_partitioned(documents: Sequence[Document], out: str | Path, config: HopgraphConfig, *, progress: bool = True,
-                      overwrite: bool = False, stop_after: str | None = None) -> dict:
+def build_partitioned(
+    documents: Sequence[Document],
+    out: str | Path,
+    config: HopgraphConfig,
+    *,
+    progress: bool = True,
+    overwrite: bool = False,
+    stop_after: str | None = None,
+) -> dict:
     """The isolated build: every ACL partition is a complete index of its own documents, built by
     the ordinary pipeline (same stages, caches and resume) under ``out/partitions/<name>``, so its
     vocabulary, IDF, graphs, PageRank and entity resolution see no other partition's text.
@@ -373,15 +523,23 @@ def build_partitioned(documents: Sequence[Document], out: str | Path, config: Ho
     if overwrite and (store.root / PARTITIONS).is_dir():
         shutil.rmtree(store.root / PARTITIONS)
     partitions = acl_partitions(documents)
-    manifest["partitions"] = [{"name": p["name"], "acl": p["acl"], "documents": len(p["documents"])} for p in partitions]
+    manifest["partitions"] = [
+        {"name": p["name"], "acl": p["acl"], "documents": len(p["documents"])} for p in partitions
+    ]
     store.write_manifest(manifest)
     stage_documents(BuildContext(store, config, documents, progress))
     inner = config.model_copy(update={"access": AccessConfig(isolation=False)})
     stages: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     for part in partitions:
-        built = build_index([documents[i] for i in part["documents"]], store.root / PARTITIONS / part["name"], inner,
-                            progress=progress, overwrite=overwrite, stop_after=stop_after)
+        built = build_index(
+            [documents[i] for i in part["documents"]],
+            store.root / PARTITIONS / part["name"],
+            inner,
+            progress=progress,
+            overwrite=overwrite,
+            stop_after=stop_after,
+        )
         for name, record in built["stages"].items():
             total = stages.setdefault(name, {"done": True, "seconds": 0.0})
             total["done"] &= bool(record.get("done"))
@@ -392,8 +550,16 @@ def build_partitioned(documents: Sequence[Document], out: str | Path, config: Ho
             manifest.update(stages=stages, counts=counts)
             store.write_manifest(manifest)
             return manifest
-    manifest.update(stages=stages, counts=counts, complete=True, peak_memory_mb=peak_memory_mb(),
-                    models={"embedding": config.embedding.model, "embedding_backend": config.embedding.backend,
-                            "llm": config.llm.model if config.extraction.active() else None})
+    manifest.update(
+        stages=stages,
+        counts=counts,
+        complete=True,
+        peak_memory_mb=peak_memory_mb(),
+        models={
+            "embedding": config.embedding.model,
+            "embedding_backend": config.embedding.backend,
+            "llm": config.llm.model if config.extraction.active() else None,
+        },
+    )
     store.write_manifest(manifest)
     return manifest

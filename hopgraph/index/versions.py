@@ -31,6 +31,7 @@ one shifts every chunk after it in its stream, and those chunks' texts are new t
 cache (re-embedded). With pack_documents=false every document has its own chunks and a delete
 costs almost nothing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,10 +41,11 @@ import secrets
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, LLMConfig, validate_config
 from hopgraph.documents import Document
@@ -68,8 +70,10 @@ _JOB_ID = JOB_ID
 def read_documents(index_dir: str | Path) -> list[Document]:
     """The corpus of a built index, in index order, from its documents table."""
     table = IndexStore(index_dir).read_table("documents")
-    return [Document(id=i, text=t, title=ti, source=s, metadata=json.loads(m))
-            for i, t, ti, s, m in zip(table["id"], table["text"], table["title"], table["source"], table["metadata"])]
+    return [
+        Document(id=i, text=t, title=ti, source=s, metadata=json.loads(m))
+        for i, t, ti, s, m in zip(table["id"], table["text"], table["title"], table["source"], table["metadata"])
+    ]
 
 
 def rebuild_config(root: str | Path, stored: dict[str, Any], llm: LLMConfig | None = None) -> HopgraphConfig:
@@ -77,7 +81,9 @@ def rebuild_config(root: str | Path, stored: dict[str, Any], llm: LLMConfig | No
     when given, the caller's LLM connection settings (the stored base_url may be stale)."""
     config = validate_config(stored, source=f"{root}: stored index config")
     cache = Path(root).resolve() / "cache"
-    embedding = config.embedding.model_copy(update={"cache": config.embedding.cache or str(cache / "embeddings.sqlite")})
+    embedding = config.embedding.model_copy(
+        update={"cache": config.embedding.cache or str(cache / "embeddings.sqlite")}
+    )
     llm_config = config.llm.model_copy(update={f: getattr(llm, f) for f in LLM_CONNECTION_FIELDS} if llm else {})
     if not llm_config.cache:
         llm_config = llm_config.model_copy(update={"cache": str(cache / "llm.sqlite")})
@@ -86,7 +92,7 @@ def rebuild_config(root: str | Path, stored: dict[str, Any], llm: LLMConfig | No
 
 # ------------------------------------------------------------------------------------ job records
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _job_path(root: Path, job_id: str, suffix: str = ".json") -> Path:
@@ -146,8 +152,9 @@ def _retry_after(jobs: Sequence[dict[str, Any]], default: float = 30.0) -> float
     return max(1.0, float(seconds[-1])) if seconds else default
 
 
-def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[str], *,
-                  max_queued: int | None = None) -> dict[str, Any]:
+def submit_update(
+    root: str | Path, add: Sequence[Document], delete: Sequence[str], *, max_queued: int | None = None
+) -> dict[str, Any]:
     """Queue an update (an added id that exists replaces it) and return its record; does not run it.
 
     Deletes are checked against the corpus the queue will produce (the live version with every
@@ -167,8 +174,11 @@ def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[st
         jobs = list_jobs(root)  # before the live version: a job finishing now is then counted twice, never lost
         unfinished = sum(job["status"] in UNFINISHED for job in jobs)
         if max_queued is not None and unfinished >= max_queued:
-            raise QueueFullError(f"{root}: {unfinished} update jobs are queued or running, the limit is {max_queued}; "
-                                 "try again when one has finished", retry_after=_retry_after(jobs))
+            raise QueueFullError(
+                f"{root}: {unfinished} update jobs are queued or running, the limit is {max_queued}; "
+                "try again when one has finished",
+                retry_after=_retry_after(jobs),
+            )
         ids = IndexStore(live_root(root)).read_table("documents")["id"]
         for job in jobs:
             if job["status"] in UNFINISHED:
@@ -180,8 +190,21 @@ def submit_update(root: str | Path, add: Sequence[Document], delete: Sequence[st
         job_id = f"j{sequence:06d}-{secrets.token_hex(3)}"
         lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
         atomic_write(_job_path(root, job_id, ".documents.jsonl"), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
-        record = {"id": job_id, "kind": "update", "status": "queued", "created": _now(), "started": None, "finished": None,
-                  "add": add_ids, "delete": delete, "base": None, "batch": None, "attempts": 0, "version": None, "error": None}
+        record = {
+            "id": job_id,
+            "kind": "update",
+            "status": "queued",
+            "created": _now(),
+            "started": None,
+            "finished": None,
+            "add": add_ids,
+            "delete": delete,
+            "base": None,
+            "batch": None,
+            "attempts": 0,
+            "version": None,
+            "error": None,
+        }
         _write_job(root, record)
     return record
 
@@ -196,9 +219,15 @@ def _finish(root: Path, batch: list[dict[str, Any]], leader: str, seconds: float
     manifest = IndexStore(version_dir(root, leader)).read_manifest()
     stages = manifest["stages"]
     for record in batch:
-        record.update(status="done", finished=_now(), version=leader, error=None, counts=manifest["counts"],
-                      stage_seconds={name: rec["seconds"] for name, rec in stages.items()},
-                      llm={name: rec["llm"] for name, rec in stages.items() if "llm" in rec})
+        record.update(
+            status="done",
+            finished=_now(),
+            version=leader,
+            error=None,
+            counts=manifest["counts"],
+            stage_seconds={name: rec["seconds"] for name, rec in stages.items()},
+            llm={name: rec["llm"] for name, rec in stages.items() if "llm" in rec},
+        )
         if seconds is not None:
             record["seconds"] = round(seconds, 3)
         _write_job(root, record)
@@ -216,15 +245,21 @@ def _compose(root: Path, base: str, batch: list[dict[str, Any]]) -> list[Documen
         added = _job_documents(root, record["id"])
         replaced = set(record["add"]) - set(record["delete"])
         after = _apply(ids, record["add"], record["delete"])
-        record["documents"] = {"before": len(ids), "added": len(added), "deleted": len(record["delete"]),
-                               "replaced": sum(i in replaced for i in ids), "after": len(after)}
+        record["documents"] = {
+            "before": len(ids),
+            "added": len(added),
+            "deleted": len(record["delete"]),
+            "replaced": sum(i in replaced for i in ids),
+            "after": len(after),
+        }
         by_id.update((d.id, d) for d in added)  # an added document wins over the one it replaces
         ids = after
     return [by_id[i] for i in ids]
 
 
-def _run(root: Path, batch: list[dict[str, Any]], llm: LLMConfig | None, progress: bool,
-         stop_after: str | None = None) -> list[dict[str, Any]]:
+def _run(
+    root: Path, batch: list[dict[str, Any]], llm: LLMConfig | None, progress: bool, stop_after: str | None = None
+) -> list[dict[str, Any]]:
     """Run (or resume) one batch of jobs as one build; the caller holds the job lock."""
     leader, live = batch[-1]["id"], live_version(root)
     if live == leader:  # killed after switching CURRENT, before recording every member
@@ -235,18 +270,28 @@ def _run(root: Path, batch: list[dict[str, Any]], llm: LLMConfig | None, progres
         if base is None:
             base = live
         elif base != live:
-            raise IndexFormatError(f"job {batch[0]['id']} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
-                                   "(the live version was moved outside the job queue); submit the update again")
+            raise IndexFormatError(
+                f"job {batch[0]['id']} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
+                "(the live version was moved outside the job queue); submit the update again"
+            )
         for record in batch:
-            record.update(status="running", started=_now(), error=None, base=base, batch=[r["id"] for r in batch],
-                          attempts=record.get("attempts", 0) + 1)
+            record.update(
+                status="running",
+                started=_now(),
+                error=None,
+                base=base,
+                batch=[r["id"] for r in batch],
+                attempts=record.get("attempts", 0) + 1,
+            )
             _write_job(root, record)
         manifest = IndexStore(version_dir(root, base)).require_complete()
         documents = _compose(root, base, batch)
         target = version_dir(root, leader)
         if target.exists() and not IndexStore(target).exists():
             shutil.rmtree(target)  # killed before its first manifest: only temporary files inside
-        if not build_index(documents, target, rebuild_config(root, manifest["config"], llm), progress=progress, stop_after=stop_after)["complete"]:
+        if not build_index(
+            documents, target, rebuild_config(root, manifest["config"], llm), progress=progress, stop_after=stop_after
+        )["complete"]:
             return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
@@ -276,8 +321,14 @@ def _next_batch(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [j for j in unfinished if not j.get("batch")]
 
 
-def run_job(root: str | Path, job_id: str, *, llm: LLMConfig | None = None, progress: bool = False,
-            stop_after: str | None = None) -> dict[str, Any]:
+def run_job(
+    root: str | Path,
+    job_id: str,
+    *,
+    llm: LLMConfig | None = None,
+    progress: bool = False,
+    stop_after: str | None = None,
+) -> dict[str, Any]:
     """Run one job (with the batch it was started in, if any) to completion and return its record.
 
     Refused while an older job is unfinished: jobs apply in submission order. ``stop_after`` (a
@@ -292,14 +343,17 @@ def run_job(root: str | Path, job_id: str, *, llm: LLMConfig | None = None, prog
         members = set(record.get("batch") or [job_id])
         older = [j["id"] for j in jobs if j["id"] < job_id and j["status"] in UNFINISHED and j["id"] not in members]
         if older:
-            raise InputError(f"job {older[0]} was submitted before {job_id} and has not finished; "
-                             f"run `hopgraph update {root} --resume`")
+            raise InputError(
+                f"job {older[0]} was submitted before {job_id} and has not finished; "
+                f"run `hopgraph update {root} --resume`"
+            )
         batch = [j for j in jobs if j["id"] in members] if record["status"] in UNFINISHED else [record]
         return next(r for r in _run(root, batch, llm, progress, stop_after) if r["id"] == job_id)
 
 
-def run_pending(root: str | Path, *, llm: LLMConfig | None = None, progress: bool = False,
-                batches: int | None = None) -> list[dict[str, Any]]:
+def run_pending(
+    root: str | Path, *, llm: LLMConfig | None = None, progress: bool = False, batches: int | None = None
+) -> list[dict[str, Any]]:
     """Run every queued job, and every job left 'running' by a process that died, oldest first,
     as few builds as possible (at most ``batches`` builds when given); returns their records.
 
@@ -342,9 +396,18 @@ def collect_garbage(root: str | Path, keep: int = 2, protect: Callable[[], Itera
         done = [j["id"] for j in jobs if j["status"] == "done"]
         published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
         protected = {live_version(root), *(published[-keep:] if keep > 0 else []), *protect()}
-        protected |= {name for j in jobs if j["status"] in UNFINISHED
-                      for name in (j["id"], j["base"], *(j.get("batch") or [])) if name}
-        removed = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in protected) if folder.is_dir() else []
+        protected |= {
+            name
+            for j in jobs
+            if j["status"] in UNFINISHED
+            for name in (j["id"], j["base"], *(j.get("batch") or []))
+            if name
+        }
+        removed = (
+            sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in protected)
+            if folder.is_dir()
+            else []
+        )
         for name in removed:
             shutil.rmtree(folder / name)
         for job_id in done:  # their documents now live in the version's own table

@@ -4,6 +4,7 @@ Exact blocked top-k does n² dot products; an IVF index compares each vector onl
 nearest to it, about √n clusters of √n vectors each, so a 100k-chunk KNN graph costs seconds
 instead of minutes. Results are approximate (a true neighbour in an unprobed list is missed).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,9 @@ def ivf_cosine_topk(vectors: Any, k: int, *, probes: int = 16, seed: int = 0) ->
     try:
         import faiss
     except ImportError:
-        raise DependencyError("approximate KNN needs faiss: pip install faiss-cpu (on a GPU machine instead: faiss-gpu-cu12)") from None
+        raise DependencyError(
+            "approximate KNN needs faiss: pip install faiss-cpu (on a GPU machine instead: faiss-gpu-cu12)"
+        ) from None
     data = np.ascontiguousarray(to_numpy(vectors), dtype=np.float32)
     n, dim = data.shape
     k = max(0, min(k, n - 1))

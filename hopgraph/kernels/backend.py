@@ -1,4 +1,5 @@
 """Array-module selection: every kernel is written once against ``xp`` (numpy or cupy)."""
+
 from __future__ import annotations
 
 from types import ModuleType

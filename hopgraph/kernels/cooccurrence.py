@@ -4,9 +4,11 @@ Shared-feature counts come from sparse products ``incidence[block] @ incidence.T
 block of rows is held at a time and it stays sparse: blocks are cut so that their products hold at
 most ``max_products`` entries, and only pairs that share something appear, never all pairs.
 """
+
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +73,9 @@ def _block_pairs(matrix: Any, block_size: int, min_count: int, max_products: int
         yield rows[keep], cols[keep], product.data[keep].astype(xp.int64)
 
 
-def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_count: int = 1,
-                      max_products: int = MAX_PRODUCTS) -> tuple[Any, Any]:
+def cooccurrence_topk(
+    incidence: Any, k: int, *, block_size: int = 2048, min_count: int = 1, max_products: int = MAX_PRODUCTS
+) -> tuple[Any, Any]:
     """For each item, the k other items sharing the most features: (counts, indices), both int64, n × k.
 
     Descending count, ties to the lower index; only pairs sharing at least ``min_count`` features
@@ -101,8 +104,9 @@ def cooccurrence_topk(incidence: Any, k: int, *, block_size: int = 2048, min_cou
     return counts, indices
 
 
-def iter_cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: int = 2048,
-                            max_products: int = MAX_PRODUCTS) -> Iterator[tuple[Any, Any, Any]]:
+def iter_cooccurrence_pairs(
+    incidence: Any, *, min_count: int = 1, block_size: int = 2048, max_products: int = MAX_PRODUCTS
+) -> Iterator[tuple[Any, Any, Any]]:
     """Blocks of (rows, cols, counts), int64: pairs i ≠ j of rows sharing ≥ ``min_count`` columns.
 
     Both directions are listed, ordered by row then column. Rows with fewer than ``min_count``

@@ -3,10 +3,12 @@
 The transposed, row-normalised transition is built once, so each iteration is one sparse
 mat-vec plus a few vector operations; the same code runs on scipy.sparse and cupyx.scipy.sparse.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +39,9 @@ class RandomWalk:
         self.transition_t = (sparse.diags(inverse) @ matrix).T.tocsr()
         self.dangling = xp.flatnonzero(dangling)
 
-    def run(self, *, damping: float = 0.85, personalization: Any = None, tol: float = 1e-10, max_iter: int = 200) -> Any:
+    def run(
+        self, *, damping: float = 0.85, personalization: Any = None, tol: float = 1e-10, max_iter: int = 200
+    ) -> Any:
         """Stationary vector (float64, sums to 1); dangling mass and teleports follow ``personalization``.
 
         Starts from the uniform vector and stops once ``sum|x_new - x| < n * tol``, as networkx
@@ -57,7 +61,9 @@ class RandomWalk:
             x = damping * (self.transition_t @ x + x[self.dangling].sum() * p) + (1.0 - damping) * p
             if float(xp.abs(x - previous).sum()) < n * tol:
                 return x
-        warnings.warn(f"PageRank did not converge within {max_iter} iterations (tol={tol})", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"PageRank did not converge within {max_iter} iterations (tol={tol})", RuntimeWarning, stacklevel=2
+        )
         return x
 
     def _restart(self, personalization: Any) -> Any:
@@ -74,7 +80,9 @@ class RandomWalk:
         return p / total
 
 
-def pagerank(adjacency: Any, *, damping: float = 0.85, personalization: Any = None, tol: float = 1e-10, max_iter: int = 200) -> Any:
+def pagerank(
+    adjacency: Any, *, damping: float = 0.85, personalization: Any = None, tol: float = 1e-10, max_iter: int = 200
+) -> Any:
     """PageRank of every node of ``adjacency`` (square CSR, A[i, j] = weight of i → j); sums to 1.
 
     Same results as ``networkx.pagerank(G, alpha=damping, personalization=..., weight="weight")``.

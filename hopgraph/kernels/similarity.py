@@ -3,6 +3,7 @@
 Every selection orders by descending score and then by ascending index, so results do not depend
 on the backend, the block size or the order a partition happens to leave ties in.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -60,7 +61,9 @@ def _topk_rows(xp: Any, scores: Any, k: int) -> tuple[Any, Any]:
     return xp.take_along_axis(values, order, axis=1), xp.take_along_axis(columns, order, axis=1)
 
 
-def cosine_topk(queries: Any, corpus: Any, k: int, *, block_size: int = 4096, exclude_self: bool = False) -> tuple[Any, Any]:
+def cosine_topk(
+    queries: Any, corpus: Any, k: int, *, block_size: int = 4096, exclude_self: bool = False
+) -> tuple[Any, Any]:
     """(scores, indices) of the k most similar corpus rows per query row (inputs row-normalised float32).
 
     ``exclude_self`` means query ``i`` is corpus row ``i`` (a KNN graph) and never returns itself.
@@ -87,8 +90,9 @@ def cosine_topk(queries: Any, corpus: Any, k: int, *, block_size: int = 4096, ex
                 own = xp.arange(max(q0, c0), min(q1, c1))
                 block[own - q0, own - c0] = -xp.inf
             scores, columns = _topk_rows(xp, block, k)
-            merged = _sort_candidates(xp, xp.concatenate([best_scores, scores], axis=1),
-                                     xp.concatenate([best_indices, columns + c0], axis=1))
+            merged = _sort_candidates(
+                xp, xp.concatenate([best_scores, scores], axis=1), xp.concatenate([best_indices, columns + c0], axis=1)
+            )
             best_scores, best_indices = merged[0][:, :k], merged[1][:, :k]
         all_scores[q0:q1], all_indices[q0:q1] = best_scores, best_indices
     return all_scores, all_indices

@@ -1,4 +1,5 @@
 """LLM tier: backends (HTTP / vLLM), completion cache and accounting, structured extraction, stand-in server."""
+
 from hopgraph.llm.client import open_llm
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 

@@ -5,6 +5,7 @@ HTTP backend speaks the OpenAI chat-completions API as served by ``vllm serve`` 
 stand-in; the vLLM backend runs the same requests in-process on a GPU machine. Wrapping either in
 :class:`CachedLLM` makes a repeated or resumed run pay for no call twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,10 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm import tqdm
 
@@ -50,8 +52,12 @@ class HttpLLM:
         self.name = config.model
         key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._http = httpx.Client(base_url=config.base_url.rstrip("/"), headers=headers, timeout=config.timeout,
-                                  limits=httpx.Limits(max_connections=config.concurrency))
+        self._http = httpx.Client(
+            base_url=config.base_url.rstrip("/"),
+            headers=headers,
+            timeout=config.timeout,
+            limits=httpx.Limits(max_connections=config.concurrency),
+        )
 
     def _body(self, request: ChatRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -62,7 +68,10 @@ class HttpLLM:
             "seed": request.attempt,
         }
         if request.schema is not None and self.config.structured:
-            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": request.schema, "strict": True}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": request.schema, "strict": True},
+            }
         return body
 
     def _one(self, request: ChatRequest) -> Completion:
@@ -89,19 +98,28 @@ class HttpLLM:
                 asked_wait = retry_after_seconds(response.headers.get("retry-after"))
                 continue
             if 400 <= response.status_code < 500:  # 408 and 429 were retried above: the request itself is wrong
-                raise LLMRequestError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")
+                raise LLMRequestError(
+                    f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: "
+                    f"{response.text[:300]}"
+                )
             if response.status_code != 200:
-                raise LLMUnavailableError(f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: {response.text[:300]}")
+                raise LLMUnavailableError(
+                    f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: "
+                    f"{response.text[:300]}"
+                )
             try:
                 data = response.json()
                 text = data["choices"][0]["message"].get("content") or ""
                 usage = data.get("usage") or {}
             except (ValueError, KeyError, IndexError, TypeError, AttributeError):
                 raise LLMUnavailableError(
-                    f"LLM server {self.config.base_url} answered HTTP 200 without an OpenAI chat completion: {response.text[:300]!r}"
+                    f"LLM server {self.config.base_url} answered HTTP 200 without an OpenAI chat completion: "
+                    f"{response.text[:300]!r}"
                 ) from None
             return Completion(
-                text=text, prompt_tokens=int(usage.get("prompt_tokens", 0)), completion_tokens=int(usage.get("completion_tokens", 0)),
+                text=text,
+                prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                completion_tokens=int(usage.get("completion_tokens", 0)),
                 seconds=time.perf_counter() - started,
             )
         raise LLMUnavailableError(
@@ -109,17 +127,22 @@ class HttpLLM:
             "Start it (see `hopgraph llm-server --help`) and run the same command again: finished calls are cached."
         )
 
-    def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
-        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool, \
-                tqdm(total=len(requests), desc=desc, unit="call", disable=not progress or not requests) as bar:
+        with (
+            ThreadPoolExecutor(max_workers=self.config.concurrency) as pool,
+            tqdm(total=len(requests), desc=desc, unit="call", disable=not progress or not requests) as bar,
+        ):
             futures = {pool.submit(self._one, r): i for i, r in enumerate(requests)}
             try:
                 for future in as_completed(futures):
                     i = futures[future]
-                    out[i] = future.result()
+                    completion = future.result()
+                    out[i] = completion
                     if on_done:
-                        on_done(i, out[i])
+                        on_done(i, completion)
                     bar.update(1)
             except BaseException:
                 for future in futures:
@@ -145,10 +168,21 @@ class CompletionCache:
         if row is None:
             return None
         data = json.loads(row[0])
-        return Completion(text=data["text"], prompt_tokens=data["prompt_tokens"], completion_tokens=data["completion_tokens"], cached=True)
+        return Completion(
+            text=data["text"],
+            prompt_tokens=data["prompt_tokens"],
+            completion_tokens=data["completion_tokens"],
+            cached=True,
+        )
 
     def put(self, key: str, completion: Completion) -> None:
-        value = json.dumps({"text": completion.text, "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens})
+        value = json.dumps(
+            {
+                "text": completion.text,
+                "prompt_tokens": completion.prompt_tokens,
+                "completion_tokens": completion.completion_tokens,
+            }
+        )
         with self._lock, self._db:
             self._db.execute("INSERT OR REPLACE INTO completions (key, value) VALUES (?, ?)", (key, value))
 
@@ -159,7 +193,9 @@ class CachedLLM:
     def __init__(self, inner: LLM, cache: CompletionCache):
         self.inner, self.cache, self.name = inner, cache, inner.name
 
-    def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
         keys = [r.key(self.name) for r in requests]
         out: list[Completion | None] = [self.cache.get(k) for k in keys]
         missing = [i for i, c in enumerate(out) if c is None]

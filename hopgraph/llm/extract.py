@@ -10,10 +10,12 @@ The schemas stay hand-written JSON Schema rather than generated from pydantic mo
 of every cached request's key (a generated schema adds titles and changes every key), and the
 validators are deliberately more tolerant than a schema (bad items are dropped, fields default).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from hopgraph.config import LLMConfig
 from hopgraph.llm.jsonparse import parse_json
@@ -31,17 +33,29 @@ SENTENCE = {"type": "string", "maxLength": 300}
 KG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "entities": {"type": "array", "maxItems": 40, "items": {
-            "type": "object",
-            "properties": {"name": NAME, "type": {"type": "string", "maxLength": 40}, "description": SENTENCE},
-            "required": ["name", "type", "description"],
-        }},
-        "relations": {"type": "array", "maxItems": 40, "items": {
-            "type": "object",
-            "properties": {"source": NAME, "target": NAME, "description": SENTENCE,
-                           "strength": {"type": "integer", "minimum": 1, "maximum": 10}},
-            "required": ["source", "target", "description", "strength"],
-        }},
+        "entities": {
+            "type": "array",
+            "maxItems": 40,
+            "items": {
+                "type": "object",
+                "properties": {"name": NAME, "type": {"type": "string", "maxLength": 40}, "description": SENTENCE},
+                "required": ["name", "type", "description"],
+            },
+        },
+        "relations": {
+            "type": "array",
+            "maxItems": 40,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "source": NAME,
+                    "target": NAME,
+                    "description": SENTENCE,
+                    "strength": {"type": "integer", "minimum": 1, "maximum": 10},
+                },
+                "required": ["source", "target", "description", "strength"],
+            },
+        },
     },
     "required": ["entities", "relations"],
 }
@@ -64,13 +78,25 @@ def validate_kg(data: Any) -> dict[str, list[dict]] | None:
     entities = []
     for item in data["entities"]:
         if isinstance(item, dict) and _text(item.get("name")):
-            entities.append({"name": _text(item["name"]), "type": _text(item.get("type")) or "thing", "description": _text(item.get("description"))})
+            entities.append(
+                {
+                    "name": _text(item["name"]),
+                    "type": _text(item.get("type")) or "thing",
+                    "description": _text(item.get("description")),
+                }
+            )
     relations = []
     for item in data.get("relations") or []:
         if isinstance(item, dict) and _text(item.get("source")) and _text(item.get("target")):
             strength = item.get("strength")
-            relations.append({"source": _text(item["source"]), "target": _text(item["target"]), "description": _text(item.get("description")),
-                              "strength": int(strength) if isinstance(strength, (int, float)) and 1 <= strength <= 10 else 5})
+            relations.append(
+                {
+                    "source": _text(item["source"]),
+                    "target": _text(item["target"]),
+                    "description": _text(item.get("description")),
+                    "strength": int(strength) if isinstance(strength, (int, float)) and 1 <= strength <= 10 else 5,
+                }
+            )
     return {"entities": entities, "relations": relations}
 
 
@@ -93,7 +119,10 @@ class Task:
     validate: Callable[[Any], Any]
 
 
-TASKS = {"kg": Task("kg_extract", KG_SCHEMA, validate_kg), "units": Task("knowledge_units", UNITS_SCHEMA, validate_units)}
+TASKS = {
+    "kg": Task("kg_extract", KG_SCHEMA, validate_kg),
+    "units": Task("knowledge_units", UNITS_SCHEMA, validate_units),
+}
 
 
 def fit_passage(passage: str, template: str, config: LLMConfig) -> str:
@@ -103,7 +132,9 @@ def fit_passage(passage: str, template: str, config: LLMConfig) -> str:
     return passage if len(tokens) <= room else get_encoding().decode(tokens[: max(room, 0)])
 
 
-def extract(llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig, *, progress: bool = False) -> tuple[list[Any | None], Usage]:
+def extract(
+    llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig, *, progress: bool = False
+) -> tuple[list[Any | None], Usage]:
     """Validated results per passage (None where every attempt failed: the caller's fallback applies)."""
     task = TASKS[task_name]
     template = prompt(task.prompt)
@@ -120,7 +151,9 @@ def extract(llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig
         # A retry samples (temperature > 0) so it can differ from the failed greedy answer.
         temperature = config.temperature if attempt == 0 else max(config.temperature, 0.7)
         requests = [ChatRequest(messages[i], schema, config.max_tokens, temperature, attempt) for i in pending]
-        done = llm.complete(requests, progress=progress, desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else ""))
+        done = llm.complete(
+            requests, progress=progress, desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else "")
+        )
         usage.add(done)
         if attempt:
             usage.retry_calls += len(done)

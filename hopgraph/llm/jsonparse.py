@@ -5,6 +5,7 @@ Hand-written rather than json-repair on purpose: json-repair closes a cut-off st
 truncated item ("description": "the daughter of the la"), while this parser keeps only items that
 closed, which is what an index should store.
 """
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@ PyPI wheel over the same OpenAI-compatible API, on 127.0.0.1 only.
 fixture). Models: ``smollm2-135m`` (tests; fast, weak) and ``qwen2.5-coder-0.5b`` (demos; optional
 ``qwen`` extra, assembled from six wheels and checked against its published SHA-256).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,12 +59,16 @@ def _qwen(cache: Path) -> Path:
                     out.write(block)
     if digest.hexdigest() != QWEN_SHA256:
         tmp.unlink()
-        raise DependencyError(f"the assembled Qwen model has SHA-256 {digest.hexdigest()}, expected {QWEN_SHA256}; reinstall the 'qwen' extra")
+        raise DependencyError(
+            f"the assembled Qwen model has SHA-256 {digest.hexdigest()}, expected {QWEN_SHA256}; reinstall the "
+            "'qwen' extra"
+        )
     os.replace(tmp, target)
     return target
 
 
-def model_path(name: str, cache: Path = Path("~/.cache/hopgraph/models").expanduser()) -> Path:
+def model_path(name: str, cache: Path | None = None) -> Path:
+    cache = cache or Path("~/.cache/hopgraph/models").expanduser()
     if name == "smollm2-135m":
         return _smollm2()
     if name == "qwen2.5-coder-0.5b":
@@ -74,8 +79,15 @@ def model_path(name: str, cache: Path = Path("~/.cache/hopgraph/models").expandu
     raise DependencyError(f"unknown stand-in model {name!r}: choose {', '.join(MODELS)} or give a local .gguf file")
 
 
-def serve(model: str, host: str = "127.0.0.1", port: int = 8000, context: int = 8192, parallel: int = 2,
-          threads: int | None = None, parent_pid: int | None = None) -> None:
+def serve(
+    model: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    context: int = 8192,
+    parallel: int = 2,
+    threads: int | None = None,
+    parent_pid: int | None = None,
+) -> None:
     """Serve until the process ends (xllamacpp runs the llama.cpp HTTP server in this process).
 
     With ``parent_pid``, also end when that process is gone: a parent killed without running its
@@ -114,7 +126,14 @@ def free_port() -> int:
 class StandinServer:
     """The stand-in as a child process: ``with StandinServer() as server: server.base_url``."""
 
-    def __init__(self, model: str = "smollm2-135m", port: int | None = None, context: int = 8192, parallel: int = 2, startup_timeout: float = 180):
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        port: int | None = None,
+        context: int = 8192,
+        parallel: int = 2,
+        startup_timeout: float = 180,
+    ):
         self.model, self.port = model, port or free_port()
         self.context, self.parallel, self.startup_timeout = context, parallel, startup_timeout
         self.process: subprocess.Popen | None = None
@@ -124,12 +143,25 @@ class StandinServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "StandinServer":
+    def start(self) -> StandinServer:
         import httpx  # noqa: PLC0415
 
         model_path(self.model)  # a missing model fails here, with its message, not as a dead child
-        command = [sys.executable, "-m", "hopgraph.llm.standin", "--model", self.model, "--port", str(self.port),
-                   "--context", str(self.context), "--parallel", str(self.parallel), "--parent-pid", str(os.getpid())]
+        command = [
+            sys.executable,
+            "-m",
+            "hopgraph.llm.standin",
+            "--model",
+            self.model,
+            "--port",
+            str(self.port),
+            "--context",
+            str(self.context),
+            "--parallel",
+            str(self.parallel),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         # llama.cpp logs every request to stderr; a pipe nobody reads would fill and stall the server,
         # so the log goes to an unnamed file that is read back only if the child dies.
         self._log = tempfile.TemporaryFile()
@@ -161,7 +193,7 @@ class StandinServer:
             self._log.close()
             self._log = None
 
-    def __enter__(self) -> "StandinServer":
+    def __enter__(self) -> StandinServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -175,9 +207,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--context", type=int, default=8192, help="context tokens per parallel request")
     parser.add_argument("--parallel", type=int, default=2, help="requests served at once")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the one that started the server) ends")
+    parser.add_argument(
+        "--parent-pid", type=int, default=None, help="exit when this process (the one that started the server) ends"
+    )
     args = parser.parse_args(argv)
-    serve(args.model, port=args.port, context=args.context, parallel=args.parallel, threads=args.threads, parent_pid=args.parent_pid)
+    serve(
+        args.model,
+        port=args.port,
+        context=args.context,
+        parallel=args.parallel,
+        threads=args.threads,
+        parent_pid=args.parent_pid,
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Prompts as data: plain text files in ``hopgraph/llm/prompts/``, shared by extraction and answers."""
+
 from __future__ import annotations
 
 import functools
@@ -7,6 +8,6 @@ from pathlib import Path
 PROMPTS = Path(__file__).parent / "prompts"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def prompt(name: str) -> str:
     return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8")

@@ -3,6 +3,7 @@
 Kept apart from the backends so that each (HTTP client, vLLM engine, cache) imports these and
 none imports another.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,7 +24,9 @@ class ChatRequest:
     attempt: int = 0  # part of the cache key: a retry after a parse failure is a different call
 
     def key(self, model: str) -> str:
-        payload = json.dumps([model, self.messages, self.schema, self.max_tokens, self.temperature, self.attempt], sort_keys=True)
+        payload = json.dumps(
+            [model, self.messages, self.schema, self.max_tokens, self.temperature, self.attempt], sort_keys=True
+        )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -83,7 +86,9 @@ Done = Callable[[int, Completion], None]
 class LLM(Protocol):
     name: str
 
-    def complete(self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None) -> list[Completion]:
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
         """One completion per request, in order; ``on_done(i, completion)`` as each arrives.
 
         Raises LLMUnavailableError when the backend cannot answer (down, slow, 5xx) and

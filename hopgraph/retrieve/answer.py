@@ -4,11 +4,13 @@ short-answer instruction, citations back to chunks and documents, and an explici
 The retrieval budget λ is chosen for coverage, not for the answer model, so the evidence is fitted
 to the model's context window before the call: whole items are dropped from the end (the lowest
 ranked) and the answer says how many (``evidence_dropped``)."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from hopgraph.config import AnswerConfig
 from hopgraph.llm.client import context_window
@@ -43,12 +45,19 @@ def _item(n: int, ev: Any) -> str:
 
 
 def _prompt(result: RetrievalResult, config: AnswerConfig, context: str) -> str:
-    return prompt("answer").replace("{not_found}", config.not_found).replace("{context}", context).replace("{question}", result.query)
+    return (
+        prompt("answer")
+        .replace("{not_found}", config.not_found)
+        .replace("{context}", context)
+        .replace("{question}", result.query)
+    )
 
 
 def evidence_that_fits(result: RetrievalResult, config: AnswerConfig, context_tokens: int) -> int:
     """How many leading evidence items fit in a prompt for a model with ``context_tokens`` of context."""
-    room = (context_tokens - config.max_tokens - RESERVE_TOKENS) / TOKENIZER_SLACK - count_tokens(_prompt(result, config, ""))
+    room = (context_tokens - config.max_tokens - RESERVE_TOKENS) / TOKENIZER_SLACK - count_tokens(
+        _prompt(result, config, "")
+    )
     used = 0.0
     for n, ev in enumerate(result.evidence, 1):
         used += count_tokens(_item(n, ev)) + (2 if n > 1 else 0)  # the blank line between items
@@ -68,13 +77,28 @@ def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig, keep: i
     cited = [int(n) for n in dict.fromkeys(_CITATION.findall(raw)) if 1 <= int(n) <= shown]
     text = " ".join(_CITATION.sub("", raw).split()).strip(" .") or config.not_found
     found = bool(result.evidence) and not normalize_answer(text).startswith(normalize_answer(config.not_found)[:20])
-    citations = [{"evidence": n, "chunk": result.evidence[n - 1].chunk, "doc_ids": result.evidence[n - 1].doc_ids,
-                  "titles": result.evidence[n - 1].titles, "path": result.evidence[n - 1].path} for n in cited]
-    return Answer(text=text if found else config.not_found, found=found, citations=citations, raw=raw,
-                  evidence_dropped=len(result.evidence) - shown)
+    citations = [
+        {
+            "evidence": n,
+            "chunk": result.evidence[n - 1].chunk,
+            "doc_ids": result.evidence[n - 1].doc_ids,
+            "titles": result.evidence[n - 1].titles,
+            "path": result.evidence[n - 1].path,
+        }
+        for n in cited
+    ]
+    return Answer(
+        text=text if found else config.not_found,
+        found=found,
+        citations=citations,
+        raw=raw,
+        evidence_dropped=len(result.evidence) - shown,
+    )
 
 
-def answer_many(llm: LLM, results: Sequence[RetrievalResult], config: AnswerConfig, *, progress: bool = False) -> tuple[list[Answer], Usage]:
+def answer_many(
+    llm: LLM, results: Sequence[RetrievalResult], config: AnswerConfig, *, progress: bool = False
+) -> tuple[list[Answer], Usage]:
     """One answer per retrieval result, its evidence fitted to the model's context; with no evidence
     (or none that fits) the answer is "not found" without a call."""
     usage = Usage()

@@ -7,6 +7,7 @@ A ``where`` filter comes from clients, so its size is bounded (:func:`check_wher
 is one pass over the documents per key: the allowed values of each key become a set once, and each
 document's value is looked up in it (never a scan of the value list per document).
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
@@ -29,7 +30,10 @@ def check_where(where: dict[str, Any], max_keys: int, max_values: int) -> None:
         values = allowed if isinstance(allowed, list) else [allowed]
         for value in values:
             if not isinstance(value, Scalar):
-                raise ValueError(f"filter key {key[:80]!r}: values must be strings, numbers, booleans or null, or a flat list of them")
+                raise ValueError(
+                    f"filter key {key[:80]!r}: values must be strings, numbers, booleans or null, or a flat list "
+                    "of them"
+                )
         total += len(values)
         if total > max_values:
             raise ValueError(f"filter has over {max_values} allowed values in all; at most {max_values} are allowed")
@@ -57,11 +61,16 @@ class MetadataFilter:
         mask = np.ones(count, dtype=bool)
         if self.groups is not None:
             groups = self.groups
-            mask &= np.fromiter((self.allow_unrestricted if acl is None else not groups.isdisjoint(acl) for acl in docs["acl"]),
-                                dtype=bool, count=count)
+            mask &= np.fromiter(
+                (self.allow_unrestricted if acl is None else not groups.isdisjoint(acl) for acl in docs["acl"]),
+                dtype=bool,
+                count=count,
+            )
         metadata = docs["metadata"]
         for key, allowed in self.where.items():
-            values = frozenset(_lookup_key(v) for v in (allowed if isinstance(allowed, (list, tuple, set, frozenset)) else [allowed]))
+            values = frozenset(
+                _lookup_key(v) for v in (allowed if isinstance(allowed, (list, tuple, set, frozenset)) else [allowed])
+            )
             mask &= np.fromiter((_lookup_key(meta.get(key)) in values for meta in metadata), dtype=bool, count=count)
         return mask
 

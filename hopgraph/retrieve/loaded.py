@@ -1,11 +1,13 @@
 """A built index opened for querying: tables, vectors and graphs, loaded once and kept in memory."""
+
 from __future__ import annotations
 
 import functools
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,7 +32,9 @@ class LoadedIndex:
         self.store = IndexStore(live)
         self.manifest = self.store.require_complete()
         if self.manifest.get("partitions"):
-            raise IndexFormatError(f"{live}: built with access.isolation (one sub-index per ACL partition); open it with Retriever(path)")
+            raise IndexFormatError(
+                f"{live}: built with access.isolation (one sub-index per ACL partition); open it with Retriever(path)"
+            )
         self.config: HopgraphConfig = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
         # Everything derived from this version lives here and dies with this object: a server opens
         # one LoadedIndex per published version, so no cache outside it may be keyed by an index.

@@ -1,8 +1,9 @@
 """Context packing: ranked pieces into a token budget λ, with provenance for every piece kept."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Iterator
 
 from hopgraph.deadline import check_deadline
 from hopgraph.models import count_tokens
@@ -65,8 +66,14 @@ class RetrievalResult:
         return list(seen)
 
     def to_dict(self) -> dict:
-        return {"query": self.query, "method": self.method, "budget": self.budget, "tokens": self.tokens,
-                "seconds": round(self.seconds, 6), "evidence": [asdict(e) for e in self.evidence]}
+        return {
+            "query": self.query,
+            "method": self.method,
+            "budget": self.budget,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 6),
+            "evidence": [asdict(e) for e in self.evidence],
+        }
 
 
 MAX_MISSES = 64  # stop scanning after this many pieces in a row that no longer fit
@@ -98,11 +105,19 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
         misses = 0
         taken.add(key)
         used += tokens
-        packed.append(Evidence(
-            kind=cand.kind, index=int(cand.index), score=float(cand.score), path=cand.path, tokens=tokens,
-            text=text, chunk=chunk,
-            doc_ids=[docs["id"][d] for d in doc_idx], titles=[docs["title"][d] for d in doc_idx],
-        ))
+        packed.append(
+            Evidence(
+                kind=cand.kind,
+                index=int(cand.index),
+                score=float(cand.score),
+                path=cand.path,
+                tokens=tokens,
+                text=text,
+                chunk=chunk,
+                doc_ids=[docs["id"][d] for d in doc_idx],
+                titles=[docs["title"][d] for d in doc_idx],
+            )
+        )
     return packed
 
 

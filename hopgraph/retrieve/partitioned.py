@@ -10,6 +10,7 @@ Piece numbers (``Evidence.index``, ``Evidence.chunk``) are made unique across pa
 offsetting each partition's numbers by the sizes of the partitions before it; the unrestricted
 partition comes first, so its numbers equal those of an index of the unrestricted documents alone.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +35,13 @@ from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import PARTITIONS, IndexStore, live_root
 
 # Table whose rows candidates of each kind number (pieces composed at query time included).
-KIND_TABLES = {"chunk": "chunks", "unit": "units", "cue_unit": "cue_units", "entity": "kg_entities", "relation": "kg_relations"}
+KIND_TABLES = {
+    "chunk": "chunks",
+    "unit": "units",
+    "cue_unit": "cue_units",
+    "entity": "kg_entities",
+    "relation": "kg_relations",
+}
 
 
 def is_partitioned(path: str | Path) -> bool:
@@ -68,7 +75,11 @@ class PartitionedIndex:
         if not self.manifest.get("partitions"):
             raise IndexFormatError(f"{live}: not an index built with access.isolation (no partitions in its manifest)")
         self.config = validate_config(self.manifest["config"], source=f"{live}/manifest.json")
-        self.partitions = [Partition(p["name"], p["acl"], LoadedIndex(live / PARTITIONS / p["name"])) for p in self.manifest["partitions"]]
+        self.partitions = [
+            Partition(p["name"], p["acl"], LoadedIndex(live / PARTITIONS / p["name"]))
+            for p in self.manifest["partitions"]
+        ]
+        self._offsets: dict[tuple[int, str], int] = {}
 
     @functools.cached_property
     def documents(self) -> dict[str, list]:
@@ -76,15 +87,19 @@ class PartitionedIndex:
         table["metadata"] = [json.loads(m) for m in table["metadata"]]
         return table
 
-    @functools.lru_cache(maxsize=None)
     def offset(self, position: int, kind: str) -> int:
-        """First global number of partition ``position``'s pieces of ``kind``."""
-        return sum(p.rows(kind) for p in self.partitions[:position])
+        """First global number of partition ``position``'s pieces of ``kind`` (kept per index, dies with it)."""
+        key = (position, kind)
+        if key not in self._offsets:
+            self._offsets[key] = sum(p.rows(kind) for p in self.partitions[:position])
+        return self._offsets[key]
 
 
 def readable(partition: Partition, metadata_filter: MetadataFilter | None) -> bool:
     """Whether the reader may read any document of the partition (only those are queried)."""
-    return metadata_filter is None or metadata_filter.is_open or bool(metadata_filter.document_mask(partition.index).any())
+    return (
+        metadata_filter is None or metadata_filter.is_open or bool(metadata_filter.document_mask(partition.index).any())
+    )
 
 
 def merge(streams: list[list[Evidence]], budget: int) -> list[Evidence]:
@@ -104,20 +119,36 @@ def merge(streams: list[list[Evidence]], budget: int) -> list[Evidence]:
 class PartitionedRetriever(Retriever):
     """``Retriever`` over an isolated index: each readable partition retrieves on its own."""
 
-    def __init__(self, index: PartitionedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None):
-        self.index = index if isinstance(index, PartitionedIndex) else PartitionedIndex(index)
+    def __init__(
+        self, index: PartitionedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None
+    ):
+        # The partitions are the indexes; this one only lists them (so no LoadedIndex here).
+        self.index = index if isinstance(index, PartitionedIndex) else PartitionedIndex(index)  # type: ignore[assignment]
+        self.partitioned: PartitionedIndex = self.index  # type: ignore[assignment]
         self.config = config or self.index.config.retrieval
-        self.parts = [Retriever(p.index, self.config, device) for p in self.index.partitions]
+        self.parts = [Retriever(p.index, self.config, device) for p in self.partitioned.partitions]
         embedding = self.index.config.embedding
-        self.embedder = self.parts[0].embedder if self.parts else load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
+        self.embedder = (
+            self.parts[0].embedder
+            if self.parts
+            else load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
+        )
         self._open_scope = None
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Any:
         raise ConfigError("an isolated index has one scope per partition; call retrieve()")
 
-    def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
-                 metadata_filter: MetadataFilter | None = None, vector: np.ndarray | None = None,
-                 overrides: dict[str, Any] | None = None, **options: Any) -> RetrievalResult:
+    def retrieve(
+        self,
+        question: str,
+        *,
+        method: str | None = None,
+        budget: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+        vector: np.ndarray | None = None,
+        overrides: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> RetrievalResult:
         chosen = method or (overrides or {}).get("method") or self.config.method
         if chosen not in METHODS:
             raise ConfigError(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
@@ -125,18 +156,30 @@ class PartitionedRetriever(Retriever):
             vector = self.embed([question])[0]
         started = time.perf_counter()
         streams, settled = [], None
-        for position, (part, retriever) in enumerate(zip(self.index.partitions, self.parts)):
+        for position, (part, retriever) in enumerate(zip(self.partitioned.partitions, self.parts)):
             if not readable(part, metadata_filter):
                 continue
-            result = retriever.retrieve(question, method=method, budget=budget, metadata_filter=metadata_filter,
-                                        vector=vector, overrides=overrides, **options)
+            result = retriever.retrieve(
+                question,
+                method=method,
+                budget=budget,
+                metadata_filter=metadata_filter,
+                vector=vector,
+                overrides=overrides,
+                **options,
+            )
             settled = result
             streams.append([self._numbered(ev, position) for ev in result.evidence])
         final_budget = settled.budget if settled else (budget or self.config.budget)
-        return RetrievalResult(query=question, method=settled.method if settled else chosen, budget=final_budget,
-                               evidence=merge(streams, final_budget), seconds=time.perf_counter() - started)
+        return RetrievalResult(
+            query=question,
+            method=settled.method if settled else chosen,
+            budget=final_budget,
+            evidence=merge(streams, final_budget),
+            seconds=time.perf_counter() - started,
+        )
 
     def _numbered(self, ev: Evidence, position: int) -> Evidence:
         """``ev`` with its piece and chunk numbers made global across partitions."""
-        chunk = ev.chunk + self.index.offset(position, "chunk") if ev.chunk >= 0 else ev.chunk
-        return dataclasses.replace(ev, index=ev.index + self.index.offset(position, ev.kind), chunk=chunk)
+        chunk = ev.chunk + self.partitioned.offset(position, "chunk") if ev.chunk >= 0 else ev.chunk
+        return dataclasses.replace(ev, index=ev.index + self.partitioned.offset(position, ev.kind), chunk=chunk)

@@ -1,8 +1,10 @@
 """What every method starts from: the embedded query and the pieces the reader may see."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +51,9 @@ def make_query(index: LoadedIndex, text: str, vector: np.ndarray) -> Query:
     return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids)
 
 
-def ranked(kind: str, scores: np.ndarray, mask: np.ndarray, path: str | Callable[[int], str], pool: np.ndarray | None = None) -> Iterator[Candidate]:
+def ranked(
+    kind: str, scores: np.ndarray, mask: np.ndarray, path: str | Callable[[int], str], pool: np.ndarray | None = None
+) -> Iterator[Candidate]:
     """Candidates of ``kind`` in descending score (ties: lower index first), restricted to ``mask``.
 
     ``path`` is a label or a function of the piece index, called only for pieces actually taken.
@@ -118,7 +122,9 @@ def readable_keywords(index: LoadedIndex, scope: Scope) -> np.ndarray:
     must not take a seed slot or label a path (it would confirm a guessed word)."""
     if scope.full:
         return np.ones(len(index.keywords), dtype=bool)
-    return scope.cached("keywords", lambda: np.asarray(index.graph("postings_chunks").T @ scope.chunks.astype(np.float32)).ravel() > 0)
+    return scope.cached(
+        "keywords", lambda: np.asarray(index.graph("postings_chunks").T @ scope.chunks.astype(np.float32)).ravel() > 0
+    )
 
 
 def scoped_keyword_vectors(index: LoadedIndex, scope: Scope) -> np.ndarray:

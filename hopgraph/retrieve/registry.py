@@ -7,10 +7,12 @@ A method is a function ``rank(index, query, scope, config) -> candidates`` decor
 so adding a method is one module in ``hopgraph/retrieve/methods/`` (and, if it has settings, its
 section in ``RetrievalConfig``).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hopgraph.config import RetrievalConfig
@@ -35,7 +37,7 @@ class MethodSpec:
         """Built entirely without an LLM (the LLM-built stages are the only ones a method can need)."""
         return not self.needs
 
-    def available(self, index: "LoadedIndex") -> bool:
+    def available(self, index: LoadedIndex) -> bool:
         stages = index.manifest.get("stages", {})
         return all(stages.get(stage, {}).get("done") for stage in self.needs)
 
@@ -43,14 +45,17 @@ class MethodSpec:
 _METHODS: dict[str, MethodSpec] = {}
 
 
-def register(name: str, *, order: int = 1000, needs: tuple[str, ...] = (), settings: str | None = None,
-             description: str = "") -> Callable[[RankFn], RankFn]:
+def register(
+    name: str, *, order: int = 1000, needs: tuple[str, ...] = (), settings: str | None = None, description: str = ""
+) -> Callable[[RankFn], RankFn]:
     """Decorator: make ``rank`` the method ``name``; registering a name twice is a programming error."""
 
     def decorate(rank: RankFn) -> RankFn:
         if name in _METHODS and _METHODS[name].rank is not rank:
             raise ValueError(f"retrieval method {name!r} registered twice")
-        _METHODS[name] = MethodSpec(name, rank, needs, settings, description or (rank.__doc__ or "").strip().split("\n")[0], order)
+        _METHODS[name] = MethodSpec(
+            name, rank, needs, settings, description or (rank.__doc__ or "").strip().split("\n")[0], order
+        )
         return rank
 
     return decorate

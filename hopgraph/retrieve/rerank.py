@@ -4,10 +4,12 @@ The paper uses the BGE-reranker-v2-m3 cross-encoder. Its weights are not on PyPI
 folder is configured the fallback is bi-encoder cosine with the index's embedding model, and its
 name says so: results made with it must not be read as cross-encoder results.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -31,11 +33,16 @@ class CrossEncoderReranker:
     def __init__(self, config: RerankConfig, device: str = "auto"):
         folder = Path(config.model).expanduser()
         if not (folder / "config.json").is_file():
-            raise ConfigError(f"rerank.model {config.model!r} is not a local model folder (no config.json; models are never downloaded)")
+            raise ConfigError(
+                f"rerank.model {config.model!r} is not a local model folder (no config.json; models are never "
+                "downloaded)"
+            )
         try:
             from FlagEmbedding import FlagReranker  # noqa: PLC0415
         except ImportError:
-            raise DependencyError("rerank.model is a cross-encoder folder and needs FlagEmbedding: pip install 'hopgraph[bge]'") from None
+            raise DependencyError(
+                "rerank.model is a cross-encoder folder and needs FlagEmbedding: pip install 'hopgraph[bge]'"
+            ) from None
         device = resolve_device(device)
         self.model = FlagReranker(str(folder), use_fp16=device == "cuda", devices=device, batch_size=config.batch_size)
         self.batch_size = config.batch_size
@@ -45,7 +52,9 @@ class CrossEncoderReranker:
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         def one_batch(batch: Sequence[str]) -> np.ndarray:
             with self._lock:
-                scores = self.model.compute_score([[query, t] for t in batch], batch_size=self.batch_size, normalize=True)
+                scores = self.model.compute_score(
+                    [[query, t] for t in batch], batch_size=self.batch_size, normalize=True
+                )
             return np.atleast_1d(np.asarray(scores, dtype=np.float32))
 
         return in_batches(texts, self.batch_size, one_batch)
@@ -65,7 +74,9 @@ class BiEncoderReranker:
     """Cosine between query and passage embeddings: no query–passage interaction, so weaker than a
     cross-encoder. Long passages are embedded as averaged windows, as at indexing time."""
 
-    def __init__(self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base", batch_size: int = 32):
+    def __init__(
+        self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base", batch_size: int = 32
+    ):
         self.embedder = embedder
         self.window_tokens = config.window_tokens
         self.encoding = encoding
@@ -78,7 +89,10 @@ class BiEncoderReranker:
         q = self.embedder.encode_queries([query])[0]
 
         def one_batch(batch: Sequence[str]) -> np.ndarray:
-            return embed_long_texts(self.embedder, list(batch), window_tokens=self.window_tokens, encoding=self.encoding) @ q
+            return (
+                embed_long_texts(self.embedder, list(batch), window_tokens=self.window_tokens, encoding=self.encoding)
+                @ q
+            )
 
         return in_batches(texts, self.batch_size, one_batch)
 
@@ -92,4 +106,8 @@ def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: st
 
 def reranker_for(index: LoadedIndex) -> Reranker:
     """The reranker an index is configured with, loaded once per opened index (and dropped with it)."""
-    return index.memo("reranker", "", lambda: make_reranker(index.config.rerank, index.config.embedding, index.config.chunking.encoding))
+    return index.memo(
+        "reranker",
+        "",
+        lambda: make_reranker(index.config.rerank, index.config.embedding, index.config.chunking.encoding),
+    )

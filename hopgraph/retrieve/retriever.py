@@ -1,4 +1,5 @@
 """The query entry point: embed the query, restrict to what the reader may see, rank, pack."""
+
 from __future__ import annotations
 
 import time
@@ -21,7 +22,9 @@ from hopgraph.retrieve.query import Scope, make_query
 class Retriever:
     """Answers ``retrieve(question)`` over one index with any method; retrieval itself never calls the LLM."""
 
-    def __new__(cls, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None) -> "Retriever":
+    def __new__(
+        cls, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None
+    ) -> Retriever:
         """A path to an index built with access.isolation opens as a PartitionedRetriever."""
         if cls is Retriever and not isinstance(index, LoadedIndex):
             from hopgraph.retrieve.partitioned import PartitionedIndex, PartitionedRetriever, is_partitioned  # noqa: PLC0415
@@ -30,7 +33,9 @@ class Retriever:
                 return super().__new__(PartitionedRetriever)
         return super().__new__(cls)
 
-    def __init__(self, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None):
+    def __init__(
+        self, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None
+    ):
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval
         embedding = self.index.config.embedding
@@ -40,7 +45,9 @@ class Retriever:
     def scope(self, metadata_filter: MetadataFilter | None) -> Scope:
         if metadata_filter is None or metadata_filter.is_open:
             if self._open_scope is None:
-                self._open_scope = Scope(np.ones(len(self.index.unit_tokens), bool), np.ones(len(self.index.chunk_tokens), bool))
+                self._open_scope = Scope(
+                    np.ones(len(self.index.unit_tokens), bool), np.ones(len(self.index.chunk_tokens), bool)
+                )
             return self._open_scope
         docs = metadata_filter.document_mask(self.index)
         return Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
@@ -48,9 +55,17 @@ class Retriever:
     def embed(self, questions: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(questions)
 
-    def retrieve(self, question: str, *, method: str | None = None, budget: int | None = None,
-                 metadata_filter: MetadataFilter | None = None, vector: np.ndarray | None = None,
-                 overrides: dict[str, Any] | None = None, deadline: float | None = None) -> RetrievalResult:
+    def retrieve(
+        self,
+        question: str,
+        *,
+        method: str | None = None,
+        budget: int | None = None,
+        metadata_filter: MetadataFilter | None = None,
+        vector: np.ndarray | None = None,
+        overrides: dict[str, Any] | None = None,
+        deadline: float | None = None,
+    ) -> RetrievalResult:
         """Context and provenance for ``question``; ``vector`` skips embedding (batch evaluation).
 
         With ``deadline`` (seconds), the work stops with DeadlineExceeded once it runs that long:
@@ -59,8 +74,15 @@ class Retriever:
         with deadline_after(deadline):
             return self._retrieve(question, method, budget, metadata_filter, vector, overrides)
 
-    def _retrieve(self, question: str, method: str | None, budget: int | None, metadata_filter: MetadataFilter | None,
-                  vector: np.ndarray | None, overrides: dict[str, Any] | None) -> RetrievalResult:
+    def _retrieve(
+        self,
+        question: str,
+        method: str | None,
+        budget: int | None,
+        metadata_filter: MetadataFilter | None,
+        vector: np.ndarray | None,
+        overrides: dict[str, Any] | None,
+    ) -> RetrievalResult:
         config = self.config
         if method or budget or overrides:
             update: dict[str, Any] = dict(overrides or {})
@@ -68,7 +90,9 @@ class Retriever:
                 update["method"] = method
             if budget:
                 update["budget"] = budget
-            config = validate_section(RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings")
+            config = validate_section(
+                RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings"
+            )
         if config.method not in METHODS:
             raise ConfigError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
         if vector is None:
@@ -77,4 +101,10 @@ class Retriever:
         query = make_query(self.index, question, vector)
         candidates = METHODS[config.method](self.index, query, self.scope(metadata_filter), config)
         evidence = pack(self.index, candidates, config.budget)
-        return RetrievalResult(query=question, method=config.method, budget=config.budget, evidence=evidence, seconds=time.perf_counter() - started)
+        return RetrievalResult(
+            query=question,
+            method=config.method,
+            budget=config.budget,
+            evidence=evidence,
+            seconds=time.perf_counter() - started,
+        )

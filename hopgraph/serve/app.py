@@ -10,6 +10,7 @@ no internal address (the details are logged), and ids echoed in them are cut to 
 Answers wait for the LLM in their own bounded pool (``serve.answer_concurrency`` slots), so slow
 answers never take the threads that retrieval and ``/healthz`` need.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,9 +20,10 @@ import logging
 import math
 import re
 import time
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -106,10 +108,20 @@ class Strict(BaseModel):
 
 class RetrieveRequest(Strict):
     query: str = Field(min_length=1, description="The question.")
-    method: str | None = Field(None, description="Retrieval method (GET /v1/index lists those this index offers); default: the server's.")
+    method: str | None = Field(
+        None, description="Retrieval method (GET /v1/index lists those this index offers); default: the server's."
+    )
     budget: int | None = Field(None, ge=50, description="λ: context budget in tokens (at most serve.max_budget).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Retrieval settings for this request, as in the [retrieval] config section, e.g. {\"ppr\": {\"damping\": 0.6}}.")
-    where: dict[str, Any] = Field(default_factory=dict, description="Metadata filter: key → allowed value or flat list of values (at most serve.max_filter_keys keys and serve.max_filter_values values).")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Retrieval settings for this request, as in the [retrieval] config section, e.g. "
+        '{"ppr": {"damping": 0.6}}.',
+    )
+    where: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Metadata filter: key → allowed value or flat list of values (at most serve.max_filter_keys "
+        "keys and serve.max_filter_values values).",
+    )
 
     @field_validator("query")
     @classmethod
@@ -126,7 +138,9 @@ class DocumentIn(Strict):
     text: str = Field(min_length=1)
     title: str = ""
     source: str = ""
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Carried to every chunk; acl (list of groups) and timestamp have a meaning.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Carried to every chunk; acl (list of groups) and timestamp have a meaning."
+    )
     acl: list[str] | None = Field(None, description="Groups allowed to read the document (same as metadata.acl).")
 
     @field_validator("text")
@@ -145,7 +159,10 @@ class InsertRequest(Strict):
 
 
 # ------------------------------------------------------------------------------------ middleware
-_ENDPOINTS = [(re.compile(r"^/v1/documents/.+$"), "/v1/documents/{id}"), (re.compile(r"^/v1/jobs/[^/]+$"), "/v1/jobs/{id}")]
+_ENDPOINTS = [
+    (re.compile(r"^/v1/documents/.+$"), "/v1/documents/{id}"),
+    (re.compile(r"^/v1/jobs/[^/]+$"), "/v1/jobs/{id}"),
+]
 _KNOWN = {"/v1/retrieve", "/v1/answer", "/v1/documents", "/v1/index", "/healthz", "/metrics", "/docs", "/openapi.json"}
 
 
@@ -180,13 +197,13 @@ class GuardMiddleware:
         state = {"too_large": False, "started": False}
         too_large = JSONResponse(error_body("body_too_large", f"request body over {self.max_body} bytes"), 413)
 
-        async def send_recording(message: dict) -> None:
+        async def send_recording(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 state["started"] = True
             await send(message)
 
-        async def send_guarded(message: dict) -> None:
+        async def send_guarded(message: MutableMapping[str, Any]) -> None:
             if not state["too_large"]:
                 await send_recording(message)
             elif message["type"] == "http.response.start" and not state["started"]:
@@ -245,11 +262,17 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             jobs.stop()
         answer_pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(lifespan=lifespan, title="hopgraph", version=__version__, redoc_url=None, swagger_ui_oauth2_redirect_url=None,
-                  description="Multi-hop retrieval and answers with provenance over a private index. "
-                  "Every endpoint needs `Authorization: Bearer <token>` except /healthz (liveness and live version) and "
-                  "/docs and /openapi.json (this API description, which holds no index data). "
-                  "Index counts and /metrics need the admin scope.")
+    app = FastAPI(
+        lifespan=lifespan,
+        title="hopgraph",
+        version=__version__,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
+        description="Multi-hop retrieval and answers with provenance over a private index. "
+        "Every endpoint needs `Authorization: Bearer <token>` except /healthz (liveness and live version) and "
+        "/docs and /openapi.json (this API description, which holds no index data). "
+        "Index counts and /metrics need the admin scope.",
+    )
     app.state.holder, app.state.jobs, app.state.metrics = holder, jobs, metrics
 
     @app.exception_handler(APIError)
@@ -259,7 +282,9 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # FastAPI's own refusals: a body that is not UTF-8 JSON (400), unknown path (404), wrong verb (405).
-        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, f"http_{exc.status_code}"
+        )
         message = "the request body is not valid UTF-8 JSON" if exc.status_code == 400 else str(exc.detail)
         return JSONResponse(error_body(code, message), exc.status_code, headers=getattr(exc, "headers", None))
 
@@ -268,7 +293,9 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         problems = exc.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
             return JSONResponse(error_body("malformed_json", "the request body is not valid UTF-8 JSON"), 400)
-        details = [{"field": ".".join(str(x) for x in p.get("loc", ())[1:]), "problem": p.get("msg", "")} for p in problems]
+        details = [
+            {"field": ".".join(str(x) for x in p.get("loc", ())[1:]), "problem": p.get("msg", "")} for p in problems
+        ]
         message = "; ".join(f"{d['field'] or 'body'}: {d['problem']}" for d in details)
         return JSONResponse(error_body("invalid_request", message, details=details), 422)
 
@@ -277,11 +304,21 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         # LLM and server faults name internal addresses and paths: logged here, never sent to clients.
         if isinstance(exc, LLMUnavailableError):
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return JSONResponse(error_body("llm_unavailable", "the answer model is down or too slow; try again later"), 503, headers={"Retry-After": "30"})
+            return JSONResponse(
+                error_body("llm_unavailable", "the answer model is down or too slow; try again later"),
+                503,
+                headers={"Retry-After": "30"},
+            )
         if isinstance(exc, LLMRequestError):
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return JSONResponse(error_body("llm_rejected", "the answer model refused the request (e.g. a prompt too long for its context); "
-                                           "retrying the same request will not help"), 422)
+            return JSONResponse(
+                error_body(
+                    "llm_rejected",
+                    "the answer model refused the request (e.g. a prompt too long for its context); "
+                    "retrying the same request will not help",
+                ),
+                422,
+            )
         if isinstance(exc, (ConfigError, InputError)):
             return JSONResponse(error_body("invalid_request", str(exc)), 422)
         log.error("%s %s: %s", request.method, request.url.path, exc)
@@ -291,19 +328,34 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise APIError(401, "unauthenticated", "missing bearer token (Authorization: Bearer <token>)", {"WWW-Authenticate": "Bearer"})
+            raise APIError(
+                401,
+                "unauthenticated",
+                "missing bearer token (Authorization: Bearer <token>)",
+                {"WWW-Authenticate": "Bearer"},
+            )
         who = tokens.lookup(token.strip())
         if who is None:
             raise APIError(401, "unauthenticated", "unknown token", {"WWW-Authenticate": "Bearer"})
         wait = limiter.allow(hashlib.sha256(token.strip().encode()).hexdigest())
         if wait:
             metrics.rate_limited.inc()
-            raise APIError(429, "rate_limited", f"rate limit of {serve.rate_limit:g} requests/s exceeded", {"Retry-After": str(max(1, round(wait)))})
+            raise APIError(
+                429,
+                "rate_limited",
+                f"rate limit of {serve.rate_limit:g} requests/s exceeded",
+                {"Retry-After": str(max(1, round(wait)))},
+            )
         return who
 
     def admin(who: Principal = Depends(principal)) -> Principal:
         if not who.admin:
-            raise APIError(403, "forbidden", f"user {shown(who.user)} lacks the admin scope needed for this (changing documents, index counts, metrics)")
+            raise APIError(
+                403,
+                "forbidden",
+                f"user {shown(who.user)} lacks the admin scope needed for this (changing documents, index counts, "
+                "metrics)",
+            )
         return who
 
     def reader_filter(who: Principal, where: dict[str, Any]) -> MetadataFilter:
@@ -311,17 +363,29 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             check_where(where, serve.max_filter_keys, serve.max_filter_values)
         except ValueError as exc:
             raise APIError(422, "invalid_filter", f"where: {exc}") from None
-        return MetadataFilter(groups=who.groups, allow_unrestricted=serve.unrestricted_documents == "everyone", where=where)
+        return MetadataFilter(
+            groups=who.groups, allow_unrestricted=serve.unrestricted_documents == "everyone", where=where
+        )
 
-    def run_retrieval(request: Request, body: RetrieveRequest, who: Principal, snap: Snapshot) -> tuple[Snapshot, RetrievalResult]:
+    def run_retrieval(
+        request: Request, body: RetrieveRequest, who: Principal, snap: Snapshot
+    ) -> tuple[Snapshot, RetrievalResult]:
         method = body.method or config.retrieval.method
         request.state.method = method if method in METHODS else "unknown"
         if method not in METHODS:
-            raise APIError(400, "unknown_method", f"unknown method {shown(method)}; this index offers {', '.join(snap.methods)}")
+            raise APIError(
+                400, "unknown_method", f"unknown method {shown(method)}; this index offers {', '.join(snap.methods)}"
+            )
         if method not in snap.methods:
-            raise APIError(400, "unsupported_method", f"method {shown(method)} needs LLM-built parts this index lacks; it offers {', '.join(snap.methods)}")
+            raise APIError(
+                400,
+                "unsupported_method",
+                f"method {shown(method)} needs LLM-built parts this index lacks; it offers {', '.join(snap.methods)}",
+            )
         if len(body.query) > serve.max_query_chars:
-            raise APIError(422, "query_too_long", f"query of {len(body.query)} characters; the limit is {serve.max_query_chars}")
+            raise APIError(
+                422, "query_too_long", f"query of {len(body.query)} characters; the limit is {serve.max_query_chars}"
+            )
         if body.budget is not None and body.budget > serve.max_budget:
             raise APIError(422, "budget_too_large", f"budget {body.budget} over the server's limit {serve.max_budget}")
         overrides = dotted_keys(body.params)
@@ -335,12 +399,20 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         # No lock across the retrieval: the models lock themselves per call, so a long search
         # only ever delays others by one model call, and the deadline stops it.
         try:
-            return snap, snap.retriever.retrieve(body.query, method=method, budget=body.budget, metadata_filter=flt, overrides=overrides,
-                                                 deadline=serve.request_deadline)
+            return snap, snap.retriever.retrieve(
+                body.query,
+                method=method,
+                budget=body.budget,
+                metadata_filter=flt,
+                overrides=overrides,
+                deadline=serve.request_deadline,
+            )
         except DeadlineExceeded as exc:
             raise APIError(504, "deadline_exceeded", f"{exc} (serve.request_deadline)") from None
 
-    def retrieval_in_snapshot(request: Request, body: RetrieveRequest, who: Principal) -> tuple[Snapshot, RetrievalResult]:
+    def retrieval_in_snapshot(
+        request: Request, body: RetrieveRequest, who: Principal
+    ) -> tuple[Snapshot, RetrievalResult]:
         """The retrieval under a counted snapshot: garbage collection spares its version until it ends."""
         with holder.snapshot() as snap:
             return run_retrieval(request, body, who, snap)
@@ -349,7 +421,11 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         """JSON has no Infinity/NaN: a result with one is refused, never sent as null or as a bare literal."""
         found = non_finite_at(payload)
         if found:
-            raise APIError(422, "non_finite_result", f"{found} is not a finite number: the request's params make scores overflow; use smaller settings")
+            raise APIError(
+                422,
+                "non_finite_result",
+                f"{found} is not a finite number: the request's params make scores overflow; use smaller settings",
+            )
         return payload
 
     @app.get("/healthz", tags=["service"])
@@ -359,7 +435,10 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
 
     @app.get("/metrics", tags=["service"], response_class=Response)
     def prometheus(who: Principal = Depends(admin)) -> Response:
-        """Prometheus text format (admin scope): request counts and latencies, LLM tokens, documents, job queue depth."""
+        """Prometheus text format (admin scope).
+
+        Request counts and latencies, LLM tokens, documents, job queue depth.
+        """
         metrics.queue_depth.set(jobs.queue_depth())
         metrics.documents.set(len(holder.current.doc_ids))
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
@@ -369,9 +448,19 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         """Live version, models, limits and the methods this index offers; counts and pending jobs for admins only."""
         snap = holder.current
         manifest = snap.index.manifest
-        info = {"version": snap.version, "methods": list(snap.methods), "default_method": config.retrieval.method, "models": manifest.get("models", {}),
-                "limits": {"max_query_chars": serve.max_query_chars, "max_budget": serve.max_budget, "max_documents": serve.max_documents,
-                           "max_filter_keys": serve.max_filter_keys, "max_filter_values": serve.max_filter_values}}
+        info = {
+            "version": snap.version,
+            "methods": list(snap.methods),
+            "default_method": config.retrieval.method,
+            "models": manifest.get("models", {}),
+            "limits": {
+                "max_query_chars": serve.max_query_chars,
+                "max_budget": serve.max_budget,
+                "max_documents": serve.max_documents,
+                "max_filter_keys": serve.max_filter_keys,
+                "max_filter_values": serve.max_filter_values,
+            },
+        }
         if who.admin:  # counts include documents a reader may not read
             info.update(counts=manifest.get("counts", {}), jobs_pending=jobs.queue_depth())
         return info
@@ -385,28 +474,46 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     @app.post("/v1/answer", tags=["query"])
     async def answer(request: Request, body: RetrieveRequest, who: Principal = Depends(principal)) -> dict[str, Any]:
         """An answer with citations and the evidence path; 503 with Retry-After if the LLM backend is down or slow or
-        every answer slot stays busy for serve.answer_timeout; ``evidence_dropped`` counts evidence left out to fit the model's context."""
+        every answer slot stays busy for serve.answer_timeout; ``evidence_dropped`` counts evidence left out
+        to fit the model's context."""
         snap, result = await run_in_threadpool(retrieval_in_snapshot, request, body, who)
         evidence = finite(result.to_dict())["evidence"]
         try:
             await asyncio.wait_for(answer_slots.acquire(), serve.answer_timeout)
         except TimeoutError:
-            raise APIError(503, "answers_busy", f"all {serve.answer_concurrency} answer slots stayed busy for {serve.answer_timeout:g} s; try again later",
-                           {"Retry-After": busy_retry}) from None
+            raise APIError(
+                503,
+                "answers_busy",
+                f"all {serve.answer_concurrency} answer slots stayed busy for {serve.answer_timeout:g} s; try "
+                "again later",
+                {"Retry-After": busy_retry},
+            ) from None
         try:
-            (reply,), usage = await asyncio.get_running_loop().run_in_executor(answer_pool, answer_many, llm, [result], config.answer)
+            (reply,), usage = await asyncio.get_running_loop().run_in_executor(
+                answer_pool, answer_many, llm, [result], config.answer
+            )
         finally:
             answer_slots.release()
         metrics.llm_tokens.labels("prompt").inc(usage.prompt_tokens)
         metrics.llm_tokens.labels("completion").inc(usage.completion_tokens)
-        return {"answer": reply.text, "found": reply.found, "citations": reply.citations, "version": snap.version, "evidence": evidence,
-                "evidence_dropped": reply.evidence_dropped, "method": result.method, "budget": result.budget}
+        return {
+            "answer": reply.text,
+            "found": reply.found,
+            "citations": reply.citations,
+            "version": snap.version,
+            "evidence": evidence,
+            "evidence_dropped": reply.evidence_dropped,
+            "method": result.method,
+            "budget": result.budget,
+        }
 
     @app.post("/v1/documents", tags=["documents"], status_code=202)
     def insert(body: InsertRequest, who: Principal = Depends(admin)) -> dict[str, Any]:
         """Queue an insert (an existing id is replaced); poll GET /v1/jobs/{id}."""
         if len(body.documents) > serve.max_documents:
-            raise APIError(413, "too_many_documents", f"{len(body.documents)} documents; at most {serve.max_documents} per request")
+            raise APIError(
+                413, "too_many_documents", f"{len(body.documents)} documents; at most {serve.max_documents} per request"
+            )
         ids = [d.id for d in body.documents]
         if len(set(ids)) != len(ids):
             raise APIError(422, "duplicate_ids", "the same document id appears twice in the request")
@@ -423,21 +530,34 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         try:
             return jobs.submit(documents, [])
         except QueueFullError as exc:
-            raise APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from None
+            raise APIError(
+                429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+            ) from None
 
     @app.delete("/v1/documents/{doc_id:path}", tags=["documents"], status_code=202)
     def delete(doc_id: str, who: Principal = Depends(admin)) -> dict[str, Any]:
-        """Queue the removal of a document and everything derived only from it (any id that can be inserted, "/" included, percent-encoded)."""
+        """Queue the removal of a document and everything derived only from it.
+
+        Any id that can be inserted can be deleted: "/" included, percent-encoded.
+        """
         try:
             return jobs.submit([], [doc_id])
         except InputError:  # the only way a single delete can fail validation
-            raise APIError(404, "unknown_document", f"no document {shown(doc_id)} in the index or its queued updates") from None
+            raise APIError(
+                404, "unknown_document", f"no document {shown(doc_id)} in the index or its queued updates"
+            ) from None
         except QueueFullError as exc:
-            raise APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from None
+            raise APIError(
+                429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+            ) from None
 
     @app.get("/v1/jobs/{job_id}", tags=["documents"])
     def job(job_id: str, who: Principal = Depends(admin)) -> dict[str, Any]:
-        """Status of an update job: queued, running, publishing (built, the server is switching to it), done (served now, with its version) or failed (with why)."""
+        """Status of an update job.
+
+        queued, running, publishing (built, the server is switching to it), done (served now, with its
+        version) or failed (with why).
+        """
         try:
             return jobs.job(job_id)
         except InputError:

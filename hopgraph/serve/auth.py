@@ -21,6 +21,7 @@ with :func:`hmac.compare_digest`, so neither the comparison nor the lookup order
 how close a guess was. A tokens file that its group or other users may write is reported with a
 warning: whoever can write it can make themselves admin.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -56,13 +57,17 @@ class TokenRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     token: str | None = Field(None, min_length=16, description="The bearer token itself (at least 16 characters).")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$", description="Hex SHA-256 digest of a token of at least 16 random characters.")
+    sha256: str | None = Field(
+        None,
+        pattern=r"^[0-9a-fA-F]{64}$",
+        description="Hex SHA-256 digest of a token of at least 16 random characters.",
+    )
     user: str = Field(min_length=1)
     groups: list[str] = Field(default_factory=list)
     admin: bool = False
 
     @model_validator(mode="after")
-    def _one_secret(self) -> "TokenRecord":
+    def _one_secret(self) -> TokenRecord:
         if (self.token is None) == (self.sha256 is None):
             raise ValueError("give exactly one of token or sha256")
         return self
@@ -78,8 +83,12 @@ def warn_if_writable_by_others(path: Path) -> None:
     except OSError:
         return  # read_toml reports a missing file
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        warnings.warn(f"tokens file {path} is writable by its group or by other users (mode {stat.filemode(mode)}); "
-                      f"run `chmod go-w {path}`", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"tokens file {path} is writable by its group or by other users (mode {stat.filemode(mode)}); "
+            f"run `chmod go-w {path}`",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 class TokenBook:
@@ -87,11 +96,14 @@ class TokenBook:
 
     def __init__(self, entries: list[tuple[bytes, Principal]]):
         if not entries:
-            raise ConfigError("no API tokens configured: set serve.tokens_file or the serve.tokens_env variable (see `hopgraph serve --help`)")
+            raise ConfigError(
+                "no API tokens configured: set serve.tokens_file or the serve.tokens_env variable (see `hopgraph "
+                "serve --help`)"
+            )
         self._entries = entries
 
     @classmethod
-    def from_records(cls, records: list[Any], source: str) -> "TokenBook":
+    def from_records(cls, records: list[Any], source: str) -> TokenBook:
         entries: list[tuple[bytes, Principal]] = []
         first: dict[bytes, int] = {}
         for n, raw in enumerate(records, 1):
@@ -101,13 +113,15 @@ class TokenBook:
             record = validate_section(TokenRecord, raw, where)
             digest = record.digest()
             if digest in first:
-                raise ConfigError(f"{where}: the same token as token {first[digest]} (each token, or its sha256, may appear once)")
+                raise ConfigError(
+                    f"{where}: the same token as token {first[digest]} (each token, or its sha256, may appear once)"
+                )
             first[digest] = n
             entries.append((digest, Principal(record.user, frozenset(record.groups), record.admin)))
         return cls(entries)
 
     @classmethod
-    def load(cls, tokens_file: str, tokens_env: str) -> "TokenBook":
+    def load(cls, tokens_file: str, tokens_env: str) -> TokenBook:
         records: list[dict[str, Any]] = []
         sources = []
         if tokens_file:

@@ -6,6 +6,7 @@ search whose cost grows as top_k·beam per depth (cue) or that reaches the whole
 keep a core busy long after its deadline matters. The deadline (:mod:`hopgraph.deadline`) stops
 whatever still runs too long; these bounds keep an accepted request's cost near the ordinary.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,4 +62,8 @@ def check_params(overrides: dict[str, Any], limits: RequestLimits) -> None:
             raise OverLimit(setting, f"params.{setting} = {value}: must be a finite number")
         bound = limit_for(setting, limits)
         if bound is not None and value > bound[1]:
-            raise OverLimit(setting, f"params.{setting} = {value:g} is over the server's limit {bound[1]:g} (serve.request_limits.{bound[0]})")
+            raise OverLimit(
+                setting,
+                f"params.{setting} = {value:g} is over the server's limit {bound[1]:g} "
+                f"(serve.request_limits.{bound[0]})",
+            )

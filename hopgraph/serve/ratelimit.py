@@ -1,4 +1,5 @@
 """Per-token request rate limits for the server."""
+
 from __future__ import annotations
 
 import threading

@@ -6,6 +6,7 @@ hopgraph.serve.worker``): model work there never competes with request handling 
 interpreter lock, and a job that dies takes nothing of the server with it. The child builds the
 next version beside the live one; the server loads it completely before switching to it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,9 +17,10 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.index import versions
@@ -77,8 +79,11 @@ class IndexHolder:
     def _open(self) -> Snapshot:
         index = LoadedIndex(self.root)
         warm(index)
-        retriever = Retriever(index, index.config.retrieval.model_copy(update={"method": self.config.retrieval.method}),
-                              device=self.config.embedding.device)
+        retriever = Retriever(
+            index,
+            index.config.retrieval.model_copy(update={"method": self.config.retrieval.method}),
+            device=self.config.embedding.device,
+        )
         methods = tuple(available_methods(index))
         for method in methods:  # first queries pay one-time costs (lazy graphs, reranker) now
             retriever.retrieve("warm up", method=method, budget=200)
@@ -182,7 +187,11 @@ class JobRunner:
             try:
                 self._pass()
             except Exception:  # noqa: BLE001 - the loop must outlive any one failure; the next pass retries
-                print("hopgraph serve: update job loop error (retrying):\n" + traceback.format_exc(), file=sys.stderr, flush=True)
+                print(
+                    "hopgraph serve: update job loop error (retrying):\n" + traceback.format_exc(),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self._stop.wait(1.0)
 
     def _pass(self) -> None:
@@ -198,15 +207,27 @@ class JobRunner:
         except Exception as exc:  # keep serving the old snapshot; the next pass tries again
             print(f"hopgraph serve: cannot load the new index version: {exc}", file=sys.stderr, flush=True)
             return
-        removed = versions.collect_garbage(self.root, keep=self.config.serve.keep_versions, protect=self.holder.versions_in_use)
+        removed = versions.collect_garbage(
+            self.root, keep=self.config.serve.keep_versions, protect=self.holder.versions_in_use
+        )
         if removed:
             print(f"hopgraph serve: removed old index versions {', '.join(removed)}", file=sys.stderr, flush=True)
 
     def _run_child(self) -> float:
         """Run the worker for one batch; returns when it exited (monotonic seconds)."""
         llm = json.dumps(self.config.llm.model_dump())
-        command = [sys.executable, "-m", "hopgraph.serve.worker", str(self.root), "--llm", llm,
-                   "--nice", str(self.config.serve.job_niceness), "--batches", "1"]
+        command = [
+            sys.executable,
+            "-m",
+            "hopgraph.serve.worker",
+            str(self.root),
+            "--llm",
+            llm,
+            "--nice",
+            str(self.config.serve.job_niceness),
+            "--batches",
+            "1",
+        ]
         with self._lock:
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()
@@ -227,7 +248,11 @@ class JobRunner:
         if attempts >= self.config.serve.job_attempts:
             self._crashes = 0
             failed = versions.fail_unfinished(self.root, f"{reason}; gave up after {attempts} attempts")
-            print(f"hopgraph serve: jobs {', '.join(j['id'] for j in failed)} failed after {attempts} attempts", file=sys.stderr, flush=True)
+            print(
+                f"hopgraph serve: jobs {', '.join(j['id'] for j in failed)} failed after {attempts} attempts",
+                file=sys.stderr,
+                flush=True,
+            )
         else:
             self._stop.wait(self.backoff * 2 ** (min(attempts, 10) - 1))  # growing delay before the next attempt
         return exited

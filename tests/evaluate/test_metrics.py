@@ -1,4 +1,5 @@
 """Answer metrics against hand-computed SQuAD values."""
+
 from __future__ import annotations
 
 import pytest

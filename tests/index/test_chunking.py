@@ -5,8 +5,14 @@ from hopgraph.models import count_tokens
 
 
 def _docs(n=4, sentences=40, acl=None):
-    return [Document(id=f"d{i}", text=" ".join(f"Passage {i} sentence {j} mentions river {j % 7}." for j in range(sentences)),
-                     metadata={} if acl is None else {"acl": acl[i]}) for i in range(n)]
+    return [
+        Document(
+            id=f"d{i}",
+            text=" ".join(f"Passage {i} sentence {j} mentions river {j % 7}." for j in range(sentences)),
+            metadata={} if acl is None else {"acl": acl[i]},
+        )
+        for i in range(n)
+    ]
 
 
 def test_cut_points_cover_the_stream_with_overlap():
@@ -36,7 +42,9 @@ def test_layers_are_consistent():
     for text, docs_, unit in zip(layers.sentences.text, layers.sentences.docs, layers.sentences.parent):
         assert text in docs[docs_[0]].text and unit >= 0
         assert text.split(" sentence")[0] in layers.units.text[unit] or docs_[0] in layers.units.docs[unit]
-    assert abs(sum(layers.chunks.tokens) - count_tokens("\n\n".join(d.text for d in docs))) < 30 * len(layers.chunks) + 10
+    assert (
+        abs(sum(layers.chunks.tokens) - count_tokens("\n\n".join(d.text for d in docs))) < 30 * len(layers.chunks) + 10
+    )
 
 
 def test_different_acls_never_share_a_chunk():

@@ -123,12 +123,26 @@ def test_entity_names_are_normalised():
 
 def test_write_cue_graph_links_units_chunks_and_entities(tmp_path):
     store = IndexStore(tmp_path / "index")
-    store.write_table("chunks", {"text": CORPUS[:3], "tokens": [count_tokens(t) for t in CORPUS[:3]],
-                                 "docs": [[0], [0, 1], [2]], "acl": [None, None, ["board"]]})
+    store.write_table(
+        "chunks",
+        {
+            "text": CORPUS[:3],
+            "tokens": [count_tokens(t) for t in CORPUS[:3]],
+            "docs": [[0], [0, 1], [2]],
+            "acl": [None, None, ["board"]],
+        },
+    )
     chunk_units = [
-        ["The Halvern Harbor Institute is a marine research centre.", "The Halvern Harbor Institute was founded in 1962.", "  "],
+        [
+            "The Halvern Harbor Institute is a marine research centre.",
+            "The Halvern Harbor Institute was founded in 1962.",
+            "  ",
+        ],
         [CORPUS[1]],
-        ["The University of Castel Brun was chartered in 1821.", "The University of Castel Brun is known for earth sciences."],
+        [
+            "The University of Castel Brun was chartered in 1821.",
+            "The University of Castel Brun is known for earth sciences.",
+        ],
     ]
     sources = ["llm", "llm", "llm", "sentence", "fallback", "fallback"]
     embedder = load_embedder(EmbeddingConfig(cache=""))

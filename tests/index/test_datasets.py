@@ -1,4 +1,5 @@
 """Benchmark loaders on tiny files in each format, and on the real data when it is present."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,9 @@ def _ircot(qid: str, answer: str, contexts: list[tuple[str, str, bool]]) -> dict
         "question_id": qid,
         "question_text": f"question {qid}?",
         "answers_objects": [{"number": "", "spans": [answer]}, {"spans": [answer, answer + " alias"]}],
-        "contexts": [{"id": str(i), "title": t, "paragraph_text": p, "is_supporting": s}
-                     for i, (t, p, s) in enumerate(contexts)],
+        "contexts": [
+            {"id": str(i), "title": t, "paragraph_text": p, "is_supporting": s} for i, (t, p, s) in enumerate(contexts)
+        ],
     }
 
 
@@ -36,8 +38,9 @@ def _musique(qid: str, paragraphs: list[tuple[str, str, bool]], aliases: list[st
     return {
         "id": qid,
         "question": f"question {qid}?",
-        "paragraphs": [{"idx": i, "title": t, "paragraph_text": p, "is_supporting": s}
-                       for i, (t, p, s) in enumerate(paragraphs)],
+        "paragraphs": [
+            {"idx": i, "title": t, "paragraph_text": p, "is_supporting": s} for i, (t, p, s) in enumerate(paragraphs)
+        ],
         "question_decomposition": [],
         "answer": "gold",
         "answer_aliases": aliases,
@@ -47,37 +50,54 @@ def _musique(qid: str, paragraphs: list[tuple[str, str, bool]], aliases: list[st
 
 def test_ketrag_numbers_documents_by_physical_line(tmp_path: Path) -> None:
     (tmp_path / "document.txt").write_text("first paragraph\n\n  \nfourth paragraph\nlast", encoding="utf-8")
-    _write_json(tmp_path / "qa-pairs.json", [
-        {"id": "2hop__1", "question": "Q1?", "answer": "first"},
-        {"id": "3hop1__2", "question": "Q2?", "answer": "last"},
-    ])
+    _write_json(
+        tmp_path / "qa-pairs.json",
+        [
+            {"id": "2hop__1", "question": "Q1?", "answer": "first"},
+            {"id": "3hop1__2", "question": "Q2?", "answer": "last"},
+        ],
+    )
     bench = load_benchmark(tmp_path)
     assert [d.id for d in bench.documents] == ["p00000", "p00003", "p00004"]
     assert bench.documents[1].text == "fourth paragraph"
     assert bench.documents[1].title == "" and bench.documents[1].metadata == {"line": 3}
     assert [(q.id, q.answers, q.supporting_ids) for q in bench.questions] == [
-        ("2hop__1", ["first"], None), ("3hop1__2", ["last"], None)]
+        ("2hop__1", ["first"], None),
+        ("3hop1__2", ["last"], None),
+    ]
     assert load_benchmark(tmp_path / "qa-pairs.json").questions == bench.questions
     limited = load_benchmark(tmp_path, limit=1)
     assert len(limited.questions) == 1 and len(limited.documents) == 3  # corpus stays whole
 
 
 def test_hipporag_questions_corpus_and_supporting_facts(tmp_path: Path) -> None:
-    corpus = [{"title": "Alpha", "text": "Alpha is a town."}, {"title": "Beta", "text": "Beta river."},
-              {"title": "Alpha", "text": "Alpha is a town."}]
+    corpus = [
+        {"title": "Alpha", "text": "Alpha is a town."},
+        {"title": "Beta", "text": "Beta river."},
+        {"title": "Alpha", "text": "Alpha is a town."},
+    ]
     _write_json(tmp_path / "toy_corpus.json", corpus)
-    _write_json(tmp_path / "toy.json", [
-        {"_id": "h1", "question": "Where?", "answer": "Alpha", "supporting_facts": [["Beta", 0]]},
-        {"id": "h2", "question": "What?", "answer": ["river", "stream"],
-         "paragraphs": [{"title": "Alpha", "paragraph_text": "Alpha is a town.", "is_supporting": True}]},
-        {"question": "Unmarked?", "answers": ["x"]},
-    ])
+    _write_json(
+        tmp_path / "toy.json",
+        [
+            {"_id": "h1", "question": "Where?", "answer": "Alpha", "supporting_facts": [["Beta", 0]]},
+            {
+                "id": "h2",
+                "question": "What?",
+                "answer": ["river", "stream"],
+                "paragraphs": [{"title": "Alpha", "paragraph_text": "Alpha is a town.", "is_supporting": True}],
+            },
+            {"question": "Unmarked?", "answers": ["x"]},
+        ],
+    )
     for path in (tmp_path, tmp_path / "toy.json", tmp_path / "toy_corpus.json"):
         assert detect_format(path) == "hipporag"
         bench = load_benchmark(path)
         assert bench.name == "toy"
-        assert [d.id for d in bench.documents] == [paragraph_id("Alpha", "Alpha is a town."),
-                                                   paragraph_id("Beta", "Beta river.")]
+        assert [d.id for d in bench.documents] == [
+            paragraph_id("Alpha", "Alpha is a town."),
+            paragraph_id("Beta", "Beta river."),
+        ]
         assert bench.documents[0].text == "Alpha is a town." and bench.documents[0].metadata == {"title": "Alpha"}
         q1, q2, q3 = bench.questions
         assert (q1.id, q1.answers, q1.supporting_ids) == ("h1", ["Alpha"], [bench.documents[1].id])
@@ -86,10 +106,13 @@ def test_hipporag_questions_corpus_and_supporting_facts(tmp_path: Path) -> None:
 
 
 def test_ircot_dedupes_paragraphs_and_limit_keeps_the_corpus(tmp_path: Path) -> None:
-    path = _write_jsonl(tmp_path / "dev.jsonl", [
-        _ircot("a", "Rome", [("T1", "p one", True), ("T2", "p two", False), ("T3", "p three", True)]),
-        _ircot("b", "Oslo", [("T2", "p two", True), ("T4", "p four", False)]),
-    ])
+    path = _write_jsonl(
+        tmp_path / "dev.jsonl",
+        [
+            _ircot("a", "Rome", [("T1", "p one", True), ("T2", "p two", False), ("T3", "p three", True)]),
+            _ircot("b", "Oslo", [("T2", "p two", True), ("T4", "p four", False)]),
+        ],
+    )
     bench = load_benchmark(path)
     assert detect_format(path) == "ircot"
     # ordered by paragraph id (content hash), so packing cannot group a question's candidates
@@ -104,8 +127,10 @@ def test_ircot_dedupes_paragraphs_and_limit_keeps_the_corpus(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("suffix", [".json", ".jsonl"])
 def test_musique_official_with_aliases(tmp_path: Path, suffix: str) -> None:
-    records = [_musique("2hop__1", [("A", "a text", True), ("B", "b text", False)], ["g", "gold"]),
-               _musique("2hop__2", [("B", "b text", True)], [])]
+    records = [
+        _musique("2hop__1", [("A", "a text", True), ("B", "b text", False)], ["g", "gold"]),
+        _musique("2hop__2", [("B", "b text", True)], []),
+    ]
     path = tmp_path / f"musique{suffix}"
     _write_json(path, records) if suffix == ".json" else _write_jsonl(path, records)
     bench = load_benchmark(path)
@@ -125,8 +150,10 @@ def test_clear_errors_name_the_file(tmp_path: Path) -> None:
     other = _write_json(tmp_path / "other.json", [{"foo": 1}])
     with pytest.raises(InputError, match=r"other\.json: not a recognised benchmark"):
         load_benchmark(other)
-    bad = _write_jsonl(tmp_path / "bad.jsonl", [_ircot("a", "x", [("T", "p", True)]),
-                                                  {"question_id": "b", "question_text": "q", "contexts": 5}])
+    bad = _write_jsonl(
+        tmp_path / "bad.jsonl",
+        [_ircot("a", "x", [("T", "p", True)]), {"question_id": "b", "question_text": "q", "contexts": 5}],
+    )
     with pytest.raises(InputError, match=r"bad\.jsonl:2: missing or invalid 'contexts'"):
         load_benchmark(bad)
     latin = tmp_path / "latin.jsonl"

@@ -1,4 +1,5 @@
 """Graph builders on the indexed sample corpus, checked against their definitions computed by brute force."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,9 @@ def parts(sample_index):
     return store.read_array("chunk_vectors"), store.read_graph("postings_chunks"), store.read_array("keyword_vectors")
 
 
-def brute_knn(vectors: np.ndarray, postings: sp.csr_matrix, k: int, max_df: float, max_postings: int) -> set[tuple[int, int]]:
+def brute_knn(
+    vectors: np.ndarray, postings: sp.csr_matrix, k: int, max_df: float, max_postings: int
+) -> set[tuple[int, int]]:
     """KET Alg. 3 lines 2–7 written out: top ⌈K/2⌉ by shared keywords, then top ⌊K/2⌋ by cosine not yet chosen."""
     binary = (postings > 0).astype(np.int64).toarray()
     df = binary.sum(axis=0)
@@ -84,7 +87,9 @@ def test_core_chunks_follow_concept_rank(parts):
     rank = graphs.node_rank(concepts, 0.85)
     assert rank.sum() == pytest.approx(1.0)
     chunk_scores = graphs.chunk_rank_from_concepts(postings, rank)
-    expected = [rank[postings.indices[postings.indptr[c] : postings.indptr[c + 1]]].sum() for c in range(postings.shape[0])]
+    expected = [
+        rank[postings.indices[postings.indptr[c] : postings.indptr[c + 1]]].sum() for c in range(postings.shape[0])
+    ]
     np.testing.assert_allclose(chunk_scores, expected, rtol=1e-9)
     core = graphs.core_chunks(chunk_scores, 0.5)
     assert len(core) == int(np.ceil(0.5 * len(chunk_scores)))

@@ -1,4 +1,5 @@
 """Corpus reading: good files keep their metadata, and every kind of bad input is reported, not fatal."""
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,22 @@ def test_txt_md_and_jsonl_with_metadata(tmp_path: Path) -> None:
     guide = tmp_path / "guide.md"
     guide.write_text("intro line\n\n#   Install Guide ##\n\n## Later\n", encoding="utf-8")
     records = tmp_path / "records.jsonl"
-    records.write_text(_lines(
-        {"id": "r1", "text": "First record.", "title": "One", "acl": ["hr", "legal"],
-         "timestamp": "2024-05-01T12:00:00Z", "author": "kim", "metadata": {"team": "ops"}},
-        "",
-        {"text": "Second record.", "acl": "public"},
-    ), encoding="utf-8")
+    records.write_text(
+        _lines(
+            {
+                "id": "r1",
+                "text": "First record.",
+                "title": "One",
+                "acl": ["hr", "legal"],
+                "timestamp": "2024-05-01T12:00:00Z",
+                "author": "kim",
+                "metadata": {"team": "ops"},
+            },
+            "",
+            {"text": "Second record.", "acl": "public"},
+        ),
+        encoding="utf-8",
+    )
     result = read_corpus([notes, guide, records], default_metadata={"tenant": "acme", "team": "default"})
     assert result.problems == []
     by_id = {d.id: d for d in result.documents}
@@ -146,8 +157,17 @@ def test_benchmark_inputs_are_recognised_by_content(tmp_path: Path) -> None:
     (hippo / "toy_corpus.json").write_text('[{"title": "T", "text": "titled text"}]', encoding="utf-8")
     (hippo / "toy.json").write_text('[{"id": "h", "question": "Q?", "answer": "x"}]', encoding="utf-8")
     renamed = tmp_path / "corpus" / "questions.jsonl"  # IRCoT content under a neutral name
-    renamed.write_text(_lines({"question_id": "i", "question_text": "Q?", "answers_objects": [],
-                               "contexts": [{"title": "C", "paragraph_text": "context text"}]}), encoding="utf-8")
+    renamed.write_text(
+        _lines(
+            {
+                "question_id": "i",
+                "question_text": "Q?",
+                "answers_objects": [],
+                "contexts": [{"title": "C", "paragraph_text": "context text"}],
+            }
+        ),
+        encoding="utf-8",
+    )
     result = read_corpus([tmp_path / "corpus"], default_metadata={"tenant": "lab"})
     assert result.problems == []
     texts = [d.text for d in result.documents]

@@ -7,7 +7,14 @@ from hopgraph.text import words
 
 
 def test_words_drop_stop_words_and_short_tokens():
-    assert words("The Rudolf Wolf of Zürich was born in 1816, a year.") == ["rudolf", "wolf", "zürich", "born", "1816", "year"]
+    assert words("The Rudolf Wolf of Zürich was born in 1816, a year.") == [
+        "rudolf",
+        "wolf",
+        "zürich",
+        "born",
+        "1816",
+        "year",
+    ]
 
 
 def test_incidence_is_binary_postings():

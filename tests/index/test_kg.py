@@ -3,6 +3,7 @@
 Resolution uses the real MiniLM embedder; the end-to-end tests run the kg_extract stage on a copy
 of the session's sample index against the real stand-in LLM (two chunks, short outputs).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,9 @@ CONCEPT_RANK = np.array([0.40, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0
 
 
 def test_all_selects_every_chunk():
-    assert kg.select_core(ExtractionConfig(kg="all", core_fraction=0.1), KNN_RANK, CONCEPT_RANK).tolist() == list(range(10))
+    assert kg.select_core(ExtractionConfig(kg="all", core_fraction=0.1), KNN_RANK, CONCEPT_RANK).tolist() == list(
+        range(10)
+    )
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5, 0.8, 1.0])
@@ -42,8 +45,16 @@ def test_pagerank_and_concept_cores_are_the_top_ranked_chunks(fraction):
         # every chosen chunk ranks at least as high as every chunk left out
         left_out = np.setdiff1d(np.arange(10), core)
         assert len(left_out) == 0 or rank[core].min() >= rank[left_out].max()
-    assert kg.select_core(ExtractionConfig(kg="pagerank", core_fraction=0.3), KNN_RANK, CONCEPT_RANK).tolist() == [1, 3, 6]
-    assert kg.select_core(ExtractionConfig(kg="concept", core_fraction=0.3), KNN_RANK, CONCEPT_RANK).tolist() == [0, 8, 9]
+    assert kg.select_core(ExtractionConfig(kg="pagerank", core_fraction=0.3), KNN_RANK, CONCEPT_RANK).tolist() == [
+        1,
+        3,
+        6,
+    ]
+    assert kg.select_core(ExtractionConfig(kg="concept", core_fraction=0.3), KNN_RANK, CONCEPT_RANK).tolist() == [
+        0,
+        8,
+        9,
+    ]
 
 
 def test_pagerank_ties_go_to_the_earlier_chunk():
@@ -63,24 +74,35 @@ def test_random_core_has_the_right_size_and_is_reproducible_by_seed():
 
 
 # ------------------------------------------------------------------ names and resolution
-@pytest.mark.parametrize("name, key", [
-    ("The Halvern Harbor Institute", "halvern harbor institute"),
-    ("  Halvern-Harbor   INSTITUTE. ", "halvern harbor institute"),
-    ("the Sorvik Water Board", "sorvik water board"),
-    ("Theodore Vale", "theodore vale"),  # only the article "the" is dropped
-    ("The", "the"),  # a name that is only an article stays
-    ("O'Neill & Sons", "o neill sons"),
-    ("Halvern Harbor Institute's", "halvern harbor institute"),  # one rule with the CUE entity nodes
-    ("An Orrin gauge", "orrin gauge"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("The Halvern Harbor Institute", "halvern harbor institute"),
+        ("  Halvern-Harbor   INSTITUTE. ", "halvern harbor institute"),
+        ("the Sorvik Water Board", "sorvik water board"),
+        ("Theodore Vale", "theodore vale"),  # only the article "the" is dropped
+        ("The", "the"),  # a name that is only an article stays
+        ("O'Neill & Sons", "o neill sons"),
+        ("Halvern Harbor Institute's", "halvern harbor institute"),  # one rule with the CUE entity nodes
+        ("An Orrin gauge", "orrin gauge"),
+    ],
+)
 def test_one_entity_name_rule(name, key):
     from hopgraph.text import normalise_entity
 
     assert normalise_entity(name) == key
 
 
-NAMES = ["The Halvern Harbor Institute", "Halvern Harbor Institute", "Halvern Harbour Institute",
-         "Sorvik Water Board", "Sorvik Waterboard", "Castel Brun", "Castel-Brun Winery", "Mara Quell"]
+NAMES = [
+    "The Halvern Harbor Institute",
+    "Halvern Harbor Institute",
+    "Halvern Harbour Institute",
+    "Sorvik Water Board",
+    "Sorvik Waterboard",
+    "Castel Brun",
+    "Castel-Brun Winery",
+    "Mara Quell",
+]
 
 
 def test_resolve_merges_equal_names_then_near_duplicates_by_embedding(embedder):
@@ -98,19 +120,46 @@ def test_resolve_merges_equal_names_then_near_duplicates_by_embedding(embedder):
 
 def test_build_tables_keeps_provenance_and_makes_entities_of_relation_ends(embedder):
     results = [
-        {"entities": [{"name": "The Halvern Harbor Institute", "type": "organisation", "description": "Studies tides."},
-                      {"name": "Mara Quell", "type": "person", "description": "Founder."}],
-         "relations": [{"source": "Mara Quell", "target": "Halvern Harbor Institute", "description": "founded it", "strength": 9}]},
+        {
+            "entities": [
+                {"name": "The Halvern Harbor Institute", "type": "organisation", "description": "Studies tides."},
+                {"name": "Mara Quell", "type": "person", "description": "Founder."},
+            ],
+            "relations": [
+                {
+                    "source": "Mara Quell",
+                    "target": "Halvern Harbor Institute",
+                    "description": "founded it",
+                    "strength": 9,
+                }
+            ],
+        },
         None,  # a fallback chunk contributes nothing
-        {"entities": [{"name": "Halvern Harbour Institute", "type": "institute", "description": "In Brisk City."}],
-         "relations": [{"source": "Halvern Harbour Institute", "target": "Brisk City", "description": "located in", "strength": 6}]},
+        {
+            "entities": [{"name": "Halvern Harbour Institute", "type": "institute", "description": "In Brisk City."}],
+            "relations": [
+                {
+                    "source": "Halvern Harbour Institute",
+                    "target": "Brisk City",
+                    "description": "located in",
+                    "strength": 6,
+                }
+            ],
+        },
     ]
     tables = kg.build_tables(results, [0, 3, 5], 6, "smollm2-135m", embedder.encode, 0.92)
     entities, mentions, relations = tables["entities"], tables["mentions"], tables["relations"]
     # Halvern (three spellings) is one entity, named by its most frequent spelling; Brisk City exists
     # only as a relation end and still becomes an entity (type unknown: "thing").
-    assert entities == {"name": ["Halvern Harbour Institute", "Mara Quell", "Brisk City"], "type": ["organisation", "person", "thing"]}
-    assert mentions == {"entity": [0, 1, 0], "chunk": [0, 0, 5], "description": ["Studies tides.", "Founder.", "In Brisk City."]}
+    assert entities == {
+        "name": ["Halvern Harbour Institute", "Mara Quell", "Brisk City"],
+        "type": ["organisation", "person", "thing"],
+    }
+    assert mentions == {
+        "entity": [0, 1, 0],
+        "chunk": [0, 0, 5],
+        "description": ["Studies tides.", "Founder.", "In Brisk City."],
+    }
     assert relations["source"] == [1, 0] and relations["target"] == [0, 2]
     assert relations["description"] == ["founded it", "located in"] and relations["strength"] == [9, 6]
     assert relations["chunk"] == [0, 5] and relations["model"] == ["smollm2-135m"] * 2
@@ -119,15 +168,27 @@ def test_build_tables_keeps_provenance_and_makes_entities_of_relation_ends(embed
     graph = tables["entity_chunks"]
     assert graph.shape == (3, 6) and set(graph.data.tolist()) == {1.0}
     assert graph.toarray().astype(int).tolist() == [[1, 0, 0, 0, 0, 1], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1]]
-    assert kg.entity_texts(entities["name"], mentions) == ["Halvern Harbour Institute: Studies tides. In Brisk City.", "Mara Quell: Founder.", "Brisk City"]
+    assert kg.entity_texts(entities["name"], mentions) == [
+        "Halvern Harbour Institute: Studies tides. In Brisk City.",
+        "Mara Quell: Founder.",
+        "Brisk City",
+    ]
 
 
 def test_build_tables_drops_empty_names_and_relations_of_a_thing_to_itself(embedder):
-    results = [{"entities": [{"name": "...", "type": "thing", "description": "punctuation only"},
-                             {"name": "Mara Quell", "type": "person", "description": "Founder."}],
-                "relations": [{"source": "Mara Quell", "target": "mara quell", "description": "is herself", "strength": 5},
-                              {"source": "Mara Quell", "target": " ", "description": "to nothing", "strength": 5},
-                              {"source": "Mara Quell", "target": "Brisk City", "description": "lives in", "strength": 7}]}]
+    results = [
+        {
+            "entities": [
+                {"name": "...", "type": "thing", "description": "punctuation only"},
+                {"name": "Mara Quell", "type": "person", "description": "Founder."},
+            ],
+            "relations": [
+                {"source": "Mara Quell", "target": "mara quell", "description": "is herself", "strength": 5},
+                {"source": "Mara Quell", "target": " ", "description": "to nothing", "strength": 5},
+                {"source": "Mara Quell", "target": "Brisk City", "description": "lives in", "strength": 7},
+            ],
+        }
+    ]
     tables = kg.build_tables(results, [0], 1, "m", embedder.encode, 0.92)
     assert tables["entities"]["name"] == ["Mara Quell", "Brisk City"]
     assert tables["relations"]["description"] == ["lives in"] and tables["relations"]["source"] == [0]
@@ -148,7 +209,9 @@ def kg_config(sample_config, llm_config, **extraction):
     return sample_config.model_copy(update={"extraction": ExtractionConfig(**settings), "llm": llm_config})
 
 
-def test_kg_stage_adds_a_graph_and_a_rerun_makes_no_llm_calls(tmp_path, sample_index, sample_documents, sample_config, llm_config):
+def test_kg_stage_adds_a_graph_and_a_rerun_makes_no_llm_calls(
+    tmp_path, sample_index, sample_documents, sample_config, llm_config
+):
     out = tmp_path / "index"
     shutil.copytree(sample_index, out)
     store = IndexStore(out)
@@ -202,6 +265,8 @@ def test_kg_stage_adds_a_graph_and_a_rerun_makes_no_llm_calls(tmp_path, sample_i
         record = rerun["stages"]["kg_extract"]["llm"]
         assert record["new_calls"] == 0 and record["cached_calls"] == record["calls"] == llm["calls"]
         assert record["paid_prompt_tokens"] == record["paid_completion_tokens"] == 0
-        assert record["prompt_tokens"] == llm["prompt_tokens"] and record["completion_tokens"] == llm["completion_tokens"]
+        assert (
+            record["prompt_tokens"] == llm["prompt_tokens"] and record["completion_tokens"] == llm["completion_tokens"]
+        )
         assert store.read_table("kg_entities") == entities
         assert store.read_table("kg_relations")["description"] == relations["description"]

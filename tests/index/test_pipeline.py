@@ -15,8 +15,12 @@ def test_index_holds_every_granularity_and_graph(sample_index):
     assert counts["documents"] == 7 and counts["chunks"] >= 5 and counts["units"] >= 2 * counts["chunks"] - 7
     assert counts["sentences"] >= 20 and counts["keywords"] > 100
     dim = index.array("unit_vectors").shape[1]
-    for name, rows in [("unit_vectors", counts["units"]), ("chunk_vectors", counts["chunks"]),
-                       ("sentence_vectors", counts["sentences"]), ("keyword_vectors", counts["keywords"])]:
+    for name, rows in [
+        ("unit_vectors", counts["units"]),
+        ("chunk_vectors", counts["chunks"]),
+        ("sentence_vectors", counts["sentences"]),
+        ("keyword_vectors", counts["keywords"]),
+    ]:
         vectors = index.array(name)
         assert vectors.shape == (rows, dim)
         norms = np.linalg.norm(vectors, axis=1)
@@ -54,7 +58,9 @@ def test_other_corpus_or_settings_are_refused(tmp_path, sample_documents, sample
     changed = sample_config.model_copy(update={"chunking": sample_config.chunking.model_copy(update={"size": 64})})
     with pytest.raises(IndexFormatError, match="--overwrite"):
         build_index(sample_documents[:3], out, changed, progress=False, stop_after="chunks")
-    assert build_index(sample_documents[:3], out, changed, progress=False, overwrite=True, stop_after="chunks")["stages"]
+    assert build_index(sample_documents[:3], out, changed, progress=False, overwrite=True, stop_after="chunks")[
+        "stages"
+    ]
     with pytest.raises(InputError):
         build_index([], tmp_path / "none", sample_config)
 

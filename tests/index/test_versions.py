@@ -1,4 +1,5 @@
 """Versioned indexes and incremental updates: real files, real embedding model, real processes."""
+
 from __future__ import annotations
 
 import json
@@ -36,13 +37,27 @@ QUERIES = [
     "Which river flows through the city where the cartography fair is held?",
 ]
 NEW_DOCUMENTS = [
-    {"id": "tem-observatory", "title": "Tem Observatory", "text": "The Tem Observatory opened in 1994 on the highest hill of Tem island. "
-     "Its main telescope was designed by the optician Ilse Marwick, who later taught at the University of Castel Brun. "
-     "The observatory records the weather for the ferry company that links Sorvik with Tem."},
-    {"id": "lismore-point", "title": "Lismore Point", "text": "Lismore Point is a coastal town twinned with Sorvik. Its lighthouse, built "
-     "in 1872, guided timber barges from the Sorvik mill across Lake Orrin. The town museum keeps the mill's ledgers."},
-    {"id": "aster-bridge", "title": "Aster Bridge", "text": "The Aster Bridge in Castel Brun was rebuilt in 1958 after a flood of the river Aster. "
-     "The engineer Paul Dorsey, a graduate of the university's faculty of earth sciences, led the reconstruction."},
+    {
+        "id": "tem-observatory",
+        "title": "Tem Observatory",
+        "text": "The Tem Observatory opened in 1994 on the highest hill of Tem island. "
+        "Its main telescope was designed by the optician Ilse Marwick, who later taught at the University of "
+        "Castel Brun. "
+        "The observatory records the weather for the ferry company that links Sorvik with Tem.",
+    },
+    {
+        "id": "lismore-point",
+        "title": "Lismore Point",
+        "text": "Lismore Point is a coastal town twinned with Sorvik. Its lighthouse, built "
+        "in 1872, guided timber barges from the Sorvik mill across Lake Orrin. The town museum keeps the mill's "
+        "ledgers.",
+    },
+    {
+        "id": "aster-bridge",
+        "title": "Aster Bridge",
+        "text": "The Aster Bridge in Castel Brun was rebuilt in 1958 after a flood of the river Aster. "
+        "The engineer Paul Dorsey, a graduate of the university's faculty of earth sciences, led the reconstruction.",
+    },
 ]
 
 
@@ -71,7 +86,9 @@ def cache_rows(path: Path) -> int:
 def built(tmp_path_factory, sample_documents, sample_config):
     """An index of the first five sample documents with its own (then warm) vector cache."""
     work = tmp_path_factory.mktemp("versions")
-    config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(work / "cache.sqlite")})})
+    config = sample_config.model_copy(
+        update={"embedding": sample_config.embedding.model_copy(update={"cache": str(work / "cache.sqlite")})}
+    )
     build_index(sample_documents[:5], work / "base", config, progress=False)
     return work
 
@@ -92,7 +109,9 @@ def final_corpus(sample_documents) -> list[Document]:
 def rebuild(tmp_path_factory, final_corpus, sample_config) -> dict:
     """Full rebuild of the final corpus with a cold vector cache (a different cache file)."""
     work = tmp_path_factory.mktemp("rebuild")
-    config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(work / "cold.sqlite")})})
+    config = sample_config.model_copy(
+        update={"embedding": sample_config.embedding.model_copy(update={"cache": str(work / "cold.sqlite")})}
+    )
     build_index(final_corpus, work / "index", config, progress=False)
     return {"dir": work / "index", "evidence": evidence(work / "index")}
 
@@ -103,7 +122,13 @@ def test_update_equals_full_rebuild_and_embeds_only_new_texts(built, index, samp
     job = versions.submit_update(index, [*sample_documents[5:], *new_documents()], [sample_documents[1].id])
     assert job["status"] == "queued" and LoadedIndex(index).version == ""
     [done] = versions.run_pending(index)
-    assert done["status"] == "done" and done["documents"] == {"before": 5, "added": 5, "deleted": 1, "replaced": 0, "after": 9}
+    assert done["status"] == "done" and done["documents"] == {
+        "before": 5,
+        "added": 5,
+        "deleted": 1,
+        "replaced": 0,
+        "after": 9,
+    }
     live = LoadedIndex(index)
     assert live.version == job["id"] and (index / "CURRENT").read_text().strip() == f"versions/{job['id']}"
     expected = LoadedIndex(rebuild["dir"])
@@ -148,7 +173,11 @@ def test_validation_and_replace_by_id(index, sample_documents):
     with pytest.raises(InputError, match="without documents"):
         versions.submit_update(index, [], [d.id for d in sample_documents[:5]])
     assert versions.list_jobs(index) == []  # nothing refused was queued
-    replacement = Document(id="castel-brun.md", title="University of Castel Brun", text="The University of Castel Brun moved to Lake Orrin in 2001.")
+    replacement = Document(
+        id="castel-brun.md",
+        title="University of Castel Brun",
+        text="The University of Castel Brun moved to Lake Orrin in 2001.",
+    )
     versions.submit_update(index, [replacement, new_documents()[0]], [])
     # What queued jobs add counts for the next submission: deleting it is valid before they ran.
     versions.submit_update(index, [], ["tem-observatory", "memo-2024-03"])
@@ -179,7 +208,11 @@ def test_cli_update_jobs_and_clean_errors(index, tmp_path):
     listed = runner.invoke(main, ["jobs", str(index)])
     assert f"live version: {job_id}" in listed.output and "done" in listed.output
     unknown = runner.invoke(main, ["update", str(index), "--delete", "nope"])
-    assert unknown.exit_code == 2 and "unknown document id(s) 'nope'" in unknown.output and "Traceback" not in unknown.output
+    assert (
+        unknown.exit_code == 2
+        and "unknown document id(s) 'nope'" in unknown.output
+        and "Traceback" not in unknown.output
+    )
     assert runner.invoke(main, ["update", str(index), "--resume"]).output.strip() == "no pending jobs"
     inspected = runner.invoke(main, ["inspect", str(index)])
     assert f"version {job_id}" in inspected.output
@@ -207,14 +240,22 @@ def test_sigkilled_cli_update_leaves_index_servable_and_resumes(index, tmp_path)
     assert Retriever(index).retrieve(QUERIES[0], method="ppr").evidence
     resumed = CliRunner().invoke(main, ["update", str(index), "--resume", "-q"])
     assert resumed.exit_code == 0, resumed.output
-    assert LoadedIndex(index).version == job["id"] and LoadedIndex(index).documents["id"][-3:] == [r["id"] for r in NEW_DOCUMENTS]
+    assert LoadedIndex(index).version == job["id"] and LoadedIndex(index).documents["id"][-3:] == [
+        r["id"] for r in NEW_DOCUMENTS
+    ]
 
 
-def test_llm_extraction_update_equals_rebuild_with_the_cached_standin(tmp_path, sample_documents, sample_config, llm_config, final_corpus):
+def test_llm_extraction_update_equals_rebuild_with_the_cached_standin(
+    tmp_path, sample_documents, sample_config, llm_config, final_corpus
+):
     def configured(cache: str):
-        return sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / cache)}),
-                                                "extraction": ExtractionConfig(kg="pagerank", core_fraction=0.1),
-                                                "llm": llm_config.model_copy(update={"max_tokens": 96, "parse_retries": 0})})
+        return sample_config.model_copy(
+            update={
+                "embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / cache)}),
+                "extraction": ExtractionConfig(kg="pagerank", core_fraction=0.1),
+                "llm": llm_config.model_copy(update={"max_tokens": 96, "parse_retries": 0}),
+            }
+        )
 
     build_index(sample_documents[:5], tmp_path / "index", configured("a.sqlite"), progress=False)
     versions.submit_update(tmp_path / "index", [*sample_documents[5:], *new_documents()], [sample_documents[1].id])
@@ -246,7 +287,13 @@ def test_queued_jobs_are_coalesced_into_one_build(index, sample_documents):
     first, second = versions.run_pending(index)
     assert (first["id"], second["id"]) == (insert["id"], delete["id"])
     assert first["status"] == second["status"] == "done" and first["version"] == second["version"] == delete["id"]
-    assert first["documents"]["after"] == 7 and second["documents"] == {"before": 7, "added": 0, "deleted": 2, "replaced": 0, "after": 5}
+    assert first["documents"]["after"] == 7 and second["documents"] == {
+        "before": 7,
+        "added": 0,
+        "deleted": 2,
+        "replaced": 0,
+        "after": 5,
+    }
     assert sorted(p.name for p in (index / "versions").iterdir()) == [delete["id"]]
     expected = [d.id for d in sample_documents[:5] if d.id != "press-2023"] + ["lismore-point"]
     assert LoadedIndex(index).version == delete["id"] and LoadedIndex(index).documents["id"] == expected
@@ -265,7 +312,10 @@ def test_killed_batch_resumes_as_the_same_batch(index):
     assert [(j["id"], j["version"]) for j in done] == [(a["id"], a["id"])]
     assert versions.read_job(index, b["id"])["status"] == versions.read_job(index, c["id"])["status"] == "queued"
     assert [(j["id"], j["version"]) for j in versions.run_pending(index)] == [(b["id"], c["id"]), (c["id"], c["id"])]
-    assert LoadedIndex(index).version == c["id"] and LoadedIndex(index).documents["id"][-2:] == ["tem-observatory", "lismore-point"]
+    assert LoadedIndex(index).version == c["id"] and LoadedIndex(index).documents["id"][-2:] == [
+        "tem-observatory",
+        "lismore-point",
+    ]
     assert "press-2023" not in LoadedIndex(index).documents["id"]
 
 
@@ -281,13 +331,21 @@ def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_docum
             return nlp.pipe(texts, **kwargs)
 
     monkeypatch.setattr(ner, "ner_pipeline", lambda: Counting())
-    config = sample_config.model_copy(update={"embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / "cache" / "vectors.sqlite")}),
-                                              "extraction": ExtractionConfig(cue_alpha=0.0)})
+    config = sample_config.model_copy(
+        update={
+            "embedding": sample_config.embedding.model_copy(
+                update={"cache": str(tmp_path / "cache" / "vectors.sqlite")}
+            ),
+            "extraction": ExtractionConfig(cue_alpha=0.0),
+        }
+    )
     first = build_index(sample_documents[:4], tmp_path / "a", config, progress=False)
     assert sum(texts_seen) == first["counts"]["cue_units"] > 0
     texts_seen.clear()
     second = build_index(sample_documents[:4], tmp_path / "b", config, progress=False)
     assert sum(texts_seen) == 0 and second["counts"]["cue_entities"] == first["counts"]["cue_entities"] > 0
-    assert IndexStore(tmp_path / "a").read_table("cue_entities") == IndexStore(tmp_path / "b").read_table("cue_entities")
+    assert IndexStore(tmp_path / "a").read_table("cue_entities") == IndexStore(tmp_path / "b").read_table(
+        "cue_entities"
+    )
     build_index(sample_documents[:5], tmp_path / "c", config, progress=False)  # one more document: only its new units
     assert 0 < sum(texts_seen) < first["counts"]["cue_units"]

@@ -1,4 +1,5 @@
 """FAISS inverted-list top-k against exact blocked top-k."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Co-occurrence top-k and pair lists against a dense brute-force reference."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Every kernel on CuPy gives the numpy result on the same inputs (skipped without a CUDA device)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,7 +57,9 @@ def test_normalize_rows():
 def test_cosine_topk(block_size, exclude_self):
     vectors = integer_vectors(1, 200, 6)
     want = cosine_topk(vectors, vectors, 12, block_size=block_size, exclude_self=exclude_self)
-    got = cosine_topk(cupy.asarray(vectors), cupy.asarray(vectors), 12, block_size=block_size, exclude_self=exclude_self)
+    got = cosine_topk(
+        cupy.asarray(vectors), cupy.asarray(vectors), 12, block_size=block_size, exclude_self=exclude_self
+    )
     assert isinstance(got[0], cupy.ndarray) and isinstance(got[1], cupy.ndarray)
     np.testing.assert_array_equal(to_numpy(got[0]), want[0])
     np.testing.assert_array_equal(to_numpy(got[1]), want[1])
@@ -78,13 +81,22 @@ def test_pagerank_and_personalized():
     got = pagerank(gpu_graph, tol=1e-12, max_iter=1000)
     assert isinstance(got, cupy.ndarray) and got.dtype == cupy.float64
     np.testing.assert_allclose(to_numpy(got), pagerank(graph, tol=1e-12, max_iter=1000), atol=1e-10)
-    np.testing.assert_allclose(to_numpy(pagerank(gpu_graph, personalization=cupy.asarray(restart), tol=1e-12, max_iter=1000)),
-                               pagerank(graph, personalization=restart, tol=1e-12, max_iter=1000), atol=1e-10)
+    np.testing.assert_allclose(
+        to_numpy(pagerank(gpu_graph, personalization=cupy.asarray(restart), tol=1e-12, max_iter=1000)),
+        pagerank(graph, personalization=restart, tol=1e-12, max_iter=1000),
+        atol=1e-10,
+    )
     seeds = {4: 1.0, 9: 2.0}
-    np.testing.assert_allclose(to_numpy(personalized_pagerank(gpu_graph, seeds, damping=0.5)),
-                               personalized_pagerank(graph, seeds, damping=0.5), atol=1e-10)
-    np.testing.assert_allclose(to_numpy(RandomWalk(gpu_graph).run(personalization=restart, damping=0.3)),
-                               RandomWalk(graph).run(personalization=restart, damping=0.3), atol=1e-10)
+    np.testing.assert_allclose(
+        to_numpy(personalized_pagerank(gpu_graph, seeds, damping=0.5)),
+        personalized_pagerank(graph, seeds, damping=0.5),
+        atol=1e-10,
+    )
+    np.testing.assert_allclose(
+        to_numpy(RandomWalk(gpu_graph).run(personalization=restart, damping=0.3)),
+        RandomWalk(graph).run(personalization=restart, damping=0.3),
+        atol=1e-10,
+    )
 
 
 @pytest.mark.parametrize("min_count", [1, 2])

@@ -1,4 +1,5 @@
 """PageRank / personalised PageRank against networkx on random weighted digraphs."""
+
 from __future__ import annotations
 
 import networkx as nx
@@ -52,7 +53,9 @@ def test_personalized_pagerank_dict_and_vector_seeds():
     from_dict = personalized_pagerank(adjacency, seeds, damping=0.6, tol=TOL, max_iter=1000)
     vector = np.zeros(60)
     vector[[2, 17]] = [1.0, 3.0]
-    np.testing.assert_array_equal(from_dict, personalized_pagerank(adjacency, vector, damping=0.6, tol=TOL, max_iter=1000))
+    np.testing.assert_array_equal(
+        from_dict, personalized_pagerank(adjacency, vector, damping=0.6, tol=TOL, max_iter=1000)
+    )
     np.testing.assert_allclose(from_dict, networkx_rank(adjacency, 0.6, seeds), atol=1e-8)
 
 
@@ -69,7 +72,9 @@ def test_edge_cases():
     assert pagerank(sp.csr_matrix((0, 0))).shape == (0,)
     np.testing.assert_allclose(pagerank(sp.csr_matrix((4, 4))), np.full(4, 0.25))
     duplicated = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 2))
-    np.testing.assert_allclose(pagerank(duplicated, tol=TOL), pagerank(sp.csr_matrix(duplicated.toarray()), tol=TOL), atol=1e-14)
+    np.testing.assert_allclose(
+        pagerank(duplicated, tol=TOL), pagerank(sp.csr_matrix(duplicated.toarray()), tol=TOL), atol=1e-14
+    )
 
 
 def test_bad_input_raises():

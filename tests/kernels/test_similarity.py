@@ -1,4 +1,5 @@
 """Blocked cosine top-k against a brute-force reference (exact ties through small-integer data)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,13 +8,17 @@ import pytest
 from hopgraph.kernels import cosine_topk, normalize_rows
 
 
-def brute_topk(queries: np.ndarray, corpus: np.ndarray, k: int, exclude_self: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def brute_topk(
+    queries: np.ndarray, corpus: np.ndarray, k: int, exclude_self: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     scores = queries.astype(np.float64) @ corpus.astype(np.float64).T
     if exclude_self:
         own = np.arange(min(scores.shape))
         scores[own, own] = -np.inf
     k = min(k, corpus.shape[0] - (1 if exclude_self else 0))
-    order = np.array([np.lexsort((np.arange(len(row)), -row))[:k] for row in scores], dtype=np.int64).reshape(len(scores), k)
+    order = np.array([np.lexsort((np.arange(len(row)), -row))[:k] for row in scores], dtype=np.int64).reshape(
+        len(scores), k
+    )
     return np.take_along_axis(scores, order, axis=1), order
 
 

@@ -6,13 +6,15 @@ a 503 followed by success, a 400, a model that never writes JSON, a look at the 
 body) come from :class:`ScriptedServer`: a real HTTP server on 127.0.0.1 in a thread, spoken to
 over real sockets by the real client. It is the only stand-in for a part in these tests.
 """
+
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 # reply(body, n) -> (status, content, delay_seconds): ``content`` is the assistant text for a 200
 # (wrapped into an OpenAI chat completion) or the raw error body otherwise; ``n`` counts requests from 0.
@@ -22,9 +24,16 @@ Reply = Callable[[dict[str, Any], int], tuple[int, str, float]]
 def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:
     """An OpenAI-shaped chat completion response body."""
     return {
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": "scripted",
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "scripted",
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -83,7 +92,7 @@ class ScriptedServer:
         """The user message of every request received, in arrival order."""
         return [body["messages"][-1]["content"] for body in self.bodies]
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         self._thread.start()
         return self
 

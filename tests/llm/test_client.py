@@ -5,6 +5,7 @@ connection refused) or :class:`tests.llm.ScriptedServer`, a real HTTP server in 
 answers slowly / with a 5xx / with a 400 on purpose: those faults cannot be provoked on demand
 from the stand-in.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,7 +29,12 @@ QUESTIONS = [ask("Name one colour of the sky."), ask("Say the word harbour.")]
 
 
 def scripted_config(server: ScriptedServer, tmp_path, **update) -> LLMConfig:
-    return LLMConfig(base_url=server.base_url, model="scripted", cache=str(tmp_path / "llm.sqlite"), **{"retries": 1, "timeout": 5, **update})
+    return LLMConfig(
+        base_url=server.base_url,
+        model="scripted",
+        cache=str(tmp_path / "llm.sqlite"),
+        **{"retries": 1, "timeout": 5, **update},
+    )
 
 
 # ------------------------------------------------------------------ the real stand-in
@@ -118,7 +124,11 @@ def test_a_4xx_fails_at_once_as_a_request_error_with_the_servers_reason(tmp_path
         assert len(server.bodies) == 1
     message = str(failure.value)
     assert not isinstance(failure.value, LLMUnavailableError)  # a request error, not "down": no Retry-After
-    assert f"refused the request: HTTP {status}" in message and "exceeds the available context size" in message and server.base_url in message
+    assert (
+        f"refused the request: HTTP {status}" in message
+        and "exceeds the available context size" in message
+        and server.base_url in message
+    )
 
 
 @pytest.mark.parametrize("status", [408, 429])
@@ -175,7 +185,10 @@ def test_structured_requests_carry_the_json_schema(tmp_path, monkeypatch):
         on.complete([ask("no schema", 64)])
         off.complete([ask("extract", 64, KG_SCHEMA)])
     constrained, plain, unstructured = server.bodies
-    assert constrained["response_format"] == {"type": "json_schema", "json_schema": {"name": "output", "schema": KG_SCHEMA, "strict": True}}
+    assert constrained["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": KG_SCHEMA, "strict": True},
+    }
     assert constrained["messages"] == [{"role": "user", "content": "extract"}]
     assert constrained["max_tokens"] == 64 and constrained["temperature"] == 0.0 and constrained["model"] == "scripted"
     assert "response_format" not in plain and "response_format" not in unstructured
@@ -197,7 +210,9 @@ def test_answer_evidence_is_fitted_to_the_models_context(llm_config, sample_docu
     evidence: list[Evidence] = []
     while sum(e.tokens for e in evidence) < 12_000:
         text = paragraphs[len(evidence) % len(paragraphs)]
-        evidence.append(Evidence("chunk", len(evidence), 1.0, "text", count_tokens(text), text, len(evidence), ["d"], ["Sample"]))
+        evidence.append(
+            Evidence("chunk", len(evidence), 1.0, "text", count_tokens(text), text, len(evidence), ["d"], ["Sample"])
+        )
     result = RetrievalResult("Who was the first director of the Halvern Harbor Institute?", "text", 12_000, evidence)
     config = AnswerConfig(max_tokens=32)
     (reply,), usage = answer_many(open_llm(llm_config), [result], config)
@@ -208,12 +223,17 @@ def test_answer_evidence_is_fitted_to_the_models_context(llm_config, sample_docu
     # The served model counted the prompt itself: prompt + answer fit the context with room to spare.
     assert usage.prompt_tokens + config.max_tokens <= llm_config.context_tokens
     assert usage.prompt_tokens > 0.5 * llm_config.context_tokens  # and the context is used, not wasted
-    print(f"evidence kept {kept}/{len(evidence)}, served prompt tokens {usage.prompt_tokens} of {llm_config.context_tokens}")
+    print(
+        f"evidence kept {kept}/{len(evidence)}, served prompt tokens {usage.prompt_tokens} of "
+        f"{llm_config.context_tokens}"
+    )
 
 
 def test_retry_after_from_an_overloaded_server_is_honoured(tmp_path):
     # Scripted: a 429 asking for 1.5 s (more than the 0.5 s back-off), then an answer.
-    with ScriptedServer(lambda body, n: (429, '{"error": "slow down"}', 0, {"Retry-After": "1.5"}) if n == 0 else (200, "fine", 0)) as server:
+    with ScriptedServer(
+        lambda body, n: (429, '{"error": "slow down"}', 0, {"Retry-After": "1.5"}) if n == 0 else (200, "fine", 0)
+    ) as server:
         llm = HttpLLM(LLMConfig(base_url=server.base_url, model="scripted", retries=2, timeout=10))
         started = time.perf_counter()
         [done] = llm.complete([ChatRequest((("user", "hi"),))])

@@ -5,6 +5,7 @@ the tolerant path for real). The "model that never writes JSON" and the request-
 :class:`tests.llm.ScriptedServer`, a real HTTP server in a thread, because the stand-in cannot be
 made to fail every time on demand.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -38,12 +39,17 @@ PASSAGES = [
 
 # ------------------------------------------------------------------ parse_json
 def test_parse_json_reads_fenced_json():
-    assert parse_json('Here you go:\n```json\n{"entities": [], "relations": []}\n```\nDone.') == {"entities": [], "relations": []}
+    assert parse_json('Here you go:\n```json\n{"entities": [], "relations": []}\n```\nDone.') == {
+        "entities": [],
+        "relations": [],
+    }
     assert parse_json('```\n["a", "b"]\n```') == ["a", "b"]
 
 
 def test_parse_json_ignores_prose_around_the_json():
-    text = 'Sure! The knowledge units are:\n{"knowledge_units": ["Mara Quell founded the institute."]}\nHope this helps.'
+    text = (
+        'Sure! The knowledge units are:\n{"knowledge_units": ["Mara Quell founded the institute."]}\nHope this helps.'
+    )
     assert parse_json(text) == {"knowledge_units": ["Mara Quell founded the institute."]}
 
 
@@ -62,12 +68,16 @@ def test_parse_json_salvages_the_complete_items_of_truncated_json():
     assert [e["name"] for e in salvaged["entities"]] == ["Mara Quell", "Halvern Harbor Institute"]
     assert [r["strength"] for r in salvaged["relations"]] == [9]
     # ... inside a string item of a list: the finished strings survive, escaped quotes included.
-    assert parse_json('{"knowledge_units": ["One fact.", "A \\"quoted\\" fact.", "Three fa') == {"knowledge_units": ["One fact.", 'A "quoted" fact.']}
+    assert parse_json('{"knowledge_units": ["One fact.", "A \\"quoted\\" fact.", "Three fa') == {
+        "knowledge_units": ["One fact.", 'A "quoted" fact.']
+    }
     # ... with a closing brace inside a string of the unfinished part.
     assert parse_json('{"knowledge_units": ["Kept.", "Cut } here') == {"knowledge_units": ["Kept."]}
 
 
-@pytest.mark.parametrize("text", ["", "I could not find any entities in this passage.", "{not json at all}", '{"entities": [{"name": ', "]["])
+@pytest.mark.parametrize(
+    "text", ["", "I could not find any entities in this passage.", "{not json at all}", '{"entities": [{"name": ', "]["]
+)
 def test_parse_json_returns_none_for_garbage(text):
     assert parse_json(text) is None
 
@@ -78,21 +88,32 @@ def test_validate_kg_drops_bad_items_and_fills_defaults():
         "entities": [
             {"name": "  Mara   Quell ", "type": "person", "description": "Founder\nof it."},
             {"name": "Brisk City"},  # type and description missing: defaults
-            {"name": "   "}, {"type": "person"}, "Jon Vale", None, {"name": 42},  # no usable name: dropped
+            {"name": "   "},
+            {"type": "person"},
+            "Jon Vale",
+            None,
+            {"name": 42},  # no usable name: dropped
         ],
         "relations": [
             {"source": "Mara Quell", "target": "Brisk City", "description": "lived in", "strength": 7.0},
             {"source": "Mara Quell", "target": "Brisk City", "strength": 11},  # out of range: default 5
             {"source": "Mara Quell", "target": "Brisk City", "strength": "8"},  # not a number: default 5
-            {"source": "Mara Quell"}, {"target": "Brisk City"}, {"source": "", "target": "x"}, ["a", "b"],  # no endpoints: dropped
+            {"source": "Mara Quell"},
+            {"target": "Brisk City"},
+            {"source": "", "target": "x"},
+            ["a", "b"],  # no endpoints: dropped
         ],
     }
     assert validate_kg(data) == {
-        "entities": [{"name": "Mara Quell", "type": "person", "description": "Founder of it."},
-                     {"name": "Brisk City", "type": "thing", "description": ""}],
-        "relations": [{"source": "Mara Quell", "target": "Brisk City", "description": "lived in", "strength": 7},
-                      {"source": "Mara Quell", "target": "Brisk City", "description": "", "strength": 5},
-                      {"source": "Mara Quell", "target": "Brisk City", "description": "", "strength": 5}],
+        "entities": [
+            {"name": "Mara Quell", "type": "person", "description": "Founder of it."},
+            {"name": "Brisk City", "type": "thing", "description": ""},
+        ],
+        "relations": [
+            {"source": "Mara Quell", "target": "Brisk City", "description": "lived in", "strength": 7},
+            {"source": "Mara Quell", "target": "Brisk City", "description": "", "strength": 5},
+            {"source": "Mara Quell", "target": "Brisk City", "description": "", "strength": 5},
+        ],
     }
     assert validate_kg({"entities": []}) == {"entities": [], "relations": []}  # relations missing: none
     for not_a_kg in (None, [], "text", {"relations": []}, {"entities": "Mara"}):
@@ -151,8 +172,11 @@ def test_extract_from_the_standin_gives_valid_values_or_recorded_fallbacks(llm_c
     check_consistent(results, usage, task_name, PASSAGES)
     if structured:  # the grammar enforces the schema's string bounds (a looping description is cut, not fatal)
         bound = SENTENCE["maxLength"]
-        texts = [u for r in results if r for u in r] if task_name == "units" else \
-            [item["description"] for r in results if r for item in r["entities"] + r["relations"]]
+        texts = (
+            [u for r in results if r for u in r]
+            if task_name == "units"
+            else [item["description"] for r in results if r for item in r["entities"] + r["relations"]]
+        )
         assert all(len(t) <= bound for t in texts)
     # The same extraction again costs nothing and gives the same results (greedy first attempt,
     # seeded retries, every completion cached).
@@ -166,7 +190,13 @@ def test_extract_from_the_standin_gives_valid_values_or_recorded_fallbacks(llm_c
 def test_a_model_that_never_writes_json_ends_in_fallbacks_not_errors(tmp_path, task_name):
     # Scripted: a model whose every answer is prose (the stand-in cannot be made to fail on demand).
     with ScriptedServer(lambda body, n: (200, "Sorry, I cannot find anything useful in this passage.", 0)) as server:
-        config = LLMConfig(base_url=server.base_url, model="scripted", cache=str(tmp_path / "llm.sqlite"), parse_retries=2, max_tokens=64)
+        config = LLMConfig(
+            base_url=server.base_url,
+            model="scripted",
+            cache=str(tmp_path / "llm.sqlite"),
+            parse_retries=2,
+            max_tokens=64,
+        )
         passages = PASSAGES + ["A third passage."]
         results, usage = extract(open_llm(config), task_name, passages, config)
     assert results == [None, None, None]
@@ -186,7 +216,9 @@ def test_a_retry_after_a_parse_failure_can_succeed(tmp_path):
         return 200, ('{"knowledge_units": ["Jon Vale wrote Grey Water."]}' if body["seed"] == 1 else "No idea."), 0
 
     with ScriptedServer(reply) as server:
-        config = LLMConfig(base_url=server.base_url, model="scripted", cache=str(tmp_path / "llm.sqlite"), parse_retries=1)
+        config = LLMConfig(
+            base_url=server.base_url, model="scripted", cache=str(tmp_path / "llm.sqlite"), parse_retries=1
+        )
         results, usage = extract(open_llm(config), "units", PASSAGES[1:], config)
     assert results == [["Jon Vale wrote Grey Water."]]
     assert (usage.calls, usage.parse_failures, usage.fallbacks) == (2, 1, 0)

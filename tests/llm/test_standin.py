@@ -1,4 +1,5 @@
 """The stand-in server's lifetime: it must not outlive the process that started it."""
+
 from __future__ import annotations
 
 import os

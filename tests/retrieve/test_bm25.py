@@ -1,4 +1,5 @@
 """BM25: scores equal the textbook formula (binary tf) computed directly from the texts."""
+
 from __future__ import annotations
 
 import math

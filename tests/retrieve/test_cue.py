@@ -26,7 +26,9 @@ def cue_index(sample_index, tmp_path_factory):
     shutil.copytree(sample_index, path)
     store = IndexStore(path)
     chunk_units = [[text[a:b] for a, b in sentence_spans(text)] for text in store.read_table("chunks")["text"]]
-    write_cue_graph(store, chunk_units, ["sentence"] * sum(map(len, chunk_units)), load_embedder(EmbeddingConfig(cache="")).encode)
+    write_cue_graph(
+        store, chunk_units, ["sentence"] * sum(map(len, chunk_units)), load_embedder(EmbeddingConfig(cache="")).encode
+    )
     return Retriever(path)
 
 
@@ -70,7 +72,9 @@ def test_beam_search_stays_within_its_bounds(cue_index, top_k, depth, beam):
     query = _query(cue_index, MAYOR)
     usable = np.ones(len(graph.unit_chunk), dtype=bool)
     seeds = cue.anchor_entities(index, graph, query, usable, RetrievalConfig().cue.model_copy(update={"top_k": top_k}))
-    trace = cue.search(graph, seeds, query.vector, usable, _cosine_score(graph, query.vector), top_k=top_k, depth=depth, beam=beam)
+    trace = cue.search(
+        graph, seeds, query.vector, usable, _cosine_score(graph, query.vector), top_k=top_k, depth=depth, beam=beam
+    )
     most_entities = int(np.diff(graph.unit_entities.indptr).max())
     assert trace.seeds == seeds and 1 <= len(trace.beams) <= depth
     assert trace.queue_sizes[0] == len(seeds)
@@ -81,7 +85,9 @@ def test_beam_search_stays_within_its_bounds(cue_index, top_k, depth, beam):
         assert all(state.units == tuple(sorted(set(state.units))) for state in kept)
         assert [s.score for s in kept] == sorted((s.score for s in kept), reverse=True)
         for state in kept:  # query update: φ = φ(q) − Σ φ(k)
-            np.testing.assert_allclose(state.vector, query.vector - graph.unit_vectors[list(state.units)].sum(axis=0), atol=1e-5)
+            np.testing.assert_allclose(
+                state.vector, query.vector - graph.unit_vectors[list(state.units)].sum(axis=0), atol=1e-5
+            )
         if d + 1 < len(trace.queue_sizes):
             assert trace.queue_sizes[d + 1] <= beam * most_entities
     for state in (s for kept in trace.beams for s in kept):
@@ -94,7 +100,17 @@ def test_without_query_update_every_state_keeps_the_query_vector(cue_index):
     query = _query(cue_index, MAYOR)
     usable = np.ones(len(graph.unit_chunk), dtype=bool)
     seeds = cue.anchor_entities(cue_index.index, graph, query, usable, RetrievalConfig().cue)
-    trace = cue.search(graph, seeds, query.vector, usable, _cosine_score(graph, query.vector), top_k=3, depth=2, beam=3, query_update=False)
+    trace = cue.search(
+        graph,
+        seeds,
+        query.vector,
+        usable,
+        _cosine_score(graph, query.vector),
+        top_k=3,
+        depth=2,
+        beam=3,
+        query_update=False,
+    )
     assert all(np.array_equal(s.vector, query.vector) for kept in trace.beams for s in kept)
 
 
@@ -104,12 +120,25 @@ def test_anchoring_switches_select_the_seed_sources(cue_index):
     usable = np.ones(len(graph.unit_chunk), dtype=bool)
     names = index.table("cue_entities")["name"]
     base = RetrievalConfig().cue
-    activation = cue.anchor_entities(index, graph, query, usable, base.model_copy(update={"knowledge_anchoring": False}))
-    anchoring = cue.anchor_entities(index, graph, query, usable, base.model_copy(update={"spreading_activation": False}))
+    activation = cue.anchor_entities(
+        index, graph, query, usable, base.model_copy(update={"knowledge_anchoring": False})
+    )
+    anchoring = cue.anchor_entities(
+        index, graph, query, usable, base.model_copy(update={"spreading_activation": False})
+    )
     both = cue.anchor_entities(index, graph, query, usable, base)
     assert "sorvik" in [names[e] for e in activation] and len(activation) <= 3 * 2  # ≤ K per query entity
     assert both == list(dict.fromkeys(activation + anchoring))
-    assert cue.anchor_entities(index, graph, query, usable, base.model_copy(update={"spreading_activation": False, "knowledge_anchoring": False})) == []
+    assert (
+        cue.anchor_entities(
+            index,
+            graph,
+            query,
+            usable,
+            base.model_copy(update={"spreading_activation": False, "knowledge_anchoring": False}),
+        )
+        == []
+    )
 
 
 def test_forbidden_chunks_are_never_reached(cue_index):

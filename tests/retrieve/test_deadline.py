@@ -1,5 +1,6 @@
 """The request deadline really stops retrieval work: inside the CUE beam search and its reranker,
 the PageRank iterations, concept BFS, ranking and packing (defect: one request ran 20+ minutes)."""
+
 import threading
 import time
 
@@ -79,9 +80,17 @@ def test_a_deadline_belongs_to_its_own_thread():
     assert seen == ["ran"]
 
 
-@pytest.mark.parametrize("setting", [{"ppr": {"graph_weight": float("inf")}}, {"ppr": {"text_weight": 1e308}},
-                                     {"ppr": {"path_weight": float("nan")}}, {"keyword": {"pool_factor": 1e12}},
-                                     {"ppr": {"seed_keywords": 10**9}}, {"concept": {"top_k": 10**9}}])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"ppr": {"graph_weight": float("inf")}},
+        {"ppr": {"text_weight": 1e308}},
+        {"ppr": {"path_weight": float("nan")}},
+        {"keyword": {"pool_factor": 1e12}},
+        {"ppr": {"seed_keywords": 10**9}},
+        {"concept": {"top_k": 10**9}},
+    ],
+)
 def test_retrieval_settings_refuse_infinite_and_huge_values(setting):
     with pytest.raises(ConfigError, match="retrieval"):
         validate_section(RetrievalConfig, setting, "retrieval")

@@ -1,5 +1,6 @@
 """The metadata filter: bounded in size, flat values only, and evaluated in one pass over the
 documents per key (a set lookup per document, never a scan of the allowed values)."""
+
 from __future__ import annotations
 
 import time
@@ -11,13 +12,16 @@ from hopgraph.retrieve.filters import MetadataFilter, check_where
 from hopgraph.retrieve.loaded import LoadedIndex
 
 
-@pytest.mark.parametrize("where,problem", [
-    ({f"k{i}": "v" for i in range(17)}, "17 keys; at most 16"),
-    ({"a": list(range(200)), "b": list(range(57))}, "at most 256"),
-    ({"a": {"$ne": 1}}, "flat list"),
-    ({"a": [["x"]]}, "flat list"),
-    ({"a": [{"b": 1}]}, "flat list"),
-])
+@pytest.mark.parametrize(
+    "where,problem",
+    [
+        ({f"k{i}": "v" for i in range(17)}, "17 keys; at most 16"),
+        ({"a": list(range(200)), "b": list(range(57))}, "at most 256"),
+        ({"a": {"$ne": 1}}, "flat list"),
+        ({"a": [["x"]]}, "flat list"),
+        ({"a": [{"b": 1}]}, "flat list"),
+    ],
+)
 def test_oversized_or_nested_filters_are_refused(where, problem):
     with pytest.raises(ValueError, match=problem):
         check_where(where, 16, 256)
@@ -43,11 +47,13 @@ def test_mask_matches_the_definition_on_a_real_index(sample_index):
     index = LoadedIndex(sample_index)
     docs = index.documents
     some_source = docs["metadata"][0]["source_path"]
-    for flt in (MetadataFilter(where={"source_path": some_source}),
-                MetadataFilter(where={"source_path": [some_source, "nowhere"], "line": [1, 2, 3]}),
-                MetadataFilter(groups=frozenset({"legal"}), allow_unrestricted=False),
-                MetadataFilter(groups=frozenset(), where={"acl": "legal"}),  # a list-valued key never equals a scalar
-                MetadataFilter(where={"missing": None})):
+    for flt in (
+        MetadataFilter(where={"source_path": some_source}),
+        MetadataFilter(where={"source_path": [some_source, "nowhere"], "line": [1, 2, 3]}),
+        MetadataFilter(groups=frozenset({"legal"}), allow_unrestricted=False),
+        MetadataFilter(groups=frozenset(), where={"acl": "legal"}),  # a list-valued key never equals a scalar
+        MetadataFilter(where={"missing": None}),
+    ):
         assert flt.document_mask(index).tolist() == naive_mask(flt, docs)
 
 
@@ -55,9 +61,16 @@ def test_a_large_value_list_costs_one_pass_over_the_documents():
     # A table shaped like LoadedIndex.documents, large enough to show the cost; building a real
     # index of 20,000 documents would take minutes.
     n = 20_000
-    table = SimpleNamespace(documents={"id": [str(i) for i in range(n)], "acl": [None] * n,
-                                       "metadata": [{"team": f"t{i}", "year": 2000 + i % 20} for i in range(n)]})
-    flt = MetadataFilter(groups=frozenset({"x"}), where={"team": [f"t{i}" for i in range(0, n, 2)], "year": [2000, 2002]})
+    table = SimpleNamespace(
+        documents={
+            "id": [str(i) for i in range(n)],
+            "acl": [None] * n,
+            "metadata": [{"team": f"t{i}", "year": 2000 + i % 20} for i in range(n)],
+        }
+    )
+    flt = MetadataFilter(
+        groups=frozenset({"x"}), where={"team": [f"t{i}" for i in range(0, n, 2)], "year": [2000, 2002]}
+    )
     started = time.perf_counter()
     mask = flt.document_mask(table)
     seconds = time.perf_counter() - started

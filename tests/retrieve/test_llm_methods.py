@@ -1,5 +1,6 @@
 """LLM-graph methods end to end: the sample corpus indexed with a KG and a CUE graph extracted by
 the real stand-in server over HTTP, then every LLM-tier method retrieving and answering."""
+
 from __future__ import annotations
 
 import shutil
@@ -25,11 +26,22 @@ def llm_index(tmp_path_factory, sample_index, sample_documents, sample_config, l
 
     out = tmp_path_factory.mktemp("llm") / "index"
     shutil.copytree(sample_index, out)
-    llm = LLMConfig(base_url=llm_server.base_url, model="smollm2-135m", cache=str(out.parent / "llm.sqlite"), max_tokens=160, context_tokens=4096, timeout=120)
-    config = sample_config.model_copy(update={
-        "llm": llm,
-        "extraction": sample_config.extraction.model_copy(update={"kg": "pagerank", "core_fraction": 0.35, "cue_alpha": 0.2}),
-    })
+    llm = LLMConfig(
+        base_url=llm_server.base_url,
+        model="smollm2-135m",
+        cache=str(out.parent / "llm.sqlite"),
+        max_tokens=160,
+        context_tokens=4096,
+        timeout=120,
+    )
+    config = sample_config.model_copy(
+        update={
+            "llm": llm,
+            "extraction": sample_config.extraction.model_copy(
+                update={"kg": "pagerank", "core_fraction": 0.35, "cue_alpha": 0.2}
+            ),
+        }
+    )
     manifest = build_index(sample_documents, out, config, progress=False)
     return out, manifest, llm
 
@@ -61,10 +73,18 @@ def test_llm_methods_return_evidence_within_budget(llm_index, method):
 def test_llm_methods_never_use_forbidden_documents(llm_index, method):
     path, _, _ = llm_index
     retriever = Retriever(path)
-    restricted = {d for d, acl in zip(retriever.index.documents["id"], retriever.index.documents["acl"]) if acl and "board" in acl and "public" not in acl}
+    restricted = {
+        d
+        for d, acl in zip(retriever.index.documents["id"], retriever.index.documents["acl"])
+        if acl and "board" in acl and "public" not in acl
+    }
     assert restricted
-    result = retriever.retrieve("What budget did the Water Board approve for the Sorvik campus?", method=method, budget=2000,
-                                metadata_filter=MetadataFilter(groups=frozenset({"public"})))
+    result = retriever.retrieve(
+        "What budget did the Water Board approve for the Sorvik campus?",
+        method=method,
+        budget=2000,
+        metadata_filter=MetadataFilter(groups=frozenset({"public"})),
+    )
     assert not restricted & set(result.doc_ids)
     assert "3.1 million" not in result.context
 

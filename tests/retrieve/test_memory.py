@@ -1,5 +1,6 @@
 """A server opens one LoadedIndex per published version: each must be freed once dropped, with
 everything cached for it (tables, graphs, the PPR walk, the CUE graph, the reranker)."""
+
 import gc
 import weakref
 
@@ -19,7 +20,12 @@ def test_dropped_indexes_are_collected_with_their_caches(cue_index):  # noqa: F8
         index = retriever.index
         assert reranker_for(index) is reranker_for(index) and ppr.open_walk(index) is ppr.open_walk(index)
         assert cue.cue_graph(index) is cue.cue_graph(index)
-        refs += [weakref.ref(retriever), weakref.ref(index), weakref.ref(cue.cue_graph(index)), weakref.ref(ppr.open_walk(index))]
+        refs += [
+            weakref.ref(retriever),
+            weakref.ref(index),
+            weakref.ref(cue.cue_graph(index)),
+            weakref.ref(ppr.open_walk(index)),
+        ]
         del retriever, index
     gc.collect()
     assert [r for r in refs if r() is not None] == []

@@ -32,11 +32,15 @@ def test_each_method_finds_the_bridge_passage_with_a_generous_budget(retriever, 
 @pytest.mark.parametrize("method", LLM_FREE)
 def test_acl_filter_applies_before_packing(retriever, method):
     question = "What budget did the water board approve for the Sorvik campus in 2025?"
-    outsider = retriever.retrieve(question, method=method, budget=2000, metadata_filter=MetadataFilter(groups=frozenset({"operations"})))
+    outsider = retriever.retrieve(
+        question, method=method, budget=2000, metadata_filter=MetadataFilter(groups=frozenset({"operations"}))
+    )
     assert "budget-2025" not in outsider.doc_ids
     assert all("3.1 million" not in e.text for e in outsider.evidence)
     assert "memo-2024-03" in outsider.doc_ids or method == "text" or outsider.tokens < 2000
-    board = retriever.retrieve(question, method=method, budget=2000, metadata_filter=MetadataFilter(groups=frozenset({"board"})))
+    board = retriever.retrieve(
+        question, method=method, budget=2000, metadata_filter=MetadataFilter(groups=frozenset({"board"}))
+    )
     assert "budget-2025" in board.doc_ids
 
 
@@ -60,7 +64,9 @@ def test_knng_best_neighbour_matches_a_row_by_row_scan():
     best, via = _best_neighbour(graph, scores)
     for row in range(300):
         neighbours = graph.indices[graph.indptr[row] : graph.indptr[row + 1]]
-        expected = (scores[neighbours].max(), neighbours[np.argmax(scores[neighbours])]) if len(neighbours) else (-1, -1)
+        expected = (
+            (scores[neighbours].max(), neighbours[np.argmax(scores[neighbours])]) if len(neighbours) else (-1, -1)
+        )
         assert (best[row], via[row]) == expected
 
 

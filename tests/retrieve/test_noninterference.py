@@ -8,6 +8,7 @@ whichever codeword is there, even when asking for it by name (else results confi
 Isolation mode (access.isolation): a groupless reader's results equal, piece for piece, those of an
 index built from the unrestricted documents alone.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -33,17 +34,33 @@ BOARD = MetadataFilter(groups=frozenset({"board"}))
 
 def secrets(codeword: str) -> list[Document]:
     return [
-        Document(id="secret-board", title="Board succession", metadata={"acl": ["board"]},
-                 text=f"The board plans to replace its chair Priya Anand with the hydrologist Tomas Wrenfield in 2026 under the plan {codeword}. "
-                      "Lake Orrin monitoring moves to Castel Brun and the tide gauges of the Halvern Harbor Institute are sold."),
-        Document(id="secret-ops", title="Vessel incident", metadata={"acl": ["operations"]},
-                 text="The research vessel Long Reach ran aground near the island of Tem during a survey. Jonah Brekke led the rescue with a Sorvik ferry."),
+        Document(
+            id="secret-board",
+            title="Board succession",
+            metadata={"acl": ["board"]},
+            text="The board plans to replace its chair Priya Anand with the hydrologist Tomas Wrenfield in 2026 "
+            f"under the plan {codeword}. "
+            "Lake Orrin monitoring moves to Castel Brun and the tide gauges of the Halvern Harbor Institute are sold.",
+        ),
+        Document(
+            id="secret-ops",
+            title="Vessel incident",
+            metadata={"acl": ["operations"]},
+            text="The research vessel Long Reach ran aground near the island of Tem during a survey. Jonah Brekke "
+            "led the rescue with a Sorvik ferry.",
+        ),
     ]
 
 
 def questions(codeword: str) -> list[str]:
-    return [f"What is {codeword}?", f"Who replaces the chair under the plan {codeword}?", f"{codeword} tide gauges Halvern Harbor Institute",
-            "Who founded the Halvern Harbor Institute?", "Where did the Long Reach run aground?", "What does the Water Board monitor in Lake Orrin?"]
+    return [
+        f"What is {codeword}?",
+        f"Who replaces the chair under the plan {codeword}?",
+        f"{codeword} tide gauges Halvern Harbor Institute",
+        "Who founded the Halvern Harbor Institute?",
+        "Where did the Long Reach run aground?",
+        "What does the Water Board monitor in Lake Orrin?",
+    ]
 
 
 def signature(result) -> list[tuple]:
@@ -67,7 +84,9 @@ def test_default_mode_results_do_not_depend_on_forbidden_text(swapped, method):
     for question in questions(CODEWORDS[0]):
         seen = first.retrieve(question, method=method, budget=400, metadata_filter=GUEST)
         other = second.retrieve(question, method=method, budget=400, metadata_filter=GUEST)
-        assert signature(seen) == signature(other), f"{method}: {question!r} retrieves differently when the forbidden codeword changes"
+        assert signature(seen) == signature(other), (
+            f"{method}: {question!r} retrieves differently when the forbidden codeword changes"
+        )
         shown = " ".join(e.path + " " + e.text for e in seen.evidence).lower()
         assert CODEWORDS[0].lower() not in shown and "wrenfield" not in shown
 
@@ -76,17 +95,37 @@ def kg_results(codeword: str, chunks: dict[str, list]) -> tuple[list[dict], list
     """Extraction results for one public and one restricted chunk, standing in for the LLM's: the
     restricted chunk describes a public entity with the codeword and spells its name its own way
     (more often than the public chunk does)."""
-    public = next(c for c, (text, docs) in enumerate(zip(chunks["text"], chunks["docs"])) if "Halvern Harbor Institute" in text and chunks["acl"][c] is None)
+    public = next(
+        c
+        for c, (text, docs) in enumerate(zip(chunks["text"], chunks["docs"]))
+        if "Halvern Harbor Institute" in text and chunks["acl"][c] is None
+    )
     secret = next(c for c, text in enumerate(chunks["text"]) if codeword in text)
     halvern, shouted = "Halvern Harbor Institute", "HALVERN HARBOR INSTITUTE"
     results = [
-        {"entities": [{"name": halvern, "type": "organisation", "description": "A research institute on Lake Orrin."},
-                      {"name": "Lake Orrin", "type": "place", "description": "A lake with tide gauges."}],
-         "relations": [{"source": halvern, "target": "Lake Orrin", "description": "studies the lake", "strength": 7}]},
-        {"entities": [{"name": shouted, "type": "organisation", "description": f"Sells its tide gauges under the secret plan {codeword}."},
-                      {"name": codeword, "type": "plan", "description": f"{codeword} is the board's secret succession plan."}],
-         "relations": [{"source": shouted, "target": codeword, "description": f"carries out {codeword}", "strength": 9},
-                       {"source": shouted, "target": "Tomas Wrenfield", "description": "will be chaired by", "strength": 8}]},
+        {
+            "entities": [
+                {"name": halvern, "type": "organisation", "description": "A research institute on Lake Orrin."},
+                {"name": "Lake Orrin", "type": "place", "description": "A lake with tide gauges."},
+            ],
+            "relations": [
+                {"source": halvern, "target": "Lake Orrin", "description": "studies the lake", "strength": 7}
+            ],
+        },
+        {
+            "entities": [
+                {
+                    "name": shouted,
+                    "type": "organisation",
+                    "description": f"Sells its tide gauges under the secret plan {codeword}.",
+                },
+                {"name": codeword, "type": "plan", "description": f"{codeword} is the board's secret succession plan."},
+            ],
+            "relations": [
+                {"source": shouted, "target": codeword, "description": f"carries out {codeword}", "strength": 9},
+                {"source": shouted, "target": "Tomas Wrenfield", "description": "will be chaired by", "strength": 8},
+            ],
+        },
     ]
     return results, [public, secret]
 
@@ -108,9 +147,13 @@ def test_default_mode_kg_scores_and_names_entities_from_readable_mentions(swappe
     for question in questions(CODEWORDS[0])[:3]:
         seen = retrievers[0].retrieve(question, method="kg", budget=400, metadata_filter=GUEST)
         other = retrievers[1].retrieve(question, method="kg", budget=400, metadata_filter=GUEST)
-        assert signature(seen) == signature(other), f"kg: {question!r} ranks differently when the forbidden codeword changes"
+        assert signature(seen) == signature(other), (
+            f"kg: {question!r} ranks differently when the forbidden codeword changes"
+        )
         entities = [e.text for e in seen.evidence if e.kind == "entity"]
-        assert any(t.startswith("Halvern Harbor Institute: ") for t in entities)  # the public spelling, not the restricted one
+        assert any(
+            t.startswith("Halvern Harbor Institute: ") for t in entities
+        )  # the public spelling, not the restricted one
         shown = " ".join(e.path + " " + e.text for e in seen.evidence)
         assert CODEWORDS[0].lower() not in shown.lower() and "HALVERN HARBOR" not in shown and "Wrenfield" not in shown
     # A reader of the board's documents sees the restricted mention's name and the codeword entity.
@@ -133,7 +176,9 @@ def test_isolation_builds_one_sub_index_per_acl(isolated):
     root, manifest, _ = isolated
     acls = [p["acl"] for p in manifest["partitions"]]
     assert acls[0] is None and ["board"] in acls and ["operations"] in acls and ["board", "operations"] in acls
-    assert manifest["complete"] and sum(p["documents"] for p in manifest["partitions"]) == len(IndexStore(root / "full").read_table("documents")["id"])
+    assert manifest["complete"] and sum(p["documents"] for p in manifest["partitions"]) == len(
+        IndexStore(root / "full").read_table("documents")["id"]
+    )
     with pytest.raises(IndexFormatError, match="isolation"):
         LoadedIndex(root / "full")
     assert isinstance(Retriever(root / "full"), PartitionedRetriever)
@@ -143,8 +188,9 @@ def compare(full: Retriever, public: Retriever, reader: MetadataFilter) -> list[
     differing = []
     for method in LLM_FREE:
         for question in questions(CODEWORDS[0]):
-            if signature(full.retrieve(question, method=method, budget=400, metadata_filter=reader)) != \
-                    signature(public.retrieve(question, method=method, budget=400, metadata_filter=reader)):
+            if signature(full.retrieve(question, method=method, budget=400, metadata_filter=reader)) != signature(
+                public.retrieve(question, method=method, budget=400, metadata_filter=reader)
+            ):
                 differing.append(f"{method}: {question}")
     return differing
 
@@ -162,11 +208,17 @@ def test_isolation_survives_an_update(isolated, tmp_path):
     root, _, _ = isolated
     path = tmp_path / "full"
     shutil.copytree(root / "full", path)
-    added = Document(id="secret-legal", title="Settlement", metadata={"acl": ["legal"]},
-                     text="The settlement with the Sorvik ferry company is code-named QUARTZFERN and costs 2.4 million.")
+    added = Document(
+        id="secret-legal",
+        title="Settlement",
+        metadata={"acl": ["legal"]},
+        text="The settlement with the Sorvik ferry company is code-named QUARTZFERN and costs 2.4 million.",
+    )
     job = submit_update(path, [added], ["secret-ops"])
     assert run_job(path, job["id"])["status"] == "done"
     updated = Retriever(path)
     assert isinstance(updated, PartitionedRetriever) and updated.index.version == job["id"]
-    assert ["legal"] in [p.acl for p in updated.index.partitions] and ["operations"] not in [p.acl for p in updated.index.partitions]
+    assert ["legal"] in [p.acl for p in updated.index.partitions] and ["operations"] not in [
+        p.acl for p in updated.index.partitions
+    ]
     assert compare(updated, Retriever(root / "public"), GUEST) == []

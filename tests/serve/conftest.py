@@ -11,7 +11,10 @@ from tests.serve.support import SECRET_DOCUMENTS
 @pytest.fixture(scope="session")
 def acl_documents(sample_documents):
     """The sample corpus plus three restricted documents with codewords."""
-    secrets = [Document(id=d["id"], title=d["title"], text=d["text"], source="test", metadata={"acl": d["acl"]}) for d in SECRET_DOCUMENTS]
+    secrets = [
+        Document(id=d["id"], title=d["title"], text=d["text"], source="test", metadata={"acl": d["acl"]})
+        for d in SECRET_DOCUMENTS
+    ]
     return list(sample_documents) + secrets
 
 
@@ -35,7 +38,9 @@ def index_copy(acl_index, tmp_path):
 @pytest.fixture(scope="session")
 def serve_config(sample_config, tmp_path_factory):
     cache = tmp_path_factory.mktemp("serve-cache")
-    return sample_config.model_copy(update={
-        "serve": sample_config.serve.model_copy(update={"rate_limit": 0.0}),
-        "embedding": sample_config.embedding.model_copy(update={"cache": str(cache / "vectors.sqlite")}),
-    })
+    return sample_config.model_copy(
+        update={
+            "serve": sample_config.serve.model_copy(update={"rate_limit": 0.0}),
+            "embedding": sample_config.embedding.model_copy(update={"cache": str(cache / "vectors.sqlite")}),
+        }
+    )

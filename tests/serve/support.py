@@ -1,15 +1,17 @@
 """Helpers shared by the server tests and the ACL benchmark (``scripts/bench_acl.py``): a real uvicorn
 server on a loopback port (:class:`LiveServer`), users and restricted documents, and the ACL audit
 (:func:`audit_acl`). Fixtures live in ``conftest.py``; these are plain importable helpers."""
+
 from __future__ import annotations
 
 import json
 import random
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import httpx
 import uvicorn
@@ -32,19 +34,39 @@ USERS = {
 # Restricted documents, each with a codeword that occurs nowhere else: finding a codeword in a
 # response a reader may not see means text (or a description derived from it) leaked.
 SECRET_DOCUMENTS = [
-    {"id": "secret-legal", "title": "Settlement terms", "acl": ["legal"],
-     "text": "The settlement with the Sorvik ferry company is code-named QUARTZFERN. The Halvern Harbor Institute pays 2.4 million to the ferry company over three years."},
-    {"id": "secret-board", "title": "Board succession", "acl": ["board"],
-     "text": "The board plans to replace its chair Priya Anand with the hydrologist Tomas Wrenfield in 2026 under the plan VELLUMTIDE. Lake Orrin monitoring moves to Castel Brun."},
-    {"id": "secret-ops", "title": "Vessel incident", "acl": ["operations"],
-     "text": "The research vessel Long Reach ran aground near the island of Tem during the MARROWGLEN survey. Jonah Brekke led the rescue with a Sorvik ferry."},
+    {
+        "id": "secret-legal",
+        "title": "Settlement terms",
+        "acl": ["legal"],
+        "text": "The settlement with the Sorvik ferry company is code-named QUARTZFERN. The Halvern Harbor "
+        "Institute pays 2.4 million to the ferry company over three years.",
+    },
+    {
+        "id": "secret-board",
+        "title": "Board succession",
+        "acl": ["board"],
+        "text": "The board plans to replace its chair Priya Anand with the hydrologist Tomas Wrenfield in 2026 "
+        "under the plan VELLUMTIDE. Lake Orrin monitoring moves to Castel Brun.",
+    },
+    {
+        "id": "secret-ops",
+        "title": "Vessel incident",
+        "acl": ["operations"],
+        "text": "The research vessel Long Reach ran aground near the island of Tem during the MARROWGLEN survey. "
+        "Jonah Brekke led the rescue with a Sorvik ferry.",
+    },
 ]
 CODEWORDS = {"secret-legal": "QUARTZFERN", "secret-board": "VELLUMTIDE", "secret-ops": "MARROWGLEN"}
 
 
 def token_book() -> TokenBook:
-    return TokenBook.from_records([{"token": u["token"], "user": name, "groups": u["groups"], "admin": u.get("admin", False)}
-                                   for name, u in USERS.items()], "test tokens")
+    return TokenBook.from_records(
+        [
+            {"token": u["token"], "user": name, "groups": u["groups"], "admin": u.get("admin", False)}
+            for name, u in USERS.items()
+        ],
+        "test tokens",
+    )
 
 
 def auth(user: str) -> dict[str, str]:
@@ -58,14 +80,16 @@ class LiveServer:
         self.port = free_port()
         app = create_app(root, config, tokens or token_book())
         self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         self.thread.start()
         deadline = time.monotonic() + 60
         while not self.server.started:
@@ -112,26 +136,39 @@ def allowed_documents(groups: Iterable[str], doc_acl: dict[str, list[str] | None
     return {d for d, acl in doc_acl.items() if acl is None or mine & set(acl)}
 
 
-def audit_acl(client: httpx.Client, methods: Sequence[str], doc_acl: dict[str, list[str] | None], vocabulary: Sequence[str],
-              queries: int, seed: int = 0, endpoint: str = "/v1/retrieve") -> AclReport:
+def audit_acl(
+    client: httpx.Client,
+    methods: Sequence[str],
+    doc_acl: dict[str, list[str] | None],
+    vocabulary: Sequence[str],
+    queries: int,
+    seed: int = 0,
+    endpoint: str = "/v1/retrieve",
+) -> AclReport:
     """Random queries by random users over every method; counts anything a reader may not see."""
     rng = random.Random(seed)
     report = AclReport()
     users = list(USERS)
     for n in range(queries):
         user, method = rng.choice(users), methods[n % len(methods)]
-        words = rng.sample(vocabulary, k=rng.randint(2, 6)) + ([rng.choice(list(CODEWORDS.values()))] if rng.random() < 0.5 else [])
+        words = rng.sample(vocabulary, k=rng.randint(2, 6)) + (
+            [rng.choice(list(CODEWORDS.values()))] if rng.random() < 0.5 else []
+        )
         body = {"query": " ".join(words), "method": method, "budget": rng.choice([200, 600, 2000])}
         response = client.post(endpoint, json=body, headers=auth(user))
         report.queries += 1
         report.by_method[method] = report.by_method.get(method, 0) + 1
         if response.status_code != 200:
             report.errors += 1
-            report.violations.append({"user": user, "method": method, "status": response.status_code, "body": response.text[:300]})
+            report.violations.append(
+                {"user": user, "method": method, "status": response.status_code, "body": response.text[:300]}
+            )
             continue
         allowed = allowed_documents(USERS[user]["groups"], doc_acl)
         payload = response.json()
-        seen = {d for ev in payload["evidence"] for d in ev["doc_ids"]} | {d for c in payload.get("citations", []) for d in c["doc_ids"]}
+        seen = {d for ev in payload["evidence"] for d in ev["doc_ids"]} | {
+            d for c in payload.get("citations", []) for d in c["doc_ids"]
+        }
         bad = seen - allowed
         text = json.dumps({k: v for k, v in payload.items() if k != "query"})
         # A codeword the query itself names proves nothing when an answer repeats it (models echo
@@ -140,5 +177,13 @@ def audit_acl(client: httpx.Client, methods: Sequence[str], doc_acl: dict[str, l
         report.forbidden_chunks += sum(1 for ev in payload["evidence"] if set(ev["doc_ids"]) - allowed)
         report.leaked_codewords += len(leaked)
         if bad or leaked:
-            report.violations.append({"user": user, "method": method, "query": body["query"], "forbidden_docs": sorted(bad), "codewords": leaked})
+            report.violations.append(
+                {
+                    "user": user,
+                    "method": method,
+                    "query": body["query"],
+                    "forbidden_docs": sorted(bad),
+                    "codewords": leaked,
+                }
+            )
     return report

@@ -1,6 +1,7 @@
 """Access control as a property, through the HTTP API: randomized queries by users with overlapping
 groups, over every method (the LLM ones on a graph the real stand-in extracted), must never return
 a piece, citation, path or description of a document the user may not read."""
+
 from __future__ import annotations
 
 import re
@@ -19,11 +20,20 @@ def llm_index(tmp_path_factory, acl_documents, serve_config, llm_server):
     from hopgraph.config import ExtractionConfig, LLMConfig
 
     cache = tmp_path_factory.mktemp("acl-llm")
-    llm = LLMConfig(base_url=llm_server.base_url, model="smollm2-135m", cache=str(cache / "llm.sqlite"),
-                    max_tokens=160, context_tokens=4096, retries=1, timeout=300)
+    llm = LLMConfig(
+        base_url=llm_server.base_url,
+        model="smollm2-135m",
+        cache=str(cache / "llm.sqlite"),
+        max_tokens=160,
+        context_tokens=4096,
+        retries=1,
+        timeout=300,
+    )
     # Larger chunks than the other tests keep the stand-in's work to a few calls.
     chunking = serve_config.chunking.model_copy(update={"size": 300})
-    config = serve_config.model_copy(update={"llm": llm, "chunking": chunking, "extraction": ExtractionConfig(kg="all", cue_alpha=0.5)})
+    config = serve_config.model_copy(
+        update={"llm": llm, "chunking": chunking, "extraction": ExtractionConfig(kg="all", cue_alpha=0.5)}
+    )
     build_index(acl_documents, cache / "index", config, progress=False)
     return cache / "index", config
 
@@ -37,7 +47,18 @@ def server(llm_index):
 
 def test_the_llm_index_offers_every_method(server):
     with httpx.Client(base_url=server.url, timeout=60) as client:
-        assert client.get("/v1/index", headers=auth("guest")).json()["methods"] == ["text", "knng", "keyword", "concept", "ppr", "kg", "hybrid", "ket", "g2cons", "cue"]
+        assert client.get("/v1/index", headers=auth("guest")).json()["methods"] == [
+            "text",
+            "knng",
+            "keyword",
+            "concept",
+            "ppr",
+            "kg",
+            "hybrid",
+            "ket",
+            "g2cons",
+            "cue",
+        ]
 
 
 def test_no_forbidden_piece_in_1000_random_queries_over_every_method(server, acl_documents):
@@ -55,9 +76,15 @@ def test_answers_cite_only_readable_documents(server, acl_documents):
     vocabulary = ["settlement", "ferry", "succession", "board", "vessel", "aground", "Sorvik", "Orrin"]
     with httpx.Client(base_url=server.url, timeout=300) as client:
         report = audit_acl(client, ["text", "kg", "cue"], doc_acl, vocabulary, queries=6, seed=3, endpoint="/v1/answer")
-        one = client.post("/v1/answer", json={"query": "Which survey was the Long Reach on when it ran aground?", "method": "text", "budget": 400},
-                          headers=auth("ops")).json()
+        one = client.post(
+            "/v1/answer",
+            json={"query": "Which survey was the Long Reach on when it ran aground?", "method": "text", "budget": 400},
+            headers=auth("ops"),
+        ).json()
     assert report.errors == 0 and report.forbidden_chunks == 0 and report.leaked_codewords == 0, report.violations[:3]
     assert {"answer", "found", "citations", "evidence"} <= set(one)
-    assert all(set(c["doc_ids"]) <= {d for d, acl in doc_acl.items() if acl is None or "operations" in acl} for c in one["citations"])
+    assert all(
+        set(c["doc_ids"]) <= {d for d, acl in doc_acl.items() if acl is None or "operations" in acl}
+        for c in one["citations"]
+    )
     assert CODEWORDS["secret-ops"] in " ".join(ev["text"] for ev in one["evidence"])  # ops may read it

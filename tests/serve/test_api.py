@@ -2,6 +2,7 @@
 document updates as jobs. The LLM backend is a closed port here (a real connection refused), so
 /v1/answer must answer 503 while /v1/retrieve keeps working; answers from the real stand-in are in
 test_acl.py."""
+
 from __future__ import annotations
 
 import httpx
@@ -11,13 +12,22 @@ from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.methods import LLM_FREE
 from tests.serve.support import CODEWORDS, LiveServer, auth, wait_for_job, wait_until
 
-ENDPOINTS = [("GET", "/metrics"), ("GET", "/v1/index"), ("POST", "/v1/retrieve"), ("POST", "/v1/answer"),
-             ("POST", "/v1/documents"), ("DELETE", "/v1/documents/sorvik"), ("GET", "/v1/jobs/j1")]
+ENDPOINTS = [
+    ("GET", "/metrics"),
+    ("GET", "/v1/index"),
+    ("POST", "/v1/retrieve"),
+    ("POST", "/v1/answer"),
+    ("POST", "/v1/documents"),
+    ("DELETE", "/v1/documents/sorvik"),
+    ("GET", "/v1/jobs/j1"),
+]
 ADMIN_ONLY = [("POST", "/v1/documents"), ("DELETE", "/v1/documents/sorvik"), ("GET", "/v1/jobs/j1")]
 
 
 def down_llm(config, tmp_path):
-    return config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": str(tmp_path / "llm.sqlite")})
+    return config.llm.model_copy(
+        update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": str(tmp_path / "llm.sqlite")}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +62,11 @@ def test_changing_documents_needs_the_admin_scope(client, verb, path):
 
 
 def test_retrieve_returns_evidence_with_provenance(client):
-    body = client.post("/v1/retrieve", json={"query": "Who was the first director of the Halvern Harbor Institute?", "method": "ppr", "budget": 300},
-                       headers=auth("guest")).json()
+    body = client.post(
+        "/v1/retrieve",
+        json={"query": "Who was the first director of the Halvern Harbor Institute?", "method": "ppr", "budget": 300},
+        headers=auth("guest"),
+    ).json()
     assert body["method"] == "ppr" and body["budget"] == 300 and 0 < body["tokens"] <= 300 and body["version"] == ""
     assert body["evidence"] and all({"doc_ids", "chunk", "path", "text", "score"} <= set(ev) for ev in body["evidence"])
     assert "Mirela Tasch" in " ".join(ev["text"] for ev in body["evidence"])
@@ -62,37 +75,61 @@ def test_retrieve_returns_evidence_with_provenance(client):
 @pytest.mark.parametrize("method", LLM_FREE)
 def test_a_reader_without_the_group_never_sees_a_restricted_document(client, method):
     for user, visible in (("guest", set()), ("bo", {"secret-board"}), ("legal", {"secret-legal", "secret-ops"})):
-        body = client.post("/v1/retrieve", json={"query": "QUARTZFERN VELLUMTIDE MARROWGLEN settlement succession vessel incident", "method": method, "budget": 4000},
-                           headers=auth(user)).json()
+        body = client.post(
+            "/v1/retrieve",
+            json={
+                "query": "QUARTZFERN VELLUMTIDE MARROWGLEN settlement succession vessel incident",
+                "method": method,
+                "budget": 4000,
+            },
+            headers=auth(user),
+        ).json()
         docs = {d for ev in body["evidence"] for d in ev["doc_ids"]}
         assert docs & set(CODEWORDS) == visible & docs
         text = " ".join(ev["text"] for ev in body["evidence"])
         assert not [w for d, w in CODEWORDS.items() if d not in visible and w in text]
     # with the group, the restricted document is found
-    body = client.post("/v1/retrieve", json={"query": "settlement with the ferry company QUARTZFERN", "method": method, "budget": 4000}, headers=auth("legal")).json()
+    body = client.post(
+        "/v1/retrieve",
+        json={"query": "settlement with the ferry company QUARTZFERN", "method": method, "budget": 4000},
+        headers=auth("legal"),
+    ).json()
     assert "secret-legal" in {d for ev in body["evidence"] for d in ev["doc_ids"]}
 
 
 def test_per_request_parameters_are_validated(client):
-    ok = client.post("/v1/retrieve", json={"query": "Sorvik mayor", "method": "ppr", "params": {"ppr": {"damping": 0.6}}}, headers=auth("guest"))
+    ok = client.post(
+        "/v1/retrieve",
+        json={"query": "Sorvik mayor", "method": "ppr", "params": {"ppr": {"damping": 0.6}}},
+        headers=auth("guest"),
+    )
     assert ok.status_code == 200
-    bad = client.post("/v1/retrieve", json={"query": "Sorvik mayor", "method": "ppr", "params": {"ppr": {"damping": 7}}}, headers=auth("guest"))
+    bad = client.post(
+        "/v1/retrieve",
+        json={"query": "Sorvik mayor", "method": "ppr", "params": {"ppr": {"damping": 7}}},
+        headers=auth("guest"),
+    )
     assert bad.status_code == 422 and "damping" in bad.json()["error"]["message"]
-    unknown = client.post("/v1/retrieve", json={"query": "Sorvik mayor", "params": {"no_such": 1}}, headers=auth("guest"))
+    unknown = client.post(
+        "/v1/retrieve", json={"query": "Sorvik mayor", "params": {"no_such": 1}}, headers=auth("guest")
+    )
     assert unknown.status_code == 422 and "no_such" in unknown.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("body,status,code", [
-    ({"query": "x", "method": "no-such-method"}, 400, "unknown_method"),
-    ({"query": "x", "method": "kg"}, 400, "unsupported_method"),  # this index has no LLM graph
-    ({"query": "x" * 2001}, 422, "query_too_long"),
-    ({"query": "x", "budget": 10_000_000}, 422, "budget_too_large"),
-    ({"query": "x", "budget": 3}, 422, "invalid_request"),
-    ({"query": ""}, 422, "invalid_request"),
-    ({"question": "x"}, 422, "invalid_request"),
-    ({"query": "x", "extra": 1}, 422, "invalid_request"),
-    ({"query": 5}, 422, "invalid_request"),
-])
+@pytest.mark.parametrize(
+    "body,status,code",
+    [
+        ({"query": "x", "method": "no-such-method"}, 400, "unknown_method"),
+        ({"query": "x", "method": "kg"}, 400, "unsupported_method"),  # this index has no LLM graph
+        ({"query": "x" * 2001}, 422, "query_too_long"),
+        ({"query": "x", "budget": 10_000_000}, 422, "budget_too_large"),
+        ({"query": "x", "budget": 3}, 422, "invalid_request"),
+        ({"query": ""}, 422, "invalid_request"),
+        ({"question": "x"}, 422, "invalid_request"),
+        ({"query": "x", "extra": 1}, 422, "invalid_request"),
+        ({"query": 5}, 422, "invalid_request"),
+    ],
+)
 def test_bad_requests_get_clear_json_errors(client, body, status, code):
     response = client.post("/v1/retrieve", json=body, headers=auth("guest"))
     assert response.status_code == status, response.text
@@ -101,7 +138,9 @@ def test_bad_requests_get_clear_json_errors(client, body, status, code):
 
 @pytest.mark.parametrize("content", [b"{not json", b'{"query": "\xff\xfe caf\xe9"}', b"", b"[1, 2]"])
 def test_malformed_or_non_utf8_bodies_are_refused(client, content):
-    response = client.post("/v1/retrieve", content=content, headers={**auth("guest"), "Content-Type": "application/json"})
+    response = client.post(
+        "/v1/retrieve", content=content, headers={**auth("guest"), "Content-Type": "application/json"}
+    )
     assert response.status_code in (400, 422)
     assert response.json()["error"]["code"] in ("malformed_json", "invalid_request")
 
@@ -113,7 +152,9 @@ def test_unknown_paths_and_verbs_get_json_errors(client):
 
 def test_an_oversized_body_is_refused_before_it_is_read(client, server):
     limit = server.app.state.holder.config.serve.max_body_bytes
-    response = client.post("/v1/documents", content=b"x" * (limit + 1), headers={**auth("admin"), "Content-Type": "application/json"})
+    response = client.post(
+        "/v1/documents", content=b"x" * (limit + 1), headers={**auth("admin"), "Content-Type": "application/json"}
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
 
 
@@ -124,11 +165,21 @@ def test_unknown_ids_are_404(client):
 
 
 def test_bad_documents_are_refused_with_the_document_named(client):
-    bad_acl = client.post("/v1/documents", json={"documents": [{"id": "d1", "text": "t", "acl": "board"}]}, headers=auth("admin"))
+    bad_acl = client.post(
+        "/v1/documents", json={"documents": [{"id": "d1", "text": "t", "acl": "board"}]}, headers=auth("admin")
+    )
     assert bad_acl.status_code == 422  # acl must be a list
-    stamp = client.post("/v1/documents", json={"documents": [{"id": "d1", "text": "t", "metadata": {"timestamp": "yesterday"}}]}, headers=auth("admin"))
+    stamp = client.post(
+        "/v1/documents",
+        json={"documents": [{"id": "d1", "text": "t", "metadata": {"timestamp": "yesterday"}}]},
+        headers=auth("admin"),
+    )
     assert stamp.status_code == 422 and "d1" in stamp.json()["error"]["message"]
-    twice = client.post("/v1/documents", json={"documents": [{"id": "d1", "text": "a"}, {"id": "d1", "text": "b"}]}, headers=auth("admin"))
+    twice = client.post(
+        "/v1/documents",
+        json={"documents": [{"id": "d1", "text": "a"}, {"id": "d1", "text": "b"}]},
+        headers=auth("admin"),
+    )
     assert twice.status_code == 422 and twice.json()["error"]["code"] == "duplicate_ids"
     assert client.post("/v1/documents", json={"documents": []}, headers=auth("admin")).status_code == 422
 
@@ -136,7 +187,9 @@ def test_bad_documents_are_refused_with_the_document_named(client):
 def test_answer_is_503_when_the_llm_is_down_while_retrieval_keeps_working(client):
     question = {"query": "Who chairs the Orrin Basin Water Board?", "method": "text", "budget": 400}
     down = client.post("/v1/answer", json=question, headers=auth("guest"))
-    assert down.status_code == 503 and down.json()["error"]["code"] == "llm_unavailable" and "Retry-After" in down.headers
+    assert (
+        down.status_code == 503 and down.json()["error"]["code"] == "llm_unavailable" and "Retry-After" in down.headers
+    )
     assert client.post("/v1/retrieve", json=question, headers=auth("guest")).status_code == 200
 
 
@@ -151,7 +204,9 @@ def test_index_info_and_metrics(client):
 
 
 def test_the_rate_limit_is_per_token(acl_index, serve_config):
-    config = serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update={"rate_limit": 1.0, "rate_burst": 3})})
+    config = serve_config.model_copy(
+        update={"serve": serve_config.serve.model_copy(update={"rate_limit": 1.0, "rate_burst": 3})}
+    )
     with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=30) as c:
         codes = [c.get("/v1/index", headers=auth("guest")).status_code for _ in range(5)]
         assert codes[:3] == [200, 200, 200] and codes[-1] == 429
@@ -159,11 +214,20 @@ def test_the_rate_limit_is_per_token(acl_index, serve_config):
 
 
 def test_insert_and_delete_run_as_jobs_and_publish_a_new_version(index_copy, serve_config):
-    new = {"id": "lighthouse", "title": "Orrin lighthouse", "text": "The Orrin lighthouse on Tem island was built in 1894 by the engineer Sela Varro.", "acl": ["press"]}
+    new = {
+        "id": "lighthouse",
+        "title": "Orrin lighthouse",
+        "text": "The Orrin lighthouse on Tem island was built in 1894 by the engineer Sela Varro.",
+        "acl": ["press"],
+    }
     question = {"query": "Who built the Orrin lighthouse?", "method": "text", "budget": 300}
 
     def docs_seen(c, user):
-        return {d for ev in c.post("/v1/retrieve", json=question, headers=auth(user)).json()["evidence"] for d in ev["doc_ids"]}
+        return {
+            d
+            for ev in c.post("/v1/retrieve", json=question, headers=auth(user)).json()["evidence"]
+            for d in ev["doc_ids"]
+        }
 
     with LiveServer(index_copy, serve_config) as live, httpx.Client(base_url=live.url, timeout=60) as c:
         job = c.post("/v1/documents", json={"documents": [new]}, headers=auth("admin"))
@@ -173,7 +237,10 @@ def test_insert_and_delete_run_as_jobs_and_publish_a_new_version(index_copy, ser
         wait_until(lambda: "lighthouse" in live.app.state.holder.current.doc_ids)  # switched once loaded
         assert c.get("/healthz").json()["version"] != ""
         assert "lighthouse" in docs_seen(c, "press") and "lighthouse" not in docs_seen(c, "guest")
-        assert wait_for_job(c, c.delete("/v1/documents/lighthouse", headers=auth("admin")).json()["id"])["status"] == "done"
+        assert (
+            wait_for_job(c, c.delete("/v1/documents/lighthouse", headers=auth("admin")).json()["id"])["status"]
+            == "done"
+        )
         wait_until(lambda: "lighthouse" not in live.app.state.holder.current.doc_ids)
         assert "lighthouse" not in docs_seen(c, "press")
 
@@ -189,7 +256,9 @@ def test_counts_and_metrics_are_for_admins_only(client):
 
 
 def test_llm_errors_name_no_internal_address(client, server):
-    down = client.post("/v1/answer", json={"query": "Who chairs the Orrin Basin Water Board?", "method": "text"}, headers=auth("guest"))
+    down = client.post(
+        "/v1/answer", json={"query": "Who chairs the Orrin Basin Water Board?", "method": "text"}, headers=auth("guest")
+    )
     assert down.status_code == 503
     llm_url = server.app.state.holder.config.llm.base_url  # the index's own setting; the server's is the closed port
     text = down.text
@@ -209,12 +278,14 @@ def test_only_health_and_the_api_description_are_open(client, server):
         if path in open_paths or path == "/docs/oauth2-redirect":
             continue
         for verb in getattr(route, "methods", ()) - {"HEAD"}:
-            assert client.request(verb, path.replace("{doc_id:path}", "x").replace("{job_id}", "x")).status_code == 401, (verb, path)
+            assert (
+                client.request(verb, path.replace("{doc_id:path}", "x").replace("{job_id}", "x")).status_code == 401
+            ), (verb, path)
     assert client.get("/redoc").status_code in (401, 404)
     description = spec["info"]["description"]
     assert all(p in description for p in open_paths)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    server_section = readme[readme.index("## Query server"):readme.index("## Incremental updates")]
+    server_section = readme[readme.index("## Query server") : readme.index("## Incremental updates")]
     for p in open_paths:
         assert f"`GET {p}` | nobody needs a token" in server_section, p
 
@@ -265,7 +336,10 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
             time.sleep(2.0)  # the answers' own retrievals are done; every slot waits on the slow LLM
             waits = []
             for _ in range(3):
-                for request in (lambda: probe.get("/healthz"), lambda: probe.post("/v1/retrieve", json=ANSWER_QUESTION, headers=auth("guest"))):
+                for request in (
+                    lambda: probe.get("/healthz"),
+                    lambda: probe.post("/v1/retrieve", json=ANSWER_QUESTION, headers=auth("guest")),
+                ):
                     started = time.perf_counter()
                     assert request().status_code == 200
                     waits.append(time.perf_counter() - started)

@@ -1,5 +1,6 @@
 """Token records are checked strictly at start-up: a wrong type, an unknown key or the same token
 twice stops the server with a ConfigError instead of granting something by accident."""
+
 from __future__ import annotations
 
 import hashlib
@@ -24,17 +25,20 @@ def test_admin_false_as_a_string_is_refused_not_truthy():
     assert book({"token": TOKEN, "user": "eve", "admin": False}).lookup(TOKEN).admin is False
 
 
-@pytest.mark.parametrize("record,problem", [
-    ({"token": TOKEN, "user": "u", "groups": "legal"}, "groups"),  # a string is not a list of groups
-    ({"token": TOKEN, "user": "u", "groups": ["legal", 3]}, "groups.1"),
-    ({"token": TOKEN, "user": "u", "admin": 1}, "admin"),
-    ({"token": TOKEN, "user": "u", "scope": "admin"}, "scope: Extra inputs are not permitted"),
-    ({"token": TOKEN, "user": ""}, "user"),
-    ({"token": "short", "user": "u"}, "token"),
-    ({"sha256": "abc", "user": "u"}, "sha256"),
-    ({"user": "u"}, "exactly one of token or sha256"),
-    ({"token": TOKEN, "sha256": hashlib.sha256(b"x").hexdigest(), "user": "u"}, "exactly one of token or sha256"),
-])
+@pytest.mark.parametrize(
+    "record,problem",
+    [
+        ({"token": TOKEN, "user": "u", "groups": "legal"}, "groups"),  # a string is not a list of groups
+        ({"token": TOKEN, "user": "u", "groups": ["legal", 3]}, "groups.1"),
+        ({"token": TOKEN, "user": "u", "admin": 1}, "admin"),
+        ({"token": TOKEN, "user": "u", "scope": "admin"}, "scope: Extra inputs are not permitted"),
+        ({"token": TOKEN, "user": ""}, "user"),
+        ({"token": "short", "user": "u"}, "token"),
+        ({"sha256": "abc", "user": "u"}, "sha256"),
+        ({"user": "u"}, "exactly one of token or sha256"),
+        ({"token": TOKEN, "sha256": hashlib.sha256(b"x").hexdigest(), "user": "u"}, "exactly one of token or sha256"),
+    ],
+)
 def test_bad_records_are_refused_with_the_field_named(record, problem):
     with pytest.raises(ConfigError) as failure:
         book({"token": "another-long-token-000", "user": "ok"}, record)
@@ -43,7 +47,10 @@ def test_bad_records_are_refused_with_the_field_named(record, problem):
 
 def test_the_same_token_twice_is_refused_as_token_or_as_digest():
     digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-    for second in ({"token": TOKEN, "user": "mallory", "admin": True}, {"sha256": digest.upper(), "user": "mallory", "admin": True}):
+    for second in (
+        {"token": TOKEN, "user": "mallory", "admin": True},
+        {"sha256": digest.upper(), "user": "mallory", "admin": True},
+    ):
         with pytest.raises(ConfigError, match=r"token 2: the same token as token 1"):
             book({"token": TOKEN, "user": "alice"}, second)
 

@@ -1,6 +1,7 @@
 """One hostile reader cannot freeze the server: per-request parameter bounds (422), a deadline that
 stops the most expensive accepted request (504) while ordinary readers keep being answered, models
 safe to share without a server-wide lock, and a prompt exit on SIGTERM. Real HTTP, real models."""
+
 from __future__ import annotations
 
 import json
@@ -25,14 +26,29 @@ DEADLINE = 2.0
 # how long past its deadline a request may run, and how long it may hold up another reader.
 OVERSHOOT = 10.0
 MAYOR = "Who is the mayor of Sorvik, the town with a campus of the Halvern Harbor Institute?"
-ORDINARY = ["Who was the first director of the Halvern Harbor Institute?", "What budget did the water board approve?", MAYOR]
+ORDINARY = [
+    "Who was the first director of the Halvern Harbor Institute?",
+    "What budget did the water board approve?",
+    MAYOR,
+]
 
 
 def most_expensive(config) -> dict:
     """The costliest cue request the server accepts: every bounded setting at its limit, λ at max_budget."""
     limits = config.serve.request_limits
-    return {"query": MAYOR, "method": "cue", "budget": config.serve.max_budget,
-            "params": {"cue": {"top_k": limits.cue_top_k, "depth": limits.cue_depth, "beam": limits.cue_beam, "chunks": limits.cue_chunks}}}
+    return {
+        "query": MAYOR,
+        "method": "cue",
+        "budget": config.serve.max_budget,
+        "params": {
+            "cue": {
+                "top_k": limits.cue_top_k,
+                "depth": limits.cue_depth,
+                "beam": limits.cue_beam,
+                "chunks": limits.cue_chunks,
+            }
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +57,20 @@ def cue_index(tmp_path_factory, sample_documents, sample_config):
     from hopgraph.index.pipeline import build_index
 
     out = tmp_path_factory.mktemp("cue-serve") / "index"
-    build_index(sample_documents, out, sample_config.model_copy(update={"extraction": sample_config.extraction.model_copy(update={"cue_alpha": 0.0})}), progress=False)
+    build_index(
+        sample_documents,
+        out,
+        sample_config.model_copy(update={"extraction": sample_config.extraction.model_copy(update={"cue_alpha": 0.0})}),
+        progress=False,
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def config(serve_config):
-    return serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update={"request_deadline": DEADLINE})})
+    return serve_config.model_copy(
+        update={"serve": serve_config.serve.model_copy(update={"request_deadline": DEADLINE})}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +95,9 @@ def test_most_expensive_request_is_cut_while_ordinary_readers_are_answered(serve
         with httpx.Client(base_url=server.url, timeout=120) as client:
             while not done.is_set():
                 started = time.monotonic()
-                response = client.post("/v1/retrieve", json={"query": ORDINARY[n % 3], "method": "ppr", "budget": 2000}, headers=auth("bo"))
+                response = client.post(
+                    "/v1/retrieve", json={"query": ORDINARY[n % 3], "method": "ppr", "budget": 2000}, headers=auth("bo")
+                )
                 ordinary.append((time.monotonic() - started, response.status_code))
                 n += 1
 
@@ -88,18 +113,30 @@ def test_most_expensive_request_is_cut_while_ordinary_readers_are_answered(serve
     assert max(seconds for seconds, _ in ordinary) < OVERSHOOT
 
 
-@pytest.mark.parametrize("params,field,limit", [
-    ({"cue": {"depth": 10}}, "params.cue.depth", "serve.request_limits.cue_depth"),
-    ({"cue": {"beam": 100}}, "params.cue.beam", "serve.request_limits.cue_beam"),
-    ({"cue": {"beam": "100"}}, "params.cue.beam", "serve.request_limits.cue_beam"),  # the settings would read "100" as 100
-    ({"cue": {"top_k": 11}}, "params.cue.top_k", "serve.request_limits.cue_top_k"),
-    ({"cue": {"chunks": 1000}}, "params.cue.chunks", "serve.request_limits.cue_chunks"),
-    ({"concept": {"depth": 6}}, "params.concept.depth", "serve.request_limits.concept_depth"),
-    ({"ppr": {"seed_keywords": 5000}}, "params.ppr.seed_keywords", "serve.request_limits.ppr_seed_keywords"),
-    ({"ppr": {"graph_weight": 1e308}}, "params.ppr.graph_weight", "serve.request_limits.weights"),
-])
+@pytest.mark.parametrize(
+    "params,field,limit",
+    [
+        ({"cue": {"depth": 10}}, "params.cue.depth", "serve.request_limits.cue_depth"),
+        ({"cue": {"beam": 100}}, "params.cue.beam", "serve.request_limits.cue_beam"),
+        (
+            {"cue": {"beam": "100"}},
+            "params.cue.beam",
+            "serve.request_limits.cue_beam",
+        ),  # the settings would read "100" as 100
+        ({"cue": {"top_k": 11}}, "params.cue.top_k", "serve.request_limits.cue_top_k"),
+        ({"cue": {"chunks": 1000}}, "params.cue.chunks", "serve.request_limits.cue_chunks"),
+        ({"concept": {"depth": 6}}, "params.concept.depth", "serve.request_limits.concept_depth"),
+        ({"ppr": {"seed_keywords": 5000}}, "params.ppr.seed_keywords", "serve.request_limits.ppr_seed_keywords"),
+        ({"ppr": {"graph_weight": 1e308}}, "params.ppr.graph_weight", "serve.request_limits.weights"),
+    ],
+)
 def test_parameters_over_the_server_limits_are_refused(server, params, field, limit):
-    response = httpx.post(f"{server.url}/v1/retrieve", json={"query": MAYOR, "method": "cue", "params": params}, headers=auth("guest"), timeout=60)
+    response = httpx.post(
+        f"{server.url}/v1/retrieve",
+        json={"query": MAYOR, "method": "cue", "params": params},
+        headers=auth("guest"),
+        timeout=60,
+    )
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["code"] == "over_limit" and field in error["message"] and limit in error["message"]
@@ -107,8 +144,15 @@ def test_parameters_over_the_server_limits_are_refused(server, params, field, li
 
 @pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN"])
 def test_non_finite_numbers_are_refused(server, literal):
-    body = '{"query": "harbor", "method": "ppr", "params": {"ppr": {"text_weight": LITERAL}}}'.replace("LITERAL", literal)  # not JSON, but Python's json reads it
-    response = httpx.post(f"{server.url}/v1/retrieve", content=body, headers={**auth("guest"), "Content-Type": "application/json"}, timeout=60)
+    body = '{"query": "harbor", "method": "ppr", "params": {"ppr": {"text_weight": LITERAL}}}'.replace(
+        "LITERAL", literal
+    )  # not JSON, but Python's json reads it
+    response = httpx.post(
+        f"{server.url}/v1/retrieve",
+        content=body,
+        headers={**auth("guest"), "Content-Type": "application/json"},
+        timeout=60,
+    )
     assert response.status_code == 422 and "ppr.text_weight" in response.json()["error"]["message"]
 
 
@@ -156,9 +200,24 @@ def test_sigterm_stops_the_server_within_seconds_during_an_expensive_request(cue
     port = free_port()
     users = [{"token": USERS["guest"]["token"], "user": "guest", "groups": []}]
     env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)}
-    server = subprocess.Popen([sys.executable, "-m", "hopgraph.cli", "serve", str(cue_index), "--serve.port", str(port),
-                               "--serve.request_deadline", "3", "--serve.rate_limit", "0"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hopgraph.cli",
+            "serve",
+            str(cue_index),
+            "--serve.port",
+            str(port),
+            "--serve.request_deadline",
+            "3",
+            "--serve.rate_limit",
+            "0",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -170,8 +229,12 @@ def test_sigterm_stops_the_server_within_seconds_during_an_expensive_request(cue
                 pass
             assert server.poll() is None and time.monotonic() < deadline, "server did not start"
             time.sleep(0.3)
-        request = threading.Thread(target=lambda: httpx.post(f"{url}/v1/retrieve", json=most_expensive(config), headers=auth("guest"), timeout=120),
-                                   daemon=True)
+        request = threading.Thread(
+            target=lambda: httpx.post(
+                f"{url}/v1/retrieve", json=most_expensive(config), headers=auth("guest"), timeout=120
+            ),
+            daemon=True,
+        )
         request.start()
         time.sleep(1.0)  # the search is under way
         stopped = time.monotonic()

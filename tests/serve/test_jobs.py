@@ -1,6 +1,7 @@
 """Update jobs through the server over real HTTP: the queue bound, coalesced builds, garbage
 collection that spares versions in use, 'done' only once the server answers from the new version,
 and a worker that keeps dying."""
+
 from __future__ import annotations
 
 import os
@@ -25,13 +26,20 @@ def version_dirs(root: Path) -> list[str]:
 
 
 def insert(client: httpx.Client, doc_id: str, text: str) -> httpx.Response:
-    return client.post("/v1/documents", json={"documents": [{"id": doc_id, "text": text, "title": doc_id}]}, headers=auth("admin"))
+    return client.post(
+        "/v1/documents", json={"documents": [{"id": doc_id, "text": text, "title": doc_id}]}, headers=auth("admin")
+    )
 
 
 def test_queue_bound_answers_429_and_queued_jobs_are_one_build(index_copy, serve_config):
-    with LiveServer(index_copy, configured(serve_config, max_queued_jobs=2)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+    with (
+        LiveServer(index_copy, configured(serve_config, max_queued_jobs=2)) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
         with versions._locked(index_copy, ".lock"):  # a job is running: the worker waits, the queue fills
-            first = insert(client, "tem-observatory", "The Tem Observatory opened in 1994 on the highest hill of Tem island.")
+            first = insert(
+                client, "tem-observatory", "The Tem Observatory opened in 1994 on the highest hill of Tem island."
+            )
             second = client.delete("/v1/documents/secret-ops", headers=auth("admin"))
             refused = insert(client, "aster-bridge", "The Aster Bridge in Castel Brun was rebuilt in 1958.")
         assert first.status_code == second.status_code == 202
@@ -64,25 +72,42 @@ def test_deleted_document_is_gone_once_the_job_is_done(index_copy, serve_config)
         assert record["status"] == "done"
         for method in LLM_FREE:  # the very next requests answer from the new version
             body = client.post("/v1/retrieve", json={**query, "method": method}, headers=auth("admin")).json()
-            assert body["version"] == job["id"] and "secret-ops" not in {d for ev in body["evidence"] for d in ev["doc_ids"]}
+            assert body["version"] == job["id"] and "secret-ops" not in {
+                d for ev in body["evidence"] for d in ev["doc_ids"]
+            }
         [switch] = server.app.state.jobs.publish_seconds
-        print(f"submit → done {to_done:.2f} s, worker exit → switch {switch['exit_to_switch']:.2f} s, statuses {sorted(statuses)}")
+        print(
+            f"submit → done {to_done:.2f} s, worker exit → switch {switch['exit_to_switch']:.2f} s, statuses "
+            f"{sorted(statuses)}"
+        )
         assert switch["exit_to_switch"] < to_done
 
 
 def test_server_collects_old_versions_but_spares_those_in_use(index_copy, serve_config):
-    with LiveServer(index_copy, configured(serve_config, keep_versions=1)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+    with (
+        LiveServer(index_copy, configured(serve_config, keep_versions=1)) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
         holder = server.app.state.holder
-        first = wait_for_job(client, insert(client, "note-0", "Note zero about the Sorvik ferry timetable.").json()["id"])
+        first = wait_for_job(
+            client, insert(client, "note-0", "Note zero about the Sorvik ferry timetable.").json()["id"]
+        )
         with holder.snapshot() as held:  # an in-flight request on the first version
             assert held.version == first["version"]
             for n in (1, 2):
-                job = wait_for_job(client, insert(client, f"note-{n}", f"Note {n} about the Sorvik ferry timetable.").json()["id"])
+                job = wait_for_job(
+                    client, insert(client, f"note-{n}", f"Note {n} about the Sorvik ferry timetable.").json()["id"]
+                )
                 assert job["status"] == "done"
             assert first["version"] in version_dirs(index_copy)  # still read: not collected
-            assert "note-0" in held.doc_ids and held.retriever.retrieve("Sorvik ferry timetable", method="ppr", budget=200).evidence
+            assert (
+                "note-0" in held.doc_ids
+                and held.retriever.retrieve("Sorvik ferry timetable", method="ppr", budget=200).evidence
+            )
         for n in (3, 4):
-            last = wait_for_job(client, client.delete(f"/v1/documents/note-{n - 3}", headers=auth("admin")).json()["id"])
+            last = wait_for_job(
+                client, client.delete(f"/v1/documents/note-{n - 3}", headers=auth("admin")).json()["id"]
+            )
             assert last["status"] == "done"
         wait_until(lambda: len(version_dirs(index_copy)) <= 2)  # keep_versions + the live one
         assert first["version"] not in version_dirs(index_copy) and last["version"] in version_dirs(index_copy)
@@ -90,7 +115,10 @@ def test_server_collects_old_versions_but_spares_those_in_use(index_copy, serve_
 
 
 def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(index_copy, serve_config):
-    with LiveServer(index_copy, configured(serve_config, job_attempts=2)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+    with (
+        LiveServer(index_copy, configured(serve_config, job_attempts=2)) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
         runner = server.app.state.jobs
         runner.backoff = 0.2
         # A corrupt job record makes the job loop's own queue check fail: the loop logs it and goes on.
@@ -104,7 +132,10 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
         job = insert(client, "doomed", "A document whose update worker is killed every time.").json()
         killed: set[int] = set()
         deadline = time.monotonic() + 240
-        while (record := client.get(f"/v1/jobs/{job['id']}", headers=auth("admin")).json())["status"] not in ("done", "failed"):
+        while (record := client.get(f"/v1/jobs/{job['id']}", headers=auth("admin")).json())["status"] not in (
+            "done",
+            "failed",
+        ):
             child = runner._child
             started = record["status"] == "running" and record.get("attempts", 0) > len(killed)
             if started and child is not None and child.poll() is None and child.pid not in killed:
@@ -118,5 +149,7 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
         ok = client.post("/v1/retrieve", json={"query": "Sorvik ferry", "method": "ppr"}, headers=auth("guest"))
         assert ok.status_code == 200 and ok.json()["version"] == ""
         # The queue works again afterwards.
-        after = wait_for_job(client, insert(client, "survivor", "A later document about the Sorvik ferry.").json()["id"])
+        after = wait_for_job(
+            client, insert(client, "survivor", "A later document about the Sorvik ferry.").json()["id"]
+        )
         assert after["status"] == "done" and "survivor" in server.app.state.holder.current.doc_ids

@@ -1,6 +1,7 @@
 """Request validation over real HTTP: no non-finite numbers in or out, no empty questions, one
 rule for indexable text shared with the corpus reader, 413 for chunked bodies, bounded filters,
 short ids in messages, and ids with "/" that can be deleted like any other."""
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,14 @@ def post_raw(client, path: str, text: str, user: str = "guest") -> httpx.Respons
 @pytest.mark.parametrize("path", ["/v1/retrieve", "/v1/answer"])
 def test_non_finite_numbers_in_params_are_refused(client, literal, path):
     # text_weight has no upper bound of its own; Python's JSON parser reads these literals as inf/nan.
-    response = post_raw(client, path, f'{{"query": "{QUESTION}", "method": "ppr", "params": {{"ppr": {{"text_weight": {literal}}}}}}}')
+    response = post_raw(
+        client, path, f'{{"query": "{QUESTION}", "method": "ppr", "params": {{"ppr": {{"text_weight": {literal}}}}}}}'
+    )
     assert response.status_code == 422, response.text
-    assert response.json()["error"]["code"] == "invalid_request" and "ppr.text_weight" in response.json()["error"]["message"]
+    assert (
+        response.json()["error"]["code"] == "invalid_request"
+        and "ppr.text_weight" in response.json()["error"]["message"]
+    )
     assert "finite" in response.json()["error"]["message"]
 
 
@@ -65,13 +71,20 @@ def test_a_whitespace_only_query_is_refused(client, query):
     assert response.status_code == 422 and "only whitespace" in response.json()["error"]["message"]
 
 
-BAD_TEXTS = {"blank": " \n\t ", "nul": "harbour\x00records", "bell": "harbour \x07 records", "escape": "colour \x1b[31m red"}
+BAD_TEXTS = {
+    "blank": " \n\t ",
+    "nul": "harbour\x00records",
+    "bell": "harbour \x07 records",
+    "escape": "colour \x1b[31m red",
+}
 
 
 @pytest.mark.parametrize("name", sorted(BAD_TEXTS))
 def test_text_the_corpus_reader_skips_is_refused_by_the_server(client, tmp_path, name):
     text = BAD_TEXTS[name]
-    (tmp_path / "records.jsonl").write_text(json.dumps({"id": "bad", "text": text}) + "\n" + json.dumps({"id": "good", "text": "fine"}) + "\n")
+    (tmp_path / "records.jsonl").write_text(
+        json.dumps({"id": "bad", "text": text}) + "\n" + json.dumps({"id": "good", "text": "fine"}) + "\n"
+    )
     (tmp_path / "bad.txt").write_text(text, encoding="utf-8")
     read = read_corpus([tmp_path])
     assert [d.id for d in read.documents] == ["good"]
@@ -100,32 +113,53 @@ def test_a_chunked_body_over_the_limit_gets_413(client, server):
         for _ in range(blocks):
             yield block
 
-    response = client.post("/v1/documents", content=chunks(), headers={**auth("admin"), "Content-Type": "application/json"})
-    assert "content-length" not in response.request.headers and response.request.headers["transfer-encoding"] == "chunked"
+    response = client.post(
+        "/v1/documents", content=chunks(), headers={**auth("admin"), "Content-Type": "application/json"}
+    )
+    assert (
+        "content-length" not in response.request.headers and response.request.headers["transfer-encoding"] == "chunked"
+    )
     assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
 
 
 def test_ids_echoed_in_messages_are_cut(client):
     long_id = "d" * 5000
-    for response in (client.delete(f"/v1/documents/{long_id}", headers=auth("admin")),
-                     client.get(f"/v1/jobs/{long_id}", headers=auth("admin")),
-                     client.post("/v1/retrieve", json={"query": "x", "method": "m" * 5000}, headers=auth("guest"))):
+    for response in (
+        client.delete(f"/v1/documents/{long_id}", headers=auth("admin")),
+        client.get(f"/v1/jobs/{long_id}", headers=auth("admin")),
+        client.post("/v1/retrieve", json={"query": "x", "method": "m" * 5000}, headers=auth("guest")),
+    ):
         assert response.status_code in (400, 404)
         message = response.json()["error"]["message"]
         assert "…" in message and len(message) < 300, message[:400]
 
 
 def test_filters_are_bounded(client):
-    huge = client.post("/v1/retrieve", json={"query": QUESTION, "where": {f"k{i}": i for i in range(50_000)}}, headers=auth("guest"))
-    assert huge.status_code == 422 and huge.json()["error"]["code"] == "invalid_filter" and "at most 16" in huge.json()["error"]["message"]
-    nested = client.post("/v1/retrieve", json={"query": QUESTION, "where": {"team": {"$in": ["a"]}}}, headers=auth("guest"))
+    huge = client.post(
+        "/v1/retrieve", json={"query": QUESTION, "where": {f"k{i}": i for i in range(50_000)}}, headers=auth("guest")
+    )
+    assert (
+        huge.status_code == 422
+        and huge.json()["error"]["code"] == "invalid_filter"
+        and "at most 16" in huge.json()["error"]["message"]
+    )
+    nested = client.post(
+        "/v1/retrieve", json={"query": QUESTION, "where": {"team": {"$in": ["a"]}}}, headers=auth("guest")
+    )
     assert nested.status_code == 422 and nested.json()["error"]["code"] == "invalid_filter"
-    flat = client.post("/v1/retrieve", json={"query": QUESTION, "method": "text", "where": {"source": ["test", "nowhere"]}}, headers=auth("admin"))
+    flat = client.post(
+        "/v1/retrieve",
+        json={"query": QUESTION, "method": "text", "where": {"source": ["test", "nowhere"]}},
+        headers=auth("admin"),
+    )
     assert flat.status_code == 200
 
 
 def test_an_id_with_a_slash_can_be_inserted_and_deleted(client, server):
-    doc = {"id": "reports/2024/tem", "text": "The Tem island survey of 2024 counted 412 grey seals on the northern rocks."}
+    doc = {
+        "id": "reports/2024/tem",
+        "text": "The Tem island survey of 2024 counted 412 grey seals on the northern rocks.",
+    }
     inserted = client.post("/v1/documents", json={"documents": [doc]}, headers=auth("admin"))
     assert inserted.status_code == 202
     assert wait_for_job(client, inserted.json()["id"])["status"] == "done"

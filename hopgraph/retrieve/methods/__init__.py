@@ -5,6 +5,7 @@ LLM-free: text, bm25, knng, keyword, concept, ppr. On an index with an LLM knowl
 ket, g2cons. On an index with a CUE graph (any α, including 0): cue. To add a method, add a module
 here and its name to the import below (see the README's "Adding a retrieval method").
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -20,6 +21,6 @@ METHODS = {name: spec.rank for name, spec in SPECS.items()}
 LLM_FREE = tuple(name for name, spec in SPECS.items() if spec.llm_free)
 
 
-def available_methods(index: "LoadedIndex") -> list[str]:
+def available_methods(index: LoadedIndex) -> list[str]:
     """Methods whose parts this index has, in registration order."""
     return [name for name, spec in SPECS.items() if spec.available(index)]

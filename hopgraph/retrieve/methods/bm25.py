@@ -6,9 +6,10 @@ Only the question's own words that are keywords of the index take part (no vecto
 question with none of them ranks nothing. Document frequencies, the piece count and the mean
 length are counted over the pieces the reader may see, so forbidden text changes no score.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -21,7 +22,11 @@ from hopgraph.retrieve.registry import register
 K1, B = 1.2, 0.75  # the usual BM25 constants
 
 
-@register("bm25", order=15, description="Sub-chunks by BM25 over the question's keywords (binary term frequency; the lexical baseline).")
+@register(
+    "bm25",
+    order=15,
+    description="Sub-chunks by BM25 over the question's keywords (binary term frequency; the lexical baseline).",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     postings = index.keyword_units  # keywords × sub-chunks
     readable = scope.units

@@ -1,9 +1,10 @@
 """G2ConS concept-graph local search (§3.2.1): the k concepts nearest the query, their sub-chunks
 reranked by cosine (local rerank); then concepts reached by BFS to depth N over the concept graph,
 all their sub-chunks reranked together (global rerank). Packing stops at the budget."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -42,7 +43,14 @@ def bfs(graph, seeds: np.ndarray, depth: int, allowed: np.ndarray | None = None)
     return np.asarray(found, dtype=np.int64)
 
 
-@register("concept", order=40, needs=(), settings="concept", description="Sub-chunks reached from the query's nearest concepts and their BFS neighbours in the concept graph (G2ConS).")
+@register(
+    "concept",
+    order=40,
+    needs=(),
+    settings="concept",
+    description="Sub-chunks reached from the query's nearest concepts and their BFS neighbours in the concept "
+    "graph (G2ConS).",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.concept
     similarity = keyword_cosine(index, query, scope)

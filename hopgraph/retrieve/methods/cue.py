@@ -11,10 +11,11 @@ unit of a kept state are reranked against the question; the N best are the paper
 Forbidden chunks are cut out first: their units are never anchors or expansions, and an entity
 whose every unit is forbidden cannot be matched, so nothing is reached through them.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,8 +53,12 @@ def cue_graph(index: LoadedIndex) -> CueGraph:
 
     def load() -> CueGraph:
         unit_entities = index.graph("cue_unit_entities")
-        return CueGraph(index.array("cue_unit_vectors"), unit_entities, unit_entities.T.tocsr(),
-                        np.asarray(index.table("cue_units")["chunk"], dtype=np.int64))
+        return CueGraph(
+            index.array("cue_unit_vectors"),
+            unit_entities,
+            unit_entities.T.tocsr(),
+            np.asarray(index.table("cue_units")["chunk"], dtype=np.int64),
+        )
 
     return index.memo("cue", "graph", load)
 
@@ -81,16 +86,27 @@ class Trace:
     beams: list[list[State]] = field(default_factory=list)
 
 
-def search(graph: CueGraph, seeds: Sequence[int], query_vector: np.ndarray, usable: np.ndarray,
-           score: Callable[[list[tuple[int, ...]]], np.ndarray], *, top_k: int, depth: int, beam: int,
-           query_update: bool = True) -> Trace:
+def search(
+    graph: CueGraph,
+    seeds: Sequence[int],
+    query_vector: np.ndarray,
+    usable: np.ndarray,
+    score: Callable[[list[tuple[int, ...]]], np.ndarray],
+    *,
+    top_k: int,
+    depth: int,
+    beam: int,
+    query_update: bool = True,
+) -> Trace:
     """Alg. 3 lines 5–18. ``score`` rates a batch of unit sets (one reranker call per depth).
 
     A unit set reached twice in one depth (a then b, or b then a) is one state whose anchors are the
     union of both; its vector is the same either way (φ(q) minus both units).
     """
     trace = Trace(seeds=list(seeds))
-    queue = [(int(v), query_vector, (), ()) for v in seeds]
+    queue: list[tuple[int, np.ndarray, tuple[int, ...], tuple[tuple[int, int], ...]]] = [
+        (int(v), query_vector, (), ()) for v in seeds
+    ]
     for _ in range(depth):
         trace.queue_sizes.append(len(queue))
         states: dict[tuple[int, ...], State] = {}
@@ -106,7 +122,12 @@ def search(graph: CueGraph, seeds: Sequence[int], query_vector: np.ndarray, usab
                 if key in states:
                     states[key].anchors = tuple(dict.fromkeys(states[key].anchors + anchors))
                     continue
-                states[key] = State(key, vector - graph.unit_vectors[unit] if query_update else vector, anchors, route + ((unit, entity),))
+                states[key] = State(
+                    key,
+                    vector - graph.unit_vectors[unit] if query_update else vector,
+                    anchors,
+                    route + ((unit, entity),),
+                )
         trace.expansions.append(expansions)
         if not states:
             break
@@ -138,7 +159,9 @@ def anchor_entities(index: LoadedIndex, graph: CueGraph, query: Query, usable: n
     return list(dict.fromkeys(seeds))
 
 
-def _assemble(index: LoadedIndex, graph: CueGraph, query: Query, trace: Trace, reranker: Reranker, n_chunks: int) -> Iterator[Candidate]:
+def _assemble(
+    index: LoadedIndex, graph: CueGraph, query: Query, trace: Trace, reranker: Reranker, n_chunks: int
+) -> Iterator[Candidate]:
     """Alg. 3 lines 19–23, then the rest of what the search found, to fill the budget: the N best
     chunks by rerank score, the knowledge units of C* from other chunks (best state first), the
     remaining chunks by rerank score."""
@@ -163,15 +186,25 @@ def _assemble(index: LoadedIndex, graph: CueGraph, query: Query, trace: Trace, r
     order = sorted(range(len(chunks)), key=lambda i: (-scores[i], chunks[i]))
     top = {chunks[i] for i in order[:n_chunks]}
     for rank_, i in enumerate(order[:n_chunks], 1):
-        yield Candidate("chunk", chunks[i], float(scores[i]), f"{how(first_unit[chunks[i]])}, chunk rerank #{rank_} {tag}")
+        yield Candidate(
+            "chunk", chunks[i], float(scores[i]), f"{how(first_unit[chunks[i]])}, chunk rerank #{rank_} {tag}"
+        )
     for unit, (_, _, score) in reached.items():
         if int(graph.unit_chunk[unit]) not in top:
             yield Candidate("cue_unit", unit, score, f"{how(unit)}, beam {tag}")
     for rank_, i in enumerate(order[n_chunks:], n_chunks + 1):
-        yield Candidate("chunk", chunks[i], float(scores[i]), f"{how(first_unit[chunks[i]])}, chunk rerank #{rank_} {tag}")
+        yield Candidate(
+            "chunk", chunks[i], float(scores[i]), f"{how(first_unit[chunks[i]])}, chunk rerank #{rank_} {tag}"
+        )
 
 
-@register("cue", order=100, needs=("cue_graph",), settings="cue", description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank.")
+@register(
+    "cue",
+    order=100,
+    needs=("cue_graph",),
+    settings="cue",
+    description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank.",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.cue
     graph = cue_graph(index)
@@ -183,5 +216,15 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         return reranker.score(query.text, [" ".join(texts[u] for u in units) for units in unit_sets])
 
     seeds = anchor_entities(index, graph, query, usable, cfg)
-    trace = search(graph, seeds, query.vector, usable, score, top_k=cfg.top_k, depth=cfg.depth, beam=cfg.beam, query_update=cfg.query_update)
+    trace = search(
+        graph,
+        seeds,
+        query.vector,
+        usable,
+        score,
+        top_k=cfg.top_k,
+        depth=cfg.depth,
+        beam=cfg.beam,
+        query_update=cfg.query_update,
+    )
     return _assemble(index, graph, query, trace, reranker, cfg.chunks)

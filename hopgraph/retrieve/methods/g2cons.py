@@ -3,9 +3,10 @@
 The core-KG channel (the index's KG, built on the concept-PageRank core) may fill λ_w·λ tokens and
 the concept channel (1−λ_w)·λ; sub-chunks both channels found are voted up and packed first.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -15,7 +16,13 @@ from hopgraph.retrieve.query import Query, Scope
 from hopgraph.retrieve.registry import register
 
 
-@register("g2cons", order=90, needs=("kg_extract",), settings="g2cons", description="G2ConS: core-KG channel plus the concept channel.")
+@register(
+    "g2cons",
+    order=90,
+    needs=("kg_extract",),
+    settings="g2cons",
+    description="G2ConS: core-KG channel plus the concept channel.",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     kg_share = config.g2cons.kg_weight * config.budget
     from_kg = list(within(index, kg.candidates(index, query, scope, config, kg_share), kg_share))

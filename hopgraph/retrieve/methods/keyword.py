@@ -1,8 +1,9 @@
 """Keyword-RAG (KET Alg. 4 lines 2–4): seed keywords by cosine until their sub-chunks hold
 pool_factor·λ tokens, then those sub-chunks ranked by cosine to the query."""
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -14,7 +15,14 @@ from hopgraph.retrieve.query import Query, Scope, descending, keyword_cosine, ra
 from hopgraph.retrieve.registry import register
 
 
-@register("keyword", order=30, needs=(), settings="keyword", description="Sub-chunks reached through the query's nearest keywords in the keyword–sub-chunk bipartite graph (KET Alg. 4).")
+@register(
+    "keyword",
+    order=30,
+    needs=(),
+    settings="keyword",
+    description="Sub-chunks reached through the query's nearest keywords in the keyword–sub-chunk bipartite graph "
+    "(KET Alg. 4).",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterable[Candidate]:
     target = config.keyword.pool_factor * config.budget
     postings = index.keyword_units
@@ -30,5 +38,10 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         tokens += int(index.unit_tokens[fresh].sum())
         if tokens >= target:
             break
-    return ranked("unit", unit_cosine(index, query, config.sentence_mix), scope.units,
-                  lambda u: f"keyword:{index.keywords[reached_by[u]]}", pool=np.flatnonzero(in_pool))
+    return ranked(
+        "unit",
+        unit_cosine(index, query, config.sentence_mix),
+        scope.units,
+        lambda u: f"keyword:{index.keywords[reached_by[u]]}",
+        pool=np.flatnonzero(in_pool),
+    )

@@ -8,11 +8,12 @@ was extracted from is readable. An entity is scored by the mean vector of its re
 surface name, so text the reader cannot read never ranks or labels it; a relation is named by the
 surface names of its own chunk.
 """
+
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,10 +29,15 @@ from hopgraph.retrieve.registry import register
 
 def require_kg(index: LoadedIndex) -> None:
     if not index.manifest["stages"].get("kg_extract", {}).get("done"):
-        raise ConfigError(f"{index.store.root} has no LLM knowledge graph: rebuild it with --extraction.kg all|pagerank|random|concept")
+        raise ConfigError(
+            f"{index.store.root} has no LLM knowledge graph: rebuild it with --extraction.kg "
+            "all|pagerank|random|concept"
+        )
     if not index.store.has("tables", "kg_surfaces"):
-        raise ConfigError(f"{index.store.root}: its knowledge graph predates per-mention vectors (needed to score entities from "
-                          "readable text only); rebuild it with `hopgraph index --overwrite`")
+        raise ConfigError(
+            f"{index.store.root}: its knowledge graph predates per-mention vectors (needed to score entities from "
+            "readable text only); rebuild it with `hopgraph index --overwrite`"
+        )
 
 
 def _mention_view(index: LoadedIndex, readable: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -44,7 +50,7 @@ def _mention_view(index: LoadedIndex, readable: np.ndarray) -> tuple[np.ndarray,
     rows = np.flatnonzero(readable)
     pick = sp.csr_matrix((np.ones(len(rows), np.float32), (entity[rows], np.arange(len(rows)))), shape=(n, len(rows)))
     sums = np.asarray(pick @ index.array("kg_surface_vectors")[rows], dtype=np.float32)
-    counts = [Counter() for _ in range(n)]
+    counts: list[Counter[str]] = [Counter() for _ in range(n)]
     for r in rows:
         counts[entity[r]][surfaces["name"][r]] += 1
     names = [c.most_common(1)[0][0] if c else "" for c in counts]
@@ -71,12 +77,16 @@ def _entity_text(index: LoadedIndex, entity: int, scope: Scope, name: str) -> tu
     rows = index.entity_mentions[entity]
     readable = [r for r in rows if scope.chunks[mentions["chunk"][r]]]
     descriptions = list(dict.fromkeys(mentions["description"][r] for r in readable))[:3]
-    chunks = [mentions["chunk"][r] for r in readable] or [int(c) for c in index.graph("kg_entity_chunks")[entity].indices if scope.chunks[c]]
+    chunks = [mentions["chunk"][r] for r in readable] or [
+        int(c) for c in index.graph("kg_entity_chunks")[entity].indices if scope.chunks[c]
+    ]
     docs = list(dict.fromkeys(d for c in chunks[:3] for d in index.chunks["docs"][c]))
     return (f"{name}: {' '.join(descriptions)}" if descriptions else name), docs, (chunks[0] if chunks else -1)
 
 
-def candidates(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig, budget: float) -> Iterator[Candidate]:
+def candidates(
+    index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig, budget: float
+) -> Iterator[Candidate]:
     """Entities, relations and sub-chunks for one KG channel of ``budget`` tokens."""
     require_kg(index)
     cfg = config.kg
@@ -105,8 +115,15 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     for r in np.flatnonzero(usable)[np.lexsort((-relation_scores[usable], -seed_ends[usable]))]:
         check_deadline()
         text = f"{relations['source_name'][r]} — {relations['target_name'][r]}: {relations['description'][r]}"
-        cand = Candidate("relation", int(r), float(relation_scores[r]), f"kg relation of seed {names[source[r]] if is_seed[source[r]] else names[target[r]]}",
-                         text=text, chunk=int(rel_chunk[r]), docs=list(index.chunks["docs"][rel_chunk[r]]))
+        cand = Candidate(
+            "relation",
+            int(r),
+            float(relation_scores[r]),
+            f"kg relation of seed {names[source[r]] if is_seed[source[r]] else names[target[r]]}",
+            text=text,
+            chunk=int(rel_chunk[r]),
+            docs=list(index.chunks["docs"][rel_chunk[r]]),
+        )
         tokens = piece_tokens(index, cand)
         if used + tokens > cfg.relation_share * budget:
             break
@@ -123,6 +140,12 @@ def candidates(index: LoadedIndex, query: Query, scope: Scope, config: Retrieval
     yield from ranked("unit", scores, scope.units & near, lambda u: f"kg: chunk {unit_chunk[u]} of seed entities")
 
 
-@register("kg", order=60, needs=("kg_extract",), settings="kg", description="KG local search: seed entities, their relations, adjacent sub-chunks (KG-RAG / KET Alg. 2).")
+@register(
+    "kg",
+    order=60,
+    needs=("kg_extract",),
+    settings="kg",
+    description="KG local search: seed entities, their relations, adjacent sub-chunks (KG-RAG / KET Alg. 2).",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     return candidates(index, query, scope, config, config.budget)

@@ -4,9 +4,10 @@ A chunk's score is its own cosine or a share of its best neighbour's, whichever 
 passage linked to a strong seed (lexically or semantically) rises with it. Sub-chunks then take the
 mean of their own cosine and their chunk's score (KET's rewiring of chunk nodes to sub-chunks).
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,7 +40,14 @@ def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarra
     return best, via
 
 
-@register("knng", order=20, needs=(), settings="knng", description="Sub-chunks by their own and their chunk's similarity; a chunk inherits a share of its best KNN neighbour's score (KET).")
+@register(
+    "knng",
+    order=20,
+    needs=(),
+    settings="knng",
+    description="Sub-chunks by their own and their chunk's similarity; a chunk inherits a share of its best KNN "
+    "neighbour's score (KET).",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     own = index.array("chunk_vectors") @ query.vector
     own = np.where(scope.chunks, own, -1.0)

@@ -4,9 +4,10 @@ Seeds are the query's own keywords (exact words, IDF-weighted) and the keywords 
 vectors are nearest the query. Personalised PageRank runs on the keyword–sub-chunk bipartite graph,
 so a sub-chunk scores when it is close to several seeds, directly or through shared keywords.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,11 +51,20 @@ def _freshness(index: LoadedIndex) -> np.ndarray:
     """Per sub-chunk, 0..1 rank of its newest document timestamp (0 where none)."""
     stamps = [str(m.get("timestamp") or m.get("modified") or "") for m in index.documents["metadata"]]
     ranks = {s: i for i, s in enumerate(sorted(set(stamps) - {""}))}
-    doc_fresh = np.array([(ranks[s] + 1) / len(ranks) if s else 0.0 for s in stamps]) if ranks else np.zeros(len(stamps))
+    doc_fresh = (
+        np.array([(ranks[s] + 1) / len(ranks) if s else 0.0 for s in stamps]) if ranks else np.zeros(len(stamps))
+    )
     return np.array([max(doc_fresh[d] for d in docs) for docs in index.units["docs"]])
 
 
-@register("ppr", order=50, needs=(), settings="ppr", description="Hybrid score: text cosine + personalised PageRank over keywords + seed paths + freshness (KG-RAG practice).")
+@register(
+    "ppr",
+    order=50,
+    needs=(),
+    settings="ppr",
+    description="Hybrid score: text cosine + personalised PageRank over keywords + seed paths + freshness (KG-RAG "
+    "practice).",
+)
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.ppr
     n_units, n_keywords = len(index.unit_tokens), len(index.keywords)
@@ -75,12 +85,18 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         walker = RandomWalk(allowed @ bipartite(index) @ allowed)
     personal = np.concatenate([np.zeros(n_units), seeds])
     # No seed with positive weight (no readable keyword near the query): nothing to walk from.
-    walk = to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units] if seeds.any() else np.zeros(n_units)
+    walk = (
+        to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units]
+        if seeds.any()
+        else np.zeros(n_units)
+    )
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
-    score = (cfg.text_weight * _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)
-             + cfg.graph_weight * _minmax(walk, scope.units)
-             + cfg.path_weight * _minmax(seed_hits, scope.units))
+    score = (
+        cfg.text_weight * _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)
+        + cfg.graph_weight * _minmax(walk, scope.units)
+        + cfg.path_weight * _minmax(seed_hits, scope.units)
+    )
     if cfg.meta_weight:
         score = score + cfg.meta_weight * _freshness(index)
 

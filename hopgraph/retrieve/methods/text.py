@@ -1,7 +1,8 @@
 """Text-RAG: dense top-k over ℓ-token chunks (the baseline every graph method must beat)."""
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
