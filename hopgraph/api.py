@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
 from hopgraph.documents import Document
 from hopgraph.retrieve.filters import MetadataFilter
-from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
+from hopgraph.retrieve.partitioned import open_index
 from hopgraph.retrieve.retriever import Retriever
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ class Index:
 
     def __init__(self, path: str | Path, config: HopgraphConfig | None = None, *, skipped: Sequence[str] = ()):
         self.path = Path(path)
-        self._loaded = LoadedIndex(self.path)
+        self._loaded = open_index(self.path)
         self.config: HopgraphConfig = config or self._loaded.config
         self._retriever = Retriever(self._loaded, self.config.retrieval, device=self.config.embedding.device)
         self.skipped: list[str] = list(skipped)  # inputs a build or update left out, with the reason

@@ -266,10 +266,10 @@ def jobs(index_dir: str, as_json: bool) -> None:
 def query(index_dir: str, question: str, groups: str | None, as_json: bool, with_answer: bool, **options: Any) -> None:
     """Retrieve evidence for QUESTION from INDEX and print it with its provenance (and, with --answer, the answer)."""
     from hopgraph.retrieve.filters import MetadataFilter  # noqa: PLC0415
-    from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
+    from hopgraph.retrieve.partitioned import open_index  # noqa: PLC0415
     from hopgraph.retrieve.retriever import Retriever  # noqa: PLC0415
 
-    loaded = LoadedIndex(index_dir)
+    loaded = open_index(index_dir)
     overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
     config = validate_config(apply_overrides(loaded.config.model_dump(), overrides), "command-line options")
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
@@ -376,12 +376,12 @@ def inspect(index_dir: str, top: int) -> None:
     """Summarise INDEX: counts, stage times, settings, core chunks and central concepts."""
     import numpy as np  # noqa: PLC0415
 
-    from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
+    from hopgraph.retrieve.partitioned import PartitionedIndex, open_index  # noqa: PLC0415
 
-    loaded = LoadedIndex(index_dir)
-    m = loaded.manifest
+    opened = open_index(index_dir)
+    m = opened.manifest
     click.secho(
-        f"{index_dir}: version {loaded.version or 'root'}, format {m['format_version']}, hopgraph "
+        f"{index_dir}: version {opened.version or 'root'}, format {m['format_version']}, hopgraph "
         f"{m['hopgraph_version']}",
         bold=True,
     )
@@ -389,6 +389,13 @@ def inspect(index_dir: str, top: int) -> None:
     click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in m["stages"].items()))
     click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
     click.echo("build settings: " + json.dumps(m["build_settings"], sort_keys=True))
+    if isinstance(opened, PartitionedIndex):  # access.isolation: one sub-index per ACL
+        for p in opened.partitions:
+            click.echo(
+                f"partition {p.name}: acl {p.acl or 'none (unrestricted)'}, {len(p.index.documents['id'])} documents"
+            )
+        return
+    loaded = opened
     concept_rank = loaded.array("concept_rank")
     best = np.argsort(-concept_rank)[:top]
     click.echo("central concepts: " + ", ".join(loaded.keywords[i] for i in best))
@@ -443,9 +450,9 @@ def methods(index_dir: str | None) -> None:
 
     loaded = None
     if index_dir:
-        from hopgraph.retrieve.loaded import LoadedIndex  # noqa: PLC0415
+        from hopgraph.retrieve.partitioned import open_index  # noqa: PLC0415
 
-        loaded = LoadedIndex(index_dir)
+        loaded = open_index(index_dir)
     for spec in SPECS.values():
         needs = ", ".join(spec.needs) or "no LLM"
         here = "" if loaded is None else ("  [offered]" if spec.available(loaded) else "  [not built]")

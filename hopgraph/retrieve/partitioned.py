@@ -50,6 +50,11 @@ def is_partitioned(path: str | Path) -> bool:
     return store.exists() and bool(store.read_manifest().get("partitions"))
 
 
+def open_index(path: str | Path) -> LoadedIndex | PartitionedIndex:
+    """The live version of ``path`` opened for reading, isolated (partitioned) or not."""
+    return PartitionedIndex(path) if is_partitioned(path) else LoadedIndex(path)
+
+
 @dataclass(frozen=True)
 class Partition:
     name: str

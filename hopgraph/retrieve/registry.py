@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from hopgraph.config import RetrievalConfig
     from hopgraph.retrieve.loaded import LoadedIndex
     from hopgraph.retrieve.packing import Candidate
     from hopgraph.retrieve.query import Query, Scope
+
+
+class HasManifest(Protocol):
+    """An opened index, partitioned or not: its manifest says which stages are done."""
+
+    manifest: dict[str, Any]
+
 
 RankFn = Callable[["LoadedIndex", "Query", "Scope", "RetrievalConfig"], "Iterable[Candidate]"]
 
@@ -37,7 +44,7 @@ class MethodSpec:
         """Built entirely without an LLM (the LLM-built stages are the only ones a method can need)."""
         return not self.needs
 
-    def available(self, index: LoadedIndex) -> bool:
+    def available(self, index: HasManifest) -> bool:
         stages = index.manifest.get("stages", {})
         return all(stages.get(stage, {}).get("done") for stage in self.needs)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,12 +18,18 @@ from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult, pack
 from hopgraph.retrieve.query import Scope, make_query
 
+if TYPE_CHECKING:
+    from hopgraph.retrieve.partitioned import PartitionedIndex
+
 
 class Retriever:
     """Answers ``retrieve(question)`` over one index with any method; retrieval itself never calls the LLM."""
 
     def __new__(
-        cls, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None
+        cls,
+        index: LoadedIndex | PartitionedIndex | str | Path,
+        config: RetrievalConfig | None = None,
+        device: str | None = None,
     ) -> Retriever:
         """A path to an index built with access.isolation opens as a PartitionedRetriever."""
         if cls is Retriever and not isinstance(index, LoadedIndex):
@@ -34,8 +40,13 @@ class Retriever:
         return super().__new__(cls)
 
     def __init__(
-        self, index: LoadedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None
+        self,
+        index: LoadedIndex | PartitionedIndex | str | Path,
+        config: RetrievalConfig | None = None,
+        device: str | None = None,
     ):
+        if not isinstance(index, (LoadedIndex, str, Path)):  # a PartitionedIndex is read by PartitionedRetriever
+            raise TypeError(f"Retriever reads a LoadedIndex or a path, not {type(index).__name__}")
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval
         embedding = self.index.config.embedding

@@ -25,23 +25,18 @@ from typing import Any
 from hopgraph.config import HopgraphConfig
 from hopgraph.index import versions
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.retrieve.methods import LLM_FREE
+from hopgraph.retrieve.methods import available_methods
+from hopgraph.retrieve.partitioned import PartitionedIndex, open_index
 from hopgraph.retrieve.retriever import Retriever
 
 
-def available_methods(index: LoadedIndex) -> list[str]:
-    """Methods the index has the parts for."""
-    stages = index.manifest.get("stages", {})
-    methods = list(LLM_FREE)
-    if stages.get("kg_extract", {}).get("done"):
-        methods += ["kg", "hybrid", "ket", "g2cons"]
-    if stages.get("cue_graph", {}).get("done"):
-        methods.append("cue")
-    return methods
-
-
-def warm(index: LoadedIndex) -> None:
+def warm(index: LoadedIndex | PartitionedIndex) -> None:
     """Read every stored part now: a snapshot never opens files later (they may be collected)."""
+    if isinstance(index, PartitionedIndex):
+        _ = index.documents
+        for partition in index.partitions:
+            warm(partition.index)
+        return
     root = index.store.root
     for path in sorted((root / "tables").glob("*.parquet")):
         index.table(path.stem)
@@ -56,7 +51,7 @@ def warm(index: LoadedIndex) -> None:
 @dataclass(frozen=True)
 class Snapshot:
     version: str
-    index: LoadedIndex
+    index: LoadedIndex | PartitionedIndex
     retriever: Retriever
     methods: tuple[str, ...]
     doc_ids: frozenset[str]
@@ -77,7 +72,7 @@ class IndexHolder:
         self._snapshot = self._open()
 
     def _open(self) -> Snapshot:
-        index = LoadedIndex(self.root)
+        index = open_index(self.root)
         warm(index)
         retriever = Retriever(
             index,

@@ -222,3 +222,25 @@ def test_isolation_survives_an_update(isolated, tmp_path):
         p.acl for p in updated.index.partitions
     ]
     assert compare(updated, Retriever(root / "public"), GUEST) == []
+
+
+def test_isolated_index_is_served_over_http(isolated, tmp_path):
+    """`hopgraph serve` opens an isolated index: a groupless reader gets the public index's evidence."""
+    import httpx
+
+    from tests.serve.support import USERS, LiveServer, auth
+
+    root, _, config = isolated
+    path = tmp_path / "full"
+    shutil.copytree(root / "full", path)
+    question = questions(CODEWORDS[0])[0]
+    public = Retriever(root / "public").retrieve(question, method="ppr", budget=400, metadata_filter=GUEST)
+    assert USERS["guest"]["groups"] == []
+    with LiveServer(path, config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        info = client.get("/v1/index", headers=auth("guest")).json()
+        assert "ppr" in info["methods"] and "bm25" in info["methods"]
+        body = {"query": question, "method": "ppr", "budget": 400}
+        served = client.post("/v1/retrieve", json=body, headers=auth("guest")).json()
+        assert [(e["text"], e["path"]) for e in served["evidence"]] == [(e.text, e.path) for e in public.evidence]
+        board = client.post("/v1/retrieve", json={**body, "method": "text"}, headers=auth("bo")).json()
+        assert "secret-board" in {d for e in board["evidence"] for d in e["doc_ids"]}

@@ -8,19 +8,14 @@ here and its name to the import below (see the README's "Adding a retrieval meth
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hopgraph.retrieve.methods import bm25, concept, cue, g2cons, ket, keyword, kg, knng, ppr, text  # noqa: F401  (they register)
-from hopgraph.retrieve.registry import MethodSpec, registered
-
-if TYPE_CHECKING:
-    from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.registry import HasManifest, MethodSpec, registered
 
 SPECS: dict[str, MethodSpec] = registered()
 METHODS = {name: spec.rank for name, spec in SPECS.items()}
 LLM_FREE = tuple(name for name, spec in SPECS.items() if spec.llm_free)
 
 
-def available_methods(index: LoadedIndex) -> list[str]:
+def available_methods(index: HasManifest) -> list[str]:
     """Methods whose parts this index has, in registration order."""
     return [name for name, spec in SPECS.items() if spec.available(index)]
