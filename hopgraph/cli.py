@@ -424,7 +424,7 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     """
     import uvicorn  # noqa: PLC0415
 
-    from hopgraph.index.versions import live_root  # noqa: PLC0415
+    from hopgraph.store import live_root  # noqa: PLC0415
     from hopgraph.serve.app import create_app  # noqa: PLC0415
     from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415

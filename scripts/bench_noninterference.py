@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the restricted documents live with the server tests
 
-from hopgraph.evaluate.datasets import load_benchmark  # noqa: E402
+from hopgraph.index.datasets import load_benchmark  # noqa: E402
 
 from hopgraph.config import load_config  # noqa: E402
 from hopgraph.documents import Document  # noqa: E402
@@ -45,7 +45,7 @@ from hopgraph.retrieve.methods import LLM_FREE  # noqa: E402
 from hopgraph.retrieve.packing import RetrievalResult  # noqa: E402
 from hopgraph.retrieve.retriever import Retriever  # noqa: E402
 from tests.conftest import SAMPLE, SAMPLE_SETTINGS  # noqa: E402
-from tests.serve import CODEWORDS, SECRET_DOCUMENTS  # noqa: E402
+from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS  # noqa: E402
 
 GROUPS = ["board", "operations", "legal", "press"]
 SAMPLE_QUESTIONS = [

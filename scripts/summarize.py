@@ -185,7 +185,53 @@ def server() -> str:
             f"forbidden pieces, {r['leaked_codewords'] + a['leaked_codewords']} leaked codewords**, "
             f"{r['errors'] + a['errors']} errors."
         )
+    parts += [text for text in (_hostile(), _memory(), _noninterference()) if text]
     return "\n\n".join(parts)
+
+
+def _hostile() -> str:
+    if not (RESULTS / "serve_hostile.json").exists():
+        return ""
+    d = _load("serve_hostile.json")
+    alone, beside = d["alone"], d["with_hostile"]
+    hostile = beside.get("hostile", {})
+    return (
+        f"Hostile reader (`python3 {d['command']}` → `serve_hostile.json`, {d['dataset']}): {d['clients']} ordinary "
+        f"readers (`{d['method']}`, λ={d['budget']}) for {d['seconds_per_phase']:g} s alone, then beside one client "
+        f"sending the costliest request the server accepts back to back: ordinary p99 {alone['latency_ms_p99']} → "
+        f"{beside['latency_ms_p99']} ms, **{d['ordinary_p99_ratio']}×** (goal ≤ 2×), **{d['ordinary_errors']} errors**; "
+        f"the hostile client's {hostile.get('requests', 0)} requests all ended by the {d['request_deadline']:g} s "
+        f"deadline (statuses {hostile.get('statuses', {})}, at most {hostile.get('seconds_max', 0)} s each). SIGTERM "
+        f"stopped the server in {d['shutdown_seconds']} s."
+    )
+
+
+def _memory() -> str:
+    if not (RESULTS / "serve_memory.json").exists():
+        return ""
+    d = _load("serve_memory.json")
+    return (
+        f"Memory over months of updates (`python3 {d['command']}` → `serve_memory.json`, {d['index']}): {d['jobs']} "
+        f"insert/delete jobs through HTTP, one after another; server RSS {d['rss_mb_after_first']} MB after the first, "
+        f"{d['rss_mb_after_last']} MB after the last: **rss_ratio {d['rss_ratio']}**; {d['failed_jobs']} failed jobs; "
+        f"{d['versions_left_on_disk']} versions left on disk (serve.keep_versions = {d['keep_versions']})."
+    )
+
+
+def _noninterference() -> str:
+    if not (RESULTS / "acl_noninterference.json").exists():
+        return ""
+    d = _load("acl_noninterference.json")
+    modes = d["modes"]
+
+    def row(mode: str) -> str:
+        return ", ".join(f"{m} {n}" for m, n in modes[mode]["differences"].items())
+
+    return (
+        f"Non-interference (`python3 {d['command']}` → `acl_noninterference.json`): questions (of {d['questions']}) "
+        "whose results for a groupless reader differ between the full index and an index of the unrestricted "
+        f"documents alone. Default mode: {row('default')}. Isolation mode: {row('isolation')}."
+    )
 
 
 SECTIONS = {"coverage": coverage_tables, "speed": speed, "scale": scale, "incremental": incremental, "server": server}

@@ -7,7 +7,7 @@ from hopgraph.models import embed_long_texts, load_embedder
 
 def test_cached_embedder_embeds_each_text_once(tmp_path):
     config = EmbeddingConfig(cache=str(tmp_path / "vectors.sqlite"))
-    first = load_embedder(config, cached=True)
+    first = load_embedder(config, cached=True).inner  # under the prompt wrapper (no prompts here)
     texts = ["The river Aster flows south.", "Sorvik lies on Lake Orrin.", "The river Aster flows south."]
     vectors = first.encode(texts)
     assert isinstance(first, CachedEmbedder) and first.misses == 3 and first.hits == 0

@@ -33,6 +33,7 @@ def cli_index(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_query_prints_evidence_with_provenance(cli_index):
     plain = hopgraph("query", str(cli_index), QUESTION, "--retrieval.budget", "600")
     assert "Anton Vell" in plain.stdout and "path:" in plain.stdout and "source:" in plain.stdout
@@ -41,6 +42,7 @@ def test_query_prints_evidence_with_provenance(cli_index):
     assert all(ev["doc_ids"] and ev["path"] for ev in result["evidence"])
 
 
+@pytest.mark.slow
 def test_query_groups_hide_restricted_documents(cli_index):
     question = "What budget did the water board approve for the Sorvik campus in 2025?"
     outsider = json.loads(hopgraph("query", str(cli_index), question, "--json", "--groups", "operations").stdout)
@@ -54,6 +56,7 @@ def test_inspect_reports_counts_stages_and_core_chunks(cli_index):
     assert "counts:" in out and "documents=7" in out and "concept_graph" in out and "central concepts:" in out
 
 
+@pytest.mark.slow
 def test_killed_index_run_resumes_where_it_stopped(tmp_path):
     out = tmp_path / "index"
     process = subprocess.Popen(
@@ -84,6 +87,7 @@ def test_killed_index_run_resumes_where_it_stopped(tmp_path):
     assert "Anton Vell" in hopgraph("query", str(out), QUESTION, "--retrieval.budget", "600").stdout
 
 
+@pytest.mark.slow
 def test_bad_files_are_named_and_the_rest_indexed(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -10,14 +10,14 @@ from hopgraph.store import FORMAT_VERSION, IndexStore
 
 def test_round_trip(tmp_path):
     store = IndexStore(tmp_path / "idx")
-    store.write_table("docs", {"id": ["a", "b"], "acl": [["x"], None], "docs": [[0, 1], [2]]})
-    store.write_array("vec", np.arange(6, dtype=np.float32).reshape(2, 3))
+    store.write_table("documents", {"id": ["a", "b"], "acl": [["x"], None], "docs": [[0, 1], [2]]})
+    store.write_array("unit_vectors", np.arange(6, dtype=np.float32).reshape(2, 3))
     graph = sp.random(5, 5, density=0.4, format="csr", random_state=0, dtype=np.float32)
-    store.write_graph("g", graph)
+    store.write_graph("knn", graph)
     store.write_manifest({"complete": True, "stages": {}})
-    assert store.read_table("docs") == {"id": ["a", "b"], "acl": [["x"], None], "docs": [[0, 1], [2]]}
-    assert np.array_equal(store.read_array("vec"), np.arange(6, dtype=np.float32).reshape(2, 3))
-    assert (store.read_graph("g") != graph).nnz == 0
+    assert store.read_table("documents") == {"id": ["a", "b"], "acl": [["x"], None], "docs": [[0, 1], [2]]}
+    assert np.array_equal(store.read_array("unit_vectors"), np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert (store.read_graph("knn") != graph).nnz == 0
     assert store.require_complete()["format_version"] == FORMAT_VERSION
     assert not list((tmp_path / "idx").rglob("*.tmp")), "temporary files must not be left behind"
 

@@ -213,6 +213,7 @@ def test_the_rate_limit_is_per_token(acl_index, serve_config):
         assert c.get("/v1/index", headers=auth("bo")).status_code == 200  # another token has its own bucket
 
 
+@pytest.mark.slow
 def test_insert_and_delete_run_as_jobs_and_publish_a_new_version(index_copy, serve_config):
     new = {
         "id": "lighthouse",
@@ -311,6 +312,7 @@ def test_a_request_the_llm_refuses_is_422_without_retry_after(acl_index, serve_c
     assert "retry-after" not in response.headers and llm.base_url not in response.text
 
 
+@pytest.mark.slow
 def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, serve_config):
     # Scripted: an LLM that takes 6 s per answer (the real stand-in cannot be slowed on demand).
     # 40 answers at once with 2 answer slots: on the thread pool alone they would hold all 40

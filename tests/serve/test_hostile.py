@@ -159,7 +159,7 @@ def test_non_finite_numbers_are_refused(server, literal):
 def test_one_embedder_serves_many_threads_one_call_at_a_time(monkeypatch):
     """The server holds no lock around retrieval, so the shared model must serialise its own calls.
     A wrapper around the real model's encode (the real model still runs) counts overlapping calls."""
-    embedder = load_embedder(EmbeddingConfig(cache=""))
+    embedder = load_embedder(EmbeddingConfig(cache="")).inner  # the shared model object under the prompt wrapper
     texts = [f"Report {i} on the Sorvik harbor and the institute's campus. " * (1 + i % 5) for i in range(12)]
     serial = embedder.encode(texts)
     real, inside, overlap = embedder.model.encode, [0], [0]
@@ -196,6 +196,7 @@ def test_one_embedder_serves_many_threads_one_call_at_a_time(monkeypatch):
     np.testing.assert_allclose(np.stack([results[i] for i in range(len(texts))]), serial, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_server_within_seconds_during_an_expensive_request(cue_index, config, tmp_path):
     port = free_port()
     users = [{"token": USERS["guest"]["token"], "user": "guest", "groups": []}]

@@ -10,10 +10,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from hopgraph.index import versions
 from hopgraph.retrieve.methods import LLM_FREE
 from tests.serve.support import LiveServer, auth, wait_for_job, wait_until
+
+pytestmark = pytest.mark.slow  # every test runs real update jobs (index builds) through a live server
 
 
 def configured(serve_config, **serve):

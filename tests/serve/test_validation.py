@@ -155,6 +155,7 @@ def test_filters_are_bounded(client):
     assert flat.status_code == 200
 
 
+@pytest.mark.slow
 def test_an_id_with_a_slash_can_be_inserted_and_deleted(client, server):
     doc = {
         "id": "reports/2024/tem",
