@@ -424,10 +424,9 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     """
     import uvicorn  # noqa: PLC0415
 
-    from hopgraph.store import live_root  # noqa: PLC0415
     from hopgraph.serve.app import create_app  # noqa: PLC0415
     from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
-    from hopgraph.store import IndexStore  # noqa: PLC0415
+    from hopgraph.store import IndexStore, live_root  # noqa: PLC0415
 
     stored = IndexStore(live_root(index_dir)).require_complete()["config"]
     merged = apply_overrides(stored, dotted_keys(read_toml(config_file)) if config_file else {})

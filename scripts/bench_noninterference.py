@@ -32,11 +32,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the restricted documents live with the server tests
 
-from hopgraph.index.datasets import load_benchmark  # noqa: E402
-
 from hopgraph.config import load_config  # noqa: E402
 from hopgraph.documents import Document  # noqa: E402
 from hopgraph.evaluate.report import provenance, write_json  # noqa: E402
+from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.index.ingest import read_corpus  # noqa: E402
 from hopgraph.index.pipeline import build_index  # noqa: E402
 from hopgraph.llm.standin import StandinServer  # noqa: E402
