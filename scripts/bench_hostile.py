@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ from hopgraph.evaluate import report  # noqa: E402
 from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.llm.standin import free_port  # noqa: E402
 from hopgraph.store import IndexStore  # noqa: E402
-from scripts.bench_serve import client_loop, summarise  # noqa: E402
+from scripts.bench_serve import client_loop, start_server, summarise  # noqa: E402
 
 HOSTILE_TOKEN = "hostile-token-bench-000000"
 
@@ -108,38 +107,6 @@ def ensure_index(path: Path, documents: list) -> None:
         Index.build(documents, path, load_config(None, {"extraction.cue_alpha": 0}), progress=True)
 
 
-def start_server(index: Path, port: int, env: dict[str, str], deadline: float) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hopgraph.cli",
-            "serve",
-            str(index),
-            "--serve.port",
-            str(port),
-            "--serve.rate_limit",
-            "1000",
-            "--serve.rate_burst",
-            "1000",
-            "--serve.request_deadline",
-            str(deadline),
-        ],
-        env=env,
-    )
-    url, give_up = f"http://127.0.0.1:{port}", time.monotonic() + 300
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        if server.poll() is not None or time.monotonic() > give_up:
-            server.kill()
-            raise SystemExit("server did not start")
-        time.sleep(1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -169,7 +136,13 @@ def main() -> None:
     users = [{"token": f"reader-token-bench-{i:06d}", "user": f"reader{i}", "groups": []} for i in range(args.clients)]
     users.append({"token": HOSTILE_TOKEN, "user": "hostile", "groups": []})
     port = free_port()
-    server = start_server(index, port, {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)}, args.deadline)
+    server = start_server(
+        index,
+        port,
+        {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)},
+        "--serve.request_deadline",
+        str(args.deadline),
+    )
     url, tokens = f"http://127.0.0.1:{port}", [u["token"] for u in users[:-1]]
     serve = load_config(None, {}).serve
     hostile_body = most_expensive(serve, questions[0])

@@ -113,6 +113,24 @@ async def phase(
     return result
 
 
+def start_server(index: Path, port: int, env: dict[str, str], *options: str) -> subprocess.Popen:
+    """A real `hopgraph serve` child process on 127.0.0.1:``port`` (rate limits lifted for load
+    tests, ``options`` as more `--key value` settings); returns once /healthz answers."""
+    command = [sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(port)]
+    server = subprocess.Popen([*command, "--serve.rate_limit", "1000", "--serve.rate_burst", "1000", *options], env=env)
+    give_up = time.monotonic() + 300
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        if server.poll() is not None or time.monotonic() > give_up:
+            server.kill()
+            raise SystemExit("server did not start")
+        time.sleep(0.5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -141,33 +159,8 @@ def main() -> None:
     env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)}
     try:
         Index.build(documents, work / "index", load_config(None, {}), progress=True)
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hopgraph.cli",
-                "serve",
-                str(work / "index"),
-                "--serve.port",
-                str(port),
-                "--serve.rate_limit",
-                "1000",
-                "--serve.rate_burst",
-                "1000",
-            ],
-            env=env,
-        )
+        server = start_server(work / "index", port, env)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("server did not start")
-            time.sleep(1)
         tokens = [u["token"] for u in users[:-1]]
         print(f"read-only phase: {args.clients} clients, {args.seconds:g} s", flush=True)
         readers = asyncio.run(phase(url, tokens, questions, args, None))

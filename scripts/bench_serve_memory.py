@@ -32,6 +32,9 @@ from hopgraph.index.ingest import read_corpus
 from hopgraph.llm.standin import free_port
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the server starter lives in scripts/bench_serve.py
+from scripts.bench_serve import start_server  # noqa: E402
+
 SAMPLE = REPO / "examples" / "sample"
 SETTINGS = {
     "chunking.size": 96,
@@ -52,37 +55,13 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"/proc/{pid}/status has no VmRSS line")
 
 
-def start_server(index: Path, port: int) -> subprocess.Popen:
+def start(index: Path, port: int) -> subprocess.Popen:
+    """The server under test, with one admin token."""
     env = {
         **os.environ,
         "HOPGRAPH_TOKENS": json.dumps([{"token": ADMIN, "user": "admin", "groups": [], "admin": True}]),
     }
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hopgraph.cli",
-            "serve",
-            str(index),
-            "--serve.port",
-            str(port),
-            "--serve.rate_limit",
-            "1000",
-            "--serve.rate_burst",
-            "1000",
-        ],
-        env=env,
-    )
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("server did not start")
-        time.sleep(0.5)
+    return start_server(index, port, env)
 
 
 def run_job(client: httpx.Client, n: int) -> dict[str, Any]:
@@ -118,7 +97,7 @@ def main() -> None:
         documents = read_corpus([SAMPLE]).documents
         Index.build(documents, work / "index", config, progress=False)
         port = free_port()
-        server = start_server(work / "index", port)
+        server = start(work / "index", port)
         try:
             rss_start = rss_mb(server.pid)
             with httpx.Client(
