@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.config import RetrievalConfig, validate_config
+from hopgraph.deadline import deadline_after
 from hopgraph.errors import ConfigError, IndexFormatError
 from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter
@@ -161,20 +162,21 @@ class PartitionedRetriever(Retriever):
             vector = self.embed([question])[0]
         started = time.perf_counter()
         streams, settled = [], None
-        for position, (part, retriever) in enumerate(zip(self.partitioned.partitions, self.parts)):
-            if not readable(part, metadata_filter):
-                continue
-            result = retriever.retrieve(
-                question,
-                method=method,
-                budget=budget,
-                metadata_filter=metadata_filter,
-                vector=vector,
-                overrides=overrides,
-                **options,
-            )
-            settled = result
-            streams.append([self._numbered(ev, position) for ev in result.evidence])
+        with deadline_after(options.get("deadline")):  # one deadline for all partitions (a nested one never extends it)
+            for position, (part, retriever) in enumerate(zip(self.partitioned.partitions, self.parts)):
+                if not readable(part, metadata_filter):
+                    continue
+                result = retriever.retrieve(
+                    question,
+                    method=method,
+                    budget=budget,
+                    metadata_filter=metadata_filter,
+                    vector=vector,
+                    overrides=overrides,
+                    **options,
+                )
+                settled = result
+                streams.append([self._numbered(ev, position) for ev in result.evidence])
         final_budget = settled.budget if settled else (budget or self.config.budget)
         return RetrievalResult(
             query=question,
