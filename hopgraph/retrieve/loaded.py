@@ -53,23 +53,22 @@ class LoadedIndex:
                 self._memo[key] = make()
             return self._memo[key]
 
+    # The tables below are the memoised ones (``table``), so each is held in memory once.
     @functools.cached_property
     def documents(self) -> dict[str, list]:
-        table = self.store.read_table("documents")
-        table["metadata"] = [json.loads(m) for m in table["metadata"]]
-        return table
+        return {**self.table("documents"), "metadata": [json.loads(m) for m in self.table("documents")["metadata"]]}
 
     @functools.cached_property
     def chunks(self) -> dict[str, list]:
-        return self.store.read_table("chunks")
+        return self.table("chunks")
 
     @functools.cached_property
     def units(self) -> dict[str, list]:
-        return self.store.read_table("units")
+        return self.table("units")
 
     @functools.cached_property
     def keywords(self) -> list[str]:
-        return self.store.read_table("keywords")["keyword"]
+        return self.table("keywords")["keyword"]
 
     @functools.cached_property
     def keyword_lookup(self) -> dict[str, int]:

@@ -6,9 +6,11 @@ merged by score (each partition's own order kept) and packed to the budget again
 partition the reader cannot read is opened for that query, so a reader's results are the results
 of an index of the partitions they may read, however many forbidden documents exist beside them.
 
-Piece numbers (``Evidence.index``, ``Evidence.chunk``) are made unique across partitions by
-offsetting each partition's numbers by the sizes of the partitions before it; the unrestricted
-partition comes first, so its numbers equal those of an index of the unrestricted documents alone.
+Piece numbers (``Evidence.index``, ``Evidence.chunk``) are made unique within one answer by
+offsetting each partition's numbers by the sizes of the readable partitions before it (never by
+the sizes of partitions the reader cannot read, which would tell how much forbidden text exists);
+the unrestricted partition comes first, so its numbers equal those of an index of the
+unrestricted documents alone. The same piece may carry other numbers for a reader of other groups.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Partition:
         table = KIND_TABLES.get(kind, kind)
         if not self.index.store.has("tables", table):
             return 0
-        return len(next(iter(self.index.table(table).values())))
+        return len(next(iter(self.index.table(table).values()), []))
 
 
 class PartitionedIndex:
@@ -85,20 +87,12 @@ class PartitionedIndex:
             Partition(p["name"], p["acl"], LoadedIndex(live / PARTITIONS / p["name"]))
             for p in self.manifest["partitions"]
         ]
-        self._offsets: dict[tuple[int, str], int] = {}
 
     @functools.cached_property
     def documents(self) -> dict[str, list]:
         table = self.store.read_table("documents")
         table["metadata"] = [json.loads(m) for m in table["metadata"]]
         return table
-
-    def offset(self, position: int, kind: str) -> int:
-        """First global number of partition ``position``'s pieces of ``kind`` (kept per index, dies with it)."""
-        key = (position, kind)
-        if key not in self._offsets:
-            self._offsets[key] = sum(p.rows(kind) for p in self.partitions[:position])
-        return self._offsets[key]
 
 
 def readable(partition: Partition, metadata_filter: MetadataFilter | None) -> bool:
@@ -139,7 +133,6 @@ class PartitionedRetriever(Retriever):
             if self.parts
             else load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
         )
-        self._open_scope = None
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Any:
         raise ConfigError("an isolated index has one scope per partition; call retrieve()")
@@ -158,12 +151,13 @@ class PartitionedRetriever(Retriever):
         chosen = method or (overrides or {}).get("method") or self.config.method
         if chosen not in METHODS:
             raise ConfigError(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
-        if vector is None:
-            vector = self.embed([question])[0]
         started = time.perf_counter()
         streams, settled = [], None
+        offsets: dict[str, int] = {}  # pieces numbered over the partitions this reader may read, nothing else
         with deadline_after(options.get("deadline")):  # one deadline for all partitions (a nested one never extends it)
-            for position, (part, retriever) in enumerate(zip(self.partitioned.partitions, self.parts)):
+            if vector is None:
+                vector = self.embed([question])[0]
+            for part, retriever in zip(self.partitioned.partitions, self.parts):
                 if not readable(part, metadata_filter):
                     continue
                 result = retriever.retrieve(
@@ -176,7 +170,9 @@ class PartitionedRetriever(Retriever):
                     **options,
                 )
                 settled = result
-                streams.append([self._numbered(ev, position) for ev in result.evidence])
+                streams.append([numbered(ev, offsets) for ev in result.evidence])
+                for kind in {*KIND_TABLES, *(ev.kind for ev in result.evidence)}:
+                    offsets[kind] = offsets.get(kind, 0) + part.rows(kind)
         final_budget = settled.budget if settled else (budget or self.config.budget)
         return RetrievalResult(
             query=question,
@@ -186,7 +182,8 @@ class PartitionedRetriever(Retriever):
             seconds=time.perf_counter() - started,
         )
 
-    def _numbered(self, ev: Evidence, position: int) -> Evidence:
-        """``ev`` with its piece and chunk numbers made global across partitions."""
-        chunk = ev.chunk + self.partitioned.offset(position, "chunk") if ev.chunk >= 0 else ev.chunk
-        return dataclasses.replace(ev, index=ev.index + self.partitioned.offset(position, ev.kind), chunk=chunk)
+
+def numbered(ev: Evidence, offsets: dict[str, int]) -> Evidence:
+    """``ev`` with its piece and chunk numbers offset past the readable partitions before its own."""
+    chunk = ev.chunk + offsets.get("chunk", 0) if ev.chunk >= 0 else ev.chunk
+    return dataclasses.replace(ev, index=ev.index + offsets.get(ev.kind, 0), chunk=chunk)

@@ -7,6 +7,7 @@ name says so: results made with it must not be read as cross-encoder results.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -105,9 +106,17 @@ def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: st
 
 
 def reranker_for(index: LoadedIndex) -> Reranker:
-    """The reranker an index is configured with, loaded once per opened index (and dropped with it)."""
-    return index.memo(
-        "reranker",
-        "",
-        lambda: make_reranker(index.config.rerank, index.config.embedding, index.config.chunking.encoding),
+    """The reranker an index is configured with. Shared by every index with the same settings (the
+    partitions of an isolated index, the versions a server publishes), so a cross-encoder is loaded
+    once per process, not once per index; it holds no index, so a dropped index is still collected."""
+    config = index.config
+    return _shared_reranker(
+        config.rerank.model_dump_json(), config.embedding.model_dump_json(), config.chunking.encoding
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_reranker(rerank: str, embedding: str, encoding: str) -> Reranker:
+    return make_reranker(
+        RerankConfig.model_validate_json(rerank), EmbeddingConfig.model_validate_json(embedding), encoding
     )

@@ -57,7 +57,6 @@ from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
 from hopgraph.version import __version__
 
 log = logging.getLogger("hopgraph.serve")
-OPEN_PATHS = ("/healthz", "/docs", "/openapi.json")  # everything else needs a bearer token
 ID_SHOWN = 80  # characters of a client-given id or name repeated in a message
 
 
@@ -324,6 +323,12 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         log.error("%s %s: %s", request.method, request.url.path, exc)
         return JSONResponse(error_body("server_error", "the server failed to handle the request (logged)"), 500)
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A bug is still a JSON error to the client; the traceback goes to the log only.
+        log.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)
+        return JSONResponse(error_body("server_error", "the server failed to handle the request (logged)"), 500)
+
     def principal(request: Request) -> Principal:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
@@ -336,6 +341,16 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
             )
         who = tokens.lookup(token.strip())
         if who is None:
+            # Guessing tokens is rate-limited per client address like any token's requests.
+            wait = limiter.allow(f"unknown-token@{request.client.host if request.client else '?'}")
+            if wait:
+                metrics.rate_limited.inc()
+                raise APIError(
+                    429,
+                    "rate_limited",
+                    "too many requests with unknown tokens",
+                    {"Retry-After": str(max(1, round(wait)))},
+                )
             raise APIError(401, "unauthenticated", "unknown token", {"WWW-Authenticate": "Bearer"})
         wait = limiter.allow(hashlib.sha256(token.strip().encode()).hexdigest())
         if wait:
@@ -448,11 +463,15 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         """Live version, models, limits and the methods this index offers; counts and pending jobs for admins only."""
         snap = holder.current
         manifest = snap.index.manifest
-        info = {
+        info: dict[str, Any] = {
             "version": snap.version,
             "methods": list(snap.methods),
             "default_method": config.retrieval.method,
-            "models": manifest.get("models", {}),
+            # Local model folders are server paths: readers get their names only.
+            "models": {
+                k: Path(v).name if isinstance(v, str) and not who.admin else v
+                for k, v in manifest.get("models", {}).items()
+            },
             "limits": {
                 "max_query_chars": serve.max_query_chars,
                 "max_budget": serve.max_budget,

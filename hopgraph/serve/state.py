@@ -69,16 +69,14 @@ class IndexHolder:
         self._lock = threading.Lock()  # one load at a time
         self._state = threading.Lock()  # the live snapshot and the reader counts, changed together
         self._readers: Counter[str] = Counter()
+        self._failed: Path | None = None  # a published version that could not be loaded
         self._snapshot = self._open()
 
     def _open(self) -> Snapshot:
         index = open_index(self.root)
         warm(index)
-        retriever = Retriever(
-            index,
-            index.config.retrieval.model_copy(update={"method": self.config.retrieval.method}),
-            device=self.config.embedding.device,
-        )
+        # The server's retrieval settings: stored ones under its --config file and command line.
+        retriever = Retriever(index, self.config.retrieval, device=self.config.embedding.device)
         methods = tuple(available_methods(index))
         for method in methods:  # first queries pay one-time costs (lazy graphs, reranker) now
             retriever.retrieve("warm up", method=method, budget=200)
@@ -111,9 +109,15 @@ class IndexHolder:
     def refresh(self) -> bool:
         """Switch to the live version on disk if it changed; True if it did."""
         with self._lock:
-            if versions.live_root(self.root) == self._snapshot.index.store.root:
-                return False
-            fresh = self._open()
+            live = versions.live_root(self.root)
+            if live == self._snapshot.index.store.root or live == self._failed:
+                return False  # unchanged, or the version that failed to load (retried once CURRENT moves)
+            try:
+                fresh = self._open()
+            except Exception:
+                self._failed = live
+                raise
+            self._failed = None
             with self._state:
                 self._snapshot = fresh
             return True
@@ -154,7 +158,11 @@ class JobRunner:
         with self._lock:
             if self._child and self._child.poll() is None:
                 self._child.terminate()  # the job resumes from its finished stages next time
-                self._child.wait(timeout=30)
+                try:
+                    self._child.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self._child.kill()
+                    self._child.wait()
 
     def submit(self, add: list[Any], delete: list[str]) -> dict[str, Any]:
         """Queue a job; QueueFullError when serve.max_queued_jobs are unfinished."""
@@ -224,6 +232,8 @@ class JobRunner:
             "1",
         ]
         with self._lock:
+            if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)
+                return time.monotonic()
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()
         code = self._child.wait()

@@ -76,9 +76,9 @@ def auth(user: str) -> dict[str, str]:
 class LiveServer:
     """``create_app`` served by uvicorn in a thread on 127.0.0.1: real HTTP, real sockets."""
 
-    def __init__(self, root: Path, config: HopgraphConfig, tokens: TokenBook | None = None):
+    def __init__(self, root: Path, config: HopgraphConfig, tokens: TokenBook | None = None, app: Any = None):
         self.port = free_port()
-        app = create_app(root, config, tokens or token_book())
+        app = app or create_app(root, config, tokens or token_book())
         self.app = app
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on")

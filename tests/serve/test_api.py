@@ -10,7 +10,7 @@ import pytest
 
 from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.methods import LLM_FREE
-from tests.serve.support import CODEWORDS, LiveServer, auth, wait_for_job, wait_until
+from tests.serve.support import CODEWORDS, LiveServer, auth, token_book, wait_for_job, wait_until
 
 ENDPOINTS = [
     ("GET", "/metrics"),
@@ -211,6 +211,27 @@ def test_the_rate_limit_is_per_token(acl_index, serve_config):
         codes = [c.get("/v1/index", headers=auth("guest")).status_code for _ in range(5)]
         assert codes[:3] == [200, 200, 200] and codes[-1] == 429
         assert c.get("/v1/index", headers=auth("bo")).status_code == 200  # another token has its own bucket
+        # Guessing tokens is limited too: unknown tokens from one address share a bucket.
+        guesses = [c.get("/v1/index", headers={"Authorization": f"Bearer guess-{n:020d}"}) for n in range(5)]
+        assert [r.status_code for r in guesses[:3]] == [401, 401, 401] and guesses[-1].status_code == 429
+        assert guesses[-1].json()["error"]["code"] == "rate_limited" and "Retry-After" in guesses[-1].headers
+
+
+def test_a_bug_is_still_a_json_error(acl_index, serve_config):
+    """An unexpected exception (not a HopgraphError) answers 500 JSON that tells nothing of it.
+    A route that raises stands in for a bug: a fault that cannot be provoked otherwise on purpose."""
+    from hopgraph.serve.app import create_app
+
+    app = create_app(acl_index, serve_config, token_book(), start_jobs=False)
+
+    @app.get("/v1/boom")
+    def boom() -> None:
+        raise KeyError("secret-internal-detail")
+
+    with LiveServer(acl_index, serve_config, app=app) as live, httpx.Client(base_url=live.url, timeout=30) as c:
+        response = c.get("/v1/boom", headers=auth("guest"))
+    assert response.status_code == 500 and response.json()["error"]["code"] == "server_error"
+    assert "secret-internal-detail" not in response.text
 
 
 @pytest.mark.slow
