@@ -455,7 +455,8 @@ def methods(index_dir: str | None) -> None:
     for spec in SPECS.values():
         needs = ", ".join(spec.needs) or "no LLM"
         here = "" if loaded is None else ("  [offered]" if spec.available(loaded) else "  [not built]")
-        click.echo(f"{spec.name:<8} ({needs}){here}  {spec.description}")
+        settings = f" [retrieval.{spec.settings}]" if spec.settings else ""
+        click.echo(f"{spec.name:<8} ({needs}){here}  {spec.description}{settings}")
 
 
 @main.command(name="llm-server")
