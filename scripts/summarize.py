@@ -186,7 +186,13 @@ def server() -> str:
             f"{r['errors'] + a['errors']} errors."
         )
     parts += [text for text in (_hostile(), _memory(), _noninterference()) if text]
-    return "\n\n".join(parts)
+    return _relative("\n\n".join(parts))
+
+
+def _relative(text: str) -> str:
+    """Paths as a reader's checkout has them: data under ../shared, examples in the repository."""
+    text = re.sub(r"[^\s`(]*/shared/data/", "../shared/data/", text)
+    return re.sub(r"[^\s`(]*/(examples/[^\s`)]*)", r"\1", text)
 
 
 def _hostile() -> str:
