@@ -1,0 +1,114 @@
+"""Settings of the query server (`hopgraph serve`), including the bounds on what one request may ask."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from hopgraph.config.base import Section
+
+
+class RequestLimits(Section):
+    """Bounds on the retrieval settings one request may give in ``params``: callers of the server are
+    not trusted as a config file is, so these are far below what [retrieval] itself accepts. A value
+    over its bound is refused with 422; the server's own [retrieval] settings are not checked."""
+
+    cue_top_k: int = Field(10, ge=1, le=100, description="Largest retrieval.cue.top_k a request may give.")
+    cue_depth: int = Field(4, ge=1, le=10, description="Largest retrieval.cue.depth a request may give.")
+    cue_beam: int = Field(10, ge=1, le=100, description="Largest retrieval.cue.beam a request may give.")
+    cue_chunks: int = Field(20, ge=1, le=1000, description="Largest retrieval.cue.chunks a request may give.")
+    concept_top_k: int = Field(50, ge=1, le=10_000, description="Largest retrieval.concept.top_k a request may give.")
+    concept_depth: int = Field(3, ge=0, le=6, description="Largest retrieval.concept.depth a request may give.")
+    ppr_seed_keywords: int = Field(
+        100, ge=1, le=100_000, description="Largest retrieval.ppr.seed_keywords a request may give."
+    )
+    kg_seed_entities: int = Field(
+        50, ge=1, le=200, description="Largest retrieval.kg.seed_entities a request may give."
+    )
+    keyword_pool_factor: float = Field(
+        4.0, ge=1, le=100, description="Largest retrieval.keyword.pool_factor a request may give."
+    )
+    weights: float = Field(
+        100.0,
+        ge=0,
+        le=1000,
+        description="Largest value of any *_weight setting (e.g. ppr.graph_weight) a request may give.",
+    )
+
+
+class ServeConfig(Section):
+    host: str = Field(
+        "127.0.0.1",
+        description="Address `hopgraph serve` listens on (loopback by default: put TLS termination in front for a "
+        "network).",
+    )
+    port: int = Field(8080, ge=1, le=65535, description="TCP port of the server.")
+    tokens_file: str = Field(
+        "", description="TOML file of bearer tokens: [[tokens]] with token (or sha256), user, groups, admin."
+    )
+    tokens_env: str = Field(
+        "HOPGRAPH_TOKENS",
+        description="Environment variable that may hold the same token list as JSON (added to tokens_file).",
+    )
+    unrestricted_documents: Literal["everyone", "nobody"] = Field(
+        "everyone",
+        description="Who may read documents without an acl: everyone, or nobody (admins included; ACLs are about "
+        "reading).",
+    )
+    max_body_bytes: int = Field(10_000_000, ge=1024, description="Largest request body; larger ones get 413.")
+    max_query_chars: int = Field(2000, ge=1, le=100_000, description="Longest question accepted.")
+    max_budget: int = Field(32000, ge=50, le=1_000_000, description="Largest context budget λ a request may ask for.")
+    max_documents: int = Field(1000, ge=1, description="Most documents in one insert request.")
+    rate_limit: float = Field(
+        20.0, ge=0, description="Sustained requests per second per token (0 = no limit); bursts up to rate_burst."
+    )
+    rate_burst: int = Field(40, ge=1, description="Requests a token may send at once before the rate limit applies.")
+    answer_timeout: float = Field(
+        60.0, gt=0, description="Seconds /v1/answer waits for the LLM before answering 503 (retrieval is unaffected)."
+    )
+    job_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Unix nice increment of the update worker: a running insert/delete job gets a smaller CPU "
+        "share than readers (0 = equal).",
+    )
+    request_deadline: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds one retrieval may compute before it is stopped (504); the searches check it as they go.",
+    )
+    answer_concurrency: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="Answers generated at once; more wait for a slot (503 after answer_timeout). Retrieval and "
+        "/healthz never wait for these slots.",
+    )
+    max_queued_jobs: int = Field(
+        8,
+        ge=1,
+        le=10_000,
+        description="Update jobs queued or running at most; a submit beyond it gets 429 with Retry-After.",
+    )
+    job_attempts: int = Field(
+        3,
+        ge=1,
+        le=20,
+        description="Times a crashed update worker is restarted for the same job (with growing back-off) before "
+        "the job ends 'failed'.",
+    )
+    keep_versions: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="Finished versions kept on disk besides the live one (and any a request still reads); older "
+        "ones are deleted after each job.",
+    )
+    max_filter_keys: int = Field(16, ge=1, le=1000, description="Most metadata keys in one request's `where` filter.")
+    max_filter_values: int = Field(
+        256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter."
+    )
+    request_limits: RequestLimits = RequestLimits()
