@@ -16,8 +16,12 @@ from typing import Any
 import numpy as np
 
 
-class VectorCache:
-    """Embedding vectors keyed by (model, text)."""
+class TextKeyedCache:
+    """Values keyed by (model, text) in one SQLite table; subclasses say how a value is stored."""
+
+    TABLE = ""
+    COLUMN = ""
+    SQL_TYPE = ""
 
     def __init__(self, path: str | Path, model: str):
         self.path = Path(path).expanduser()
@@ -25,26 +29,63 @@ class VectorCache:
         self.model = model
         self._db = sqlite3.connect(self.path, timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL)")
+        self._db.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key BLOB PRIMARY KEY, {self.COLUMN} {self.SQL_TYPE} NOT NULL)"
+        )
 
     def _key(self, text: str) -> bytes:
         return hashlib.sha256(f"{self.model}\0{text}".encode()).digest()
 
-    def get_many(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+    def encode(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def decode(self, stored: Any) -> Any:
+        raise NotImplementedError
+
+    def get_many(self, texts: Sequence[str]) -> list[Any]:
+        """The stored value per text, None where there is none."""
         keys = [self._key(t) for t in texts]
-        found: dict[bytes, np.ndarray] = {}
+        found: dict[bytes, Any] = {}
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
             rows = self._db.execute(
-                f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(batch))})", batch
+                f"SELECT key, {self.COLUMN} FROM {self.TABLE} WHERE key IN ({','.join('?' * len(batch))})", batch
             )
-            found.update((k, np.frombuffer(v, dtype=np.float32)) for k, v in rows)
+            found.update((k, self.decode(v)) for k, v in rows)
         return [found.get(k) for k in keys]
 
-    def put_many(self, texts: Sequence[str], vectors: np.ndarray) -> None:
-        rows = [(self._key(t), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for t, v in zip(texts, vectors)]
+    def put_many(self, texts: Sequence[str], values: Sequence[Any]) -> None:
+        rows = [(self._key(t), self.encode(v)) for t, v in zip(texts, values)]
         with self._db:
-            self._db.executemany("INSERT OR REPLACE INTO vectors (key, vector) VALUES (?, ?)", rows)
+            self._db.executemany(f"INSERT OR REPLACE INTO {self.TABLE} (key, {self.COLUMN}) VALUES (?, ?)", rows)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class VectorCache(TextKeyedCache):
+    """Embedding vectors keyed by (model, text)."""
+
+    TABLE, COLUMN, SQL_TYPE = "vectors", "vector", "BLOB"
+
+    def encode(self, value: np.ndarray) -> bytes:
+        return np.ascontiguousarray(value, dtype=np.float32).tobytes()
+
+    def decode(self, stored: bytes) -> np.ndarray:
+        return np.frombuffer(stored, dtype=np.float32)
+
+
+class JsonCache(TextKeyedCache):
+    """JSON values keyed by (model, text): per-text results of a model that are not vectors
+    (e.g. spaCy entities), so a rebuild repeats model work only for texts it has not seen."""
+
+    TABLE, COLUMN, SQL_TYPE = "results", "value", "TEXT"
+
+    def encode(self, value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    def decode(self, stored: str) -> Any:
+        return json.loads(stored)
 
 
 class CachedEmbedder:
@@ -82,39 +123,3 @@ class CachedEmbedder:
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         return out
-
-
-class JsonCache:
-    """JSON values keyed by (model, text): per-text results of a model that are not vectors
-    (e.g. spaCy entities), so a rebuild repeats model work only for texts it has not seen."""
-
-    def __init__(self, path: str | Path, model: str):
-        self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.model = model
-        self._db = sqlite3.connect(self.path, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS results (key BLOB PRIMARY KEY, value TEXT NOT NULL)")
-
-    def _key(self, text: str) -> bytes:
-        return hashlib.sha256(f"{self.model}\0{text}".encode()).digest()
-
-    def get_many(self, texts: Sequence[str]) -> list[Any]:
-        """The stored value per text, None where there is none."""
-        keys = [self._key(t) for t in texts]
-        found: dict[bytes, Any] = {}
-        for start in range(0, len(keys), 500):
-            batch = keys[start : start + 500]
-            rows = self._db.execute(
-                f"SELECT key, value FROM results WHERE key IN ({','.join('?' * len(batch))})", batch
-            )
-            found.update((k, json.loads(v)) for k, v in rows)
-        return [found.get(k) for k in keys]
-
-    def put_many(self, texts: Sequence[str], values: Sequence[Any]) -> None:
-        rows = [(self._key(t), json.dumps(v, ensure_ascii=False)) for t, v in zip(texts, values)]
-        with self._db:
-            self._db.executemany("INSERT OR REPLACE INTO results (key, value) VALUES (?, ?)", rows)
-
-    def close(self) -> None:
-        self._db.close()
