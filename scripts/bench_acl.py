@@ -46,11 +46,13 @@ from tests.serve.support import SECRET_DOCUMENTS, USERS, LiveServer, audit_acl  
 GROUPS = ["board", "operations", "legal", "press"]
 
 
-def corpus(dataset: Path, paragraphs: int, seed: int) -> list[Document]:
+def corpus(dataset: Path, paragraphs: int, seed: int, public_share: float = 0.4) -> list[Document]:
+    """The sample corpus, the codeword documents and MuSiQue paragraphs, ``public_share`` of them
+    without ACL and the rest readable by one or two random groups (seeded)."""
     rng = random.Random(seed)
     musique = []
     for d in load_benchmark(dataset, limit=0).documents[:paragraphs]:
-        acl = None if rng.random() < 0.4 else sorted(rng.sample(GROUPS, rng.randint(1, 2)))
+        acl = None if rng.random() < public_share else sorted(rng.sample(GROUPS, rng.randint(1, 2)))
         musique.append(
             Document(
                 id=d.id, title=d.title, text=d.text, source="musique", metadata={} if acl is None else {"acl": acl}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import random
 import shutil
 import sys
 import tempfile
@@ -33,20 +32,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the restricted documents live with the server tests
 
 from hopgraph.config import load_config  # noqa: E402
-from hopgraph.documents import Document  # noqa: E402
 from hopgraph.evaluate.report import provenance, write_json  # noqa: E402
 from hopgraph.index.datasets import load_benchmark  # noqa: E402
-from hopgraph.index.ingest import read_corpus  # noqa: E402
 from hopgraph.index.pipeline import build_index  # noqa: E402
 from hopgraph.llm.standin import StandinServer  # noqa: E402
 from hopgraph.retrieve.filters import MetadataFilter  # noqa: E402
 from hopgraph.retrieve.methods import LLM_FREE  # noqa: E402
 from hopgraph.retrieve.packing import RetrievalResult  # noqa: E402
 from hopgraph.retrieve.retriever import Retriever  # noqa: E402
-from tests.conftest import SAMPLE, SAMPLE_SETTINGS  # noqa: E402
-from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS  # noqa: E402
+from scripts.bench_acl import corpus  # noqa: E402
+from tests.conftest import SAMPLE_SETTINGS  # noqa: E402
+from tests.serve.support import CODEWORDS  # noqa: E402
 
-GROUPS = ["board", "operations", "legal", "press"]
 SAMPLE_QUESTIONS = [
     "Who was the first director of the Halvern Harbor Institute?",
     "What does the Orrin Basin Water Board monitor?",
@@ -54,23 +51,6 @@ SAMPLE_QUESTIONS = [
     "Which vessel will be out of service for hull repairs?",
 ]
 KG_METHODS = ("kg", "hybrid", "ket", "g2cons")
-
-
-def corpus(dataset: Path, paragraphs: int, seed: int) -> list[Document]:
-    rng = random.Random(seed)
-    musique = []
-    for d in load_benchmark(dataset, limit=0).documents[:paragraphs]:
-        acl = None if rng.random() < 0.5 else sorted(rng.sample(GROUPS, rng.randint(1, 2)))
-        musique.append(
-            Document(
-                id=d.id, title=d.title, text=d.text, source="musique", metadata={} if acl is None else {"acl": acl}
-            )
-        )
-    secrets = [
-        Document(id=d["id"], title=d["title"], text=d["text"], source="secret", metadata={"acl": d["acl"]})
-        for d in SECRET_DOCUMENTS
-    ]
-    return list(read_corpus([SAMPLE]).documents) + secrets + musique
 
 
 def questions(dataset: Path, count: int) -> list[str]:
@@ -153,7 +133,7 @@ def main() -> None:
     parser.add_argument("--llm-cache", type=Path, default=REPO / ".hopgraph" / "llm-noninterference.sqlite")
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "acl_noninterference.json")
     args = parser.parse_args()
-    documents = corpus(args.dataset, args.musique_paragraphs, args.seed)
+    documents = corpus(args.dataset, args.musique_paragraphs, args.seed, public_share=0.5)
     public_docs = [d for d in documents if d.acl is None]
     asked = questions(args.dataset, args.questions)
     methods = [*LLM_FREE, "cue", *(KG_METHODS if args.kg else ())]
