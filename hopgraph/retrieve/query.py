@@ -27,7 +27,8 @@ class Scope:
     """Boolean masks of usable pieces (after metadata/ACL filtering).
 
     ``derived`` caches what is recomputed per reader from readable material only (keyword vectors,
-    entity vectors), so one request computes it once however many channels use it.
+    entity vectors): computed once per reader's scope, which the Retriever keeps for the reader's
+    next requests, however many channels use it.
     """
 
     units: np.ndarray

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 
 class Retriever:
     """Answers ``retrieve(question)`` over one index with any method; retrieval itself never calls the LLM."""
+
+    SCOPES_KEPT = 8  # readers' scopes kept (each may hold a keyword-vector matrix of its own)
 
     def __new__(
         cls,
@@ -52,6 +57,10 @@ class Retriever:
         embedding = self.index.config.embedding
         self.embedder = load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
         self._open_scope: Scope | None = None
+        # Scopes of recent readers (group set + filter), with what they derive from readable material
+        # (keyword and entity vectors): a reader's second request reuses them instead of recomputing.
+        self._scopes: OrderedDict[str, Scope] = OrderedDict()
+        self._scopes_lock = threading.Lock()
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Scope:
         if metadata_filter is None or metadata_filter.is_open:
@@ -60,8 +69,27 @@ class Retriever:
                     np.ones(len(self.index.unit_tokens), bool), np.ones(len(self.index.chunk_tokens), bool)
                 )
             return self._open_scope
+        key = json.dumps(
+            [
+                sorted(metadata_filter.groups or ()),
+                metadata_filter.groups is None,
+                metadata_filter.allow_unrestricted,
+                metadata_filter.where,
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        with self._scopes_lock:
+            if key in self._scopes:
+                self._scopes.move_to_end(key)
+                return self._scopes[key]
         docs = metadata_filter.document_mask(self.index)
-        return Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
+        scope = Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
+        with self._scopes_lock:
+            self._scopes[key] = scope
+            while len(self._scopes) > self.SCOPES_KEPT:
+                self._scopes.popitem(last=False)
+        return scope
 
     def embed(self, questions: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(questions)

@@ -77,3 +77,16 @@ def test_unknown_method_is_refused_with_the_registered_choices(sample_index):
 
     with pytest.raises(ConfigError, match="unknown method .nope.*text, bm25, knng, keyword, concept, ppr"):
         Retriever(sample_index).retrieve("anything", method="nope")
+
+
+def test_a_readers_scope_is_reused_across_requests(retriever):
+    """What a restricted reader derives from readable material is computed once, not per request."""
+    reader = MetadataFilter(groups=frozenset({"operations"}))
+    first = retriever.retrieve(QUESTION, method="ppr", budget=300, metadata_filter=reader)
+    scope = retriever.scope(MetadataFilter(groups=frozenset({"operations"})))
+    assert "keyword_vectors" in scope.derived  # filled by the first request
+    assert (
+        retriever.scope(reader) is scope and retriever.scope(MetadataFilter(groups=frozenset({"board"}))) is not scope
+    )
+    again = retriever.retrieve(QUESTION, method="ppr", budget=300, metadata_filter=reader)
+    assert [(e.kind, e.index, e.score) for e in again.evidence] == [(e.kind, e.index, e.score) for e in first.evidence]
