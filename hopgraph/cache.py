@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ class TextKeyedCache:
             found.update((k, self.decode(v)) for k, v in rows)
         return [found.get(k) for k in keys]
 
-    def put_many(self, texts: Sequence[str], values: Sequence[Any]) -> None:
+    def put_many(self, texts: Sequence[str], values: Sequence[Any] | np.ndarray) -> None:
         rows = [(self._key(t), self.encode(v)) for t, v in zip(texts, values)]
         with self._db:
             self._db.executemany(f"INSERT OR REPLACE INTO {self.TABLE} (key, {self.COLUMN}) VALUES (?, ?)", rows)
@@ -112,10 +112,7 @@ class CachedEmbedder:
         # and a rebuild would then break score ties differently from an incremental update).
         unique = list(dict.fromkeys(texts[i] for i in missing))
         fresh_vectors: dict[str, np.ndarray] = {}
-        # Embed and store in slices: an interrupted run keeps all but the last slice.
-        for start in range(0, len(unique), self.SLICE):
-            part = unique[start : start + self.SLICE]
-            fresh = self.inner.encode(part, progress=progress)
+        for part, fresh in self._fresh(unique, progress):
             self.cache.put_many(part, fresh)
             fresh_vectors.update(zip(part, fresh))
         for i in missing:
@@ -123,3 +120,16 @@ class CachedEmbedder:
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         return out
+
+    def _fresh(self, texts: list[str], progress: bool) -> Iterator[tuple[list[str], np.ndarray]]:
+        """(texts, vectors) as they are computed, so each part is stored before the next is asked for:
+        an interrupted run keeps all but the part in flight. An embedder that computes in batches
+        elsewhere (a Ray actor pool) yields each batch as it arrives; any other is called in slices."""
+        stream = getattr(self.inner, "encode_batches", None)
+        if stream is not None:
+            for positions, vectors in stream(texts, progress=progress):
+                yield [texts[p] for p in positions], vectors
+            return
+        for start in range(0, len(texts), self.SLICE):
+            part = texts[start : start + self.SLICE]
+            yield part, self.inner.encode(part, progress=progress)

@@ -28,7 +28,14 @@ from hopgraph.config import (
 )
 from hopgraph.errors import HopgraphError
 
-BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.")
+BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
+ENGINE = click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default=None,
+    help="local: build in this process (default); ray: model work on a Ray cluster (the 'cluster' extra; "
+    "--cluster.address joins one, none starts one here). The setting cluster.engine in a --config file.",
+)
 QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
 
 
@@ -104,9 +111,16 @@ def main() -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Rebuild even if OUT holds an index of another corpus or settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-@config_options(BUILD_SECTIONS)
+@ENGINE
+@config_options(BUILD_SECTIONS, exclude=("cluster.engine",))
 def index(
-    paths: tuple[str, ...], out: str, config_file: str | None, overwrite: bool, quiet: bool, **options: Any
+    paths: tuple[str, ...],
+    out: str,
+    config_file: str | None,
+    overwrite: bool,
+    quiet: bool,
+    engine: str | None,
+    **options: Any,
 ) -> None:
     """Index PATHS (files, folders, JSONL, or benchmark data) into OUT.
 
@@ -119,7 +133,7 @@ def index(
     from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
     from hopgraph.index.pipeline import build_index  # noqa: PLC0415
 
-    config = build_config(config_file, options)
+    config = build_config(config_file, {**options, "cluster__engine": engine})
     corpus = read_corpus(paths)
     for problem in corpus.problems:
         click.secho(f"skipped: {problem}", fg="yellow", err=True)
@@ -165,7 +179,8 @@ def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
     help="Newest finished versions kept on disk (the live one always is); older ones are deleted after the update.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-@config_options(tuple(f"llm.{name}" for name in LLM_CONNECTION_FIELDS))
+@ENGINE
+@config_options((*(f"llm.{name}" for name in LLM_CONNECTION_FIELDS), "cluster."), exclude=("cluster.engine",))
 def update(
     index_dir: str,
     add_paths: tuple[str, ...],
@@ -173,6 +188,7 @@ def update(
     resume: bool,
     keep: int,
     quiet: bool,
+    engine: str | None,
     **options: Any,
 ) -> None:
     """Add, replace or delete documents in INDEX, building a new version and switching to it when complete.
@@ -183,21 +199,23 @@ def update(
     version live and is finished by `hopgraph update INDEX --resume`. The index's own settings
     are used; --llm.* options only say how to reach the LLM server.
     """
-    from hopgraph.config import LLMConfig, validate_section  # noqa: PLC0415
+    from hopgraph.config import ClusterConfig, LLMConfig, validate_section  # noqa: PLC0415
     from hopgraph.index import versions  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415
 
     if resume and (add_paths or delete_ids):
         raise click.UsageError("--resume runs the jobs already submitted; give --add/--delete without it")
     overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
+    llm_overrides = {k.removeprefix("llm."): v for k, v in overrides.items() if k.startswith("llm.")}
     llm = None
-    if overrides:
+    if llm_overrides:
         stored = IndexStore(versions.live_root(index_dir)).require_complete()["config"].get("llm", {})
-        llm = validate_section(
-            LLMConfig,
-            apply_overrides(dict(stored), {k.removeprefix("llm."): v for k, v in overrides.items()}),
-            "--llm options",
-        )
+        llm = validate_section(LLMConfig, apply_overrides(dict(stored), llm_overrides), "--llm options")
+    cluster_overrides = {k.removeprefix("cluster."): v for k, v in overrides.items() if k.startswith("cluster.")}
+    if engine:
+        cluster_overrides["engine"] = engine
+    # How to build is this run's choice (never the stored one): the engine is not part of the index.
+    cluster = validate_section(ClusterConfig, cluster_overrides, "--cluster options")
     if not resume:
         documents = []
         if add_paths:
@@ -209,7 +227,7 @@ def update(
             documents = corpus.documents
         job = versions.submit_update(index_dir, documents, delete_ids)
         click.echo(f"submitted job {job['id']}: add {len(job['add'])}, delete {len(job['delete'])}")
-    done = versions.run_pending(index_dir, llm=llm, progress=not quiet)
+    done = versions.run_pending(index_dir, llm=llm, cluster=cluster, progress=not quiet)
     if not done:
         click.echo("no pending jobs")
     for job in done:

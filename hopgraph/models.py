@@ -246,10 +246,17 @@ def _load_embedder(backend: str, model: str, device: str, batch_size: int) -> An
     return spec.load(path, device, batch_size)
 
 
-def load_embedder(config: EmbeddingConfig, *, cached: bool = False) -> Embedder:
+def load_model(config: EmbeddingConfig) -> Any:
+    """The configured model itself (no prompts, no cache): what an embedding worker runs."""
+    return _load_embedder(config.backend, config.model, config.device, config.batch_size)
+
+
+def load_embedder(config: EmbeddingConfig, *, cached: bool = False, model: Any = None) -> Embedder:
     """The configured embedder; with ``cached`` it reads and fills the vector cache (indexing).
 
     Prompts are put before texts outside the cache, so the cache keys the text that was embedded.
+    ``model`` computes vectors elsewhere in place of the local model (the Ray engine's actor pool)
+    behind the same prompts and cache.
     """
     spec = EMBEDDING_BACKENDS.get(config.backend)
     if spec is not None and not spec.prompts and (config.query_prompt or config.passage_prompt):
@@ -257,7 +264,7 @@ def load_embedder(config: EmbeddingConfig, *, cached: bool = False) -> Embedder:
             f"embedding.backend {config.backend!r} takes no query/passage prompts: leave embedding.query_prompt "
             "and passage_prompt empty"
         )
-    embedder = _load_embedder(config.backend, config.model, config.device, config.batch_size)
+    embedder = load_model(config) if model is None else model
     if cached and config.cache:
         from hopgraph.cache import CachedEmbedder, VectorCache  # noqa: PLC0415
 

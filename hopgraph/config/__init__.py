@@ -28,6 +28,7 @@ from hopgraph.config.build import (
     LLMConfig,
     RerankConfig,
 )
+from hopgraph.config.cluster import ClusterConfig
 from hopgraph.config.retrieval import (
     ConceptMethod,
     CueMethod,
@@ -49,6 +50,7 @@ __all__ = [
     "AccessConfig",
     "AnswerConfig",
     "ChunkingConfig",
+    "ClusterConfig",
     "ConceptMethod",
     "CueMethod",
     "EmbeddingConfig",
@@ -94,6 +96,7 @@ class HopgraphConfig(Section):
     rerank: RerankConfig = RerankConfig()
     answer: AnswerConfig = AnswerConfig()
     serve: ServeConfig = ServeConfig()
+    cluster: ClusterConfig = ClusterConfig()
 
     def build_settings(self) -> dict[str, Any]:
         """The LLM-free build settings, as manifests record them for people (`hopgraph inspect`) and as

@@ -9,7 +9,7 @@ different ACLs never share a chunk, so access control stays exact per piece.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hopgraph.config import ChunkingConfig
@@ -46,6 +46,27 @@ class TextLayers:
     sentences: Pieces
 
 
+@dataclass(frozen=True)
+class TextAnalysis:
+    """What chunking needs from one document's text; computed per document, so anywhere (Ray tasks)."""
+
+    offsets: list[int]  # character offset at which each token starts
+    spans: list[tuple[int, int]]  # sentences as character spans
+
+
+Analyse = Callable[[Sequence[str], str], list[TextAnalysis]]  # (texts, tiktoken encoding) -> one per text
+
+
+def analyse_texts(texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
+    """Token offsets and sentence spans of each text, in this process."""
+    enc = get_encoding(encoding)
+    out = []
+    for text in texts:
+        _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
+        out.append(TextAnalysis(offsets, sentence_spans(text)))
+    return out
+
+
 def _acl_key(doc: Document) -> tuple[str, ...] | None:
     acl = doc.acl
     return None if acl is None else tuple(sorted(set(acl)))
@@ -80,9 +101,14 @@ def split_equal(start: int, end: int, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def build_layers(documents: Sequence[Document], config: ChunkingConfig) -> TextLayers:
-    """Cut documents into chunks, sub-chunks and sentences with exact token offsets."""
+def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse: Analyse = analyse_texts) -> TextLayers:
+    """Cut documents into chunks, sub-chunks and sentences with exact token offsets.
+
+    ``analyse`` tokenises and sentence-splits the documents (the costly part, one document at a
+    time); cutting the token streams into pieces is arithmetic on its results.
+    """
     enc = get_encoding(config.encoding)
+    analyses = analyse([doc.text for doc in documents], config.encoding)
     sep_tokens = len(enc.encode(SEPARATOR))
     layers = TextLayers(Pieces(), Pieces(), Pieces())
     parts = 2**config.effective_splits
@@ -99,11 +125,9 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig) -> TextL
                 token_char.extend([char_base] * sep_tokens)
                 char_base += len(SEPARATOR)
             text = documents[d].text
-            ids = enc.encode(text, disallowed_special=())
-            _, offsets = enc.decode_with_offsets(ids)
+            offsets, spans = analyses[d].offsets, analyses[d].spans
             doc_token_start.append(len(token_char))
             token_char.extend(char_base + off for off in offsets)
-            spans = sentence_spans(text)
             spans_by_doc[d] = spans
             for s, (a, b) in enumerate(spans):
                 first = max(bisect.bisect_right(offsets, a) - 1, 0)

@@ -21,16 +21,16 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from hopgraph.config import AccessConfig, HopgraphConfig
+from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import cue, graphs, keywords, kg
-from hopgraph.index.chunking import build_layers
+from hopgraph.index.chunking import analyse_texts, build_layers
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm
 from hopgraph.llm.extract import extract
-from hopgraph.models import embed_long_texts, load_embedder, sentence_spans
+from hopgraph.models import Embedder, embed_long_texts, load_embedder, sentence_spans
 from hopgraph.store import PARTITIONS, IndexStore
 
 
@@ -41,10 +41,17 @@ class BuildContext:
     documents: Sequence[Document]
     progress: bool
     usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
+    engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
 
     @functools.cached_property
     def llm(self) -> LLM:
-        return open_llm(self.config.llm)
+        return open_llm(self.config.llm, backend=self.engine.llm(self.config.llm) if self.engine else None)
+
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        """Index-time embedder: the vector cache in front of the local model or the engine's actors."""
+        model = self.engine.embedder(self.config.embedding) if self.engine else None
+        return load_embedder(self.config.embedding, cached=True, model=model)
 
 
 def corpus_fingerprint(documents: Sequence[Document]) -> str:
@@ -73,7 +80,7 @@ def stage_documents(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_chunks(ctx: BuildContext) -> dict[str, int]:
-    layers = build_layers(ctx.documents, ctx.config.chunking)
+    layers = build_layers(ctx.documents, ctx.config.chunking, ctx.engine.analyse if ctx.engine else analyse_texts)
     acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
     ctx.store.write_table(
         "chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl}
@@ -122,10 +129,12 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     return {"keywords": len(vocabulary)}
 
 
-def embed_texts(config: HopgraphConfig, texts: list[str], progress: bool = False) -> np.ndarray:
+def embed_texts(
+    config: HopgraphConfig, texts: list[str], progress: bool = False, embedder: Embedder | None = None
+) -> np.ndarray:
     """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows."""
     cfg = config.embedding
-    embedder = load_embedder(cfg, cached=True)
+    embedder = embedder or load_embedder(cfg, cached=True)
     if not texts:
         return np.zeros((0, embedder.dim), np.float32)
     return embed_long_texts(
@@ -134,7 +143,7 @@ def embed_texts(config: HopgraphConfig, texts: list[str], progress: bool = False
 
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    return embed_texts(ctx.config, texts, ctx.progress)
+    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
@@ -200,7 +209,9 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     )
     texts = ctx.store.read_table("chunks")["text"]
     results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
-    counts = write_kg(ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress)
+    counts = write_kg(
+        ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress, embedder=ctx.embedder
+    )
     ctx.usage = usage.to_dict()
     return {"kg_chunks": len(core), **counts, "kg_fallbacks": usage.fallbacks}
 
@@ -213,6 +224,7 @@ def write_kg(
     model: str,
     *,
     progress: bool = False,
+    embedder: Embedder | None = None,
 ) -> dict[str, int]:
     """Resolve per-chunk extraction results (of chunks ``core``) into the KG tables, graph and vectors.
 
@@ -221,12 +233,13 @@ def write_kg(
     mentions only.
     """
     n_chunks = len(store.read_table("chunks")["tokens"])
+    embedder = embedder or load_embedder(config.embedding, cached=True)
     tables = kg.build_tables(
         results,
         core,
         n_chunks,
         model,
-        load_embedder(config.embedding, cached=True).encode,
+        embedder.encode,
         config.extraction.resolve_threshold,
     )
     for name in ("entities", "mentions", "relations", "surfaces"):
@@ -234,10 +247,13 @@ def write_kg(
     store.write_graph("kg_entity_chunks", tables["entity_chunks"])
     store.write_array(
         "kg_entity_vectors",
-        embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress),
+        embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress, embedder),
     )
-    store.write_array("kg_surface_vectors", embed_texts(config, kg.surface_texts(tables["surfaces"]), progress))
-    store.write_array("kg_relation_vectors", embed_texts(config, kg.relation_texts(tables["relations"]), progress))
+    for name, texts in (
+        ("kg_surface_vectors", kg.surface_texts(tables["surfaces"])),
+        ("kg_relation_vectors", kg.relation_texts(tables["relations"])),
+    ):
+        store.write_array(name, embed_texts(config, texts, progress, embedder))
     return {"kg_entities": len(tables["entities"]["name"]), "kg_relations": len(tables["relations"]["source"])}
 
 
@@ -374,7 +390,7 @@ def stage_keys(config: HopgraphConfig) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------ driver
-def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
+def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
     keys = stage_keys(config)
     fresh = {
         "complete": False,
@@ -421,6 +437,12 @@ def _start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str,
     return manifest
 
 
+def _embedding_work(ctx: BuildContext) -> tuple[int, int]:
+    """(texts embedded, texts found in the vector cache) so far in this build, through its cache."""
+    cache = getattr(ctx.__dict__.get("embedder"), "inner", None)  # only an embedder this build created
+    return (getattr(cache, "misses", 0), getattr(cache, "hits", 0))
+
+
 def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -433,22 +455,40 @@ def build_index(
     progress: bool = True,
     overwrite: bool = False,
     stop_after: str | None = None,
+    engine: Any = None,
 ) -> dict:
     """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest.
 
     With ``access.isolation`` the index is one complete sub-index per ACL partition (see
-    :func:`build_partitioned`); updates rebuild through here, so they need nothing special.
+    :func:`hopgraph.index.partitions.build_partitioned`); updates rebuild through here, so they need
+    nothing special. With ``cluster.engine = "ray"`` the model work runs on a Ray cluster
+    (:mod:`hopgraph.index.cluster`), joined or started here for this build unless a connected
+    ``engine`` is passed in.
     """
     if not documents:
         raise InputError("no documents to index")
+    if engine is None and config.cluster.engine == "ray":
+        from hopgraph.index.cluster import RayEngine  # noqa: PLC0415  (Ray is an optional extra)
+
+        engine = RayEngine(config)
+        try:
+            return build_index(
+                documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after, engine=engine
+            )
+        finally:
+            engine.close()
     if config.access.isolation:
-        return build_partitioned(documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after)
+        from hopgraph.index.partitions import build_partitioned  # noqa: PLC0415  (it builds through here)
+
+        return build_partitioned(
+            documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after, engine=engine
+        )
     store = IndexStore(out)
     if overwrite and (store.root / PARTITIONS).is_dir():
         shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
-    manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
+    manifest = start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
-    ctx = BuildContext(store, config, documents, progress)
+    ctx = BuildContext(store, config, documents, progress, engine=engine)
     bar = tqdm(planned_stages(config), desc="index", unit="stage", disable=not progress)
     for name, stage in bar:
         record = manifest["stages"].get(name, {})
@@ -458,12 +498,19 @@ def build_index(
         bar.set_postfix_str(name)
         started = time.perf_counter()
         ctx.usage = {}
+        embedded_before = _embedding_work(ctx)
         counts = stage(ctx)
         for key, value in counts.items():
             manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
-        manifest["stages"][name] = {"done": True, "seconds": round(time.perf_counter() - started, 3)}
+        record = {"done": True, "seconds": round(time.perf_counter() - started, 3)}
+        embedded = [after - before for after, before in zip(_embedding_work(ctx), embedded_before)]
+        if any(embedded):
+            record.update(embedded_new=embedded[0], embedded_cached=embedded[1])
+        if engine is not None:
+            record.update(engine.costs())  # worker_seconds and gpu_seconds this stage spent on the cluster
         if ctx.usage:
-            manifest["stages"][name]["llm"] = ctx.usage
+            record["llm"] = ctx.usage
+        manifest["stages"][name] = record
         manifest["peak_memory_mb"] = max(manifest.get("peak_memory_mb", 0.0), peak_memory_mb())
         store.write_manifest(manifest)
         if name == stop_after:
@@ -474,92 +521,5 @@ def build_index(
         "embedding_backend": config.embedding.backend,
         "llm": config.llm.model if config.extraction.active() else None,
     }
-    store.write_manifest(manifest)
-    return manifest
-
-
-# ------------------------------------------------------------------------------------ isolation
-
-
-def partition_name(acl: Sequence[str] | None) -> str:
-    """Directory name of the partition of documents with this ACL (None = unrestricted)."""
-    if acl is None:
-        return "public"
-    return "acl-" + hashlib.sha256(json.dumps(sorted(set(acl))).encode()).hexdigest()[:16]
-
-
-def acl_partitions(documents: Sequence[Document]) -> list[dict[str, Any]]:
-    """Documents grouped by identical ACL sets: the unrestricted partition first, then by ACL.
-
-    Each entry has ``name``, ``acl`` (sorted groups, or None) and ``documents`` (indices, in
-    corpus order). Putting the unrestricted one first gives its pieces the same numbers as in an
-    index of the unrestricted documents alone.
-    """
-    groups: dict[tuple[str, ...] | None, list[int]] = {}
-    for i, doc in enumerate(documents):
-        groups.setdefault(None if doc.acl is None else tuple(sorted(set(doc.acl))), []).append(i)
-    keys = sorted(groups, key=lambda k: (k is not None, k or ()))
-    return [{"name": partition_name(k), "acl": None if k is None else list(k), "documents": groups[k]} for k in keys]
-
-
-def build_partitioned(
-    documents: Sequence[Document],
-    out: str | Path,
-    config: HopgraphConfig,
-    *,
-    progress: bool = True,
-    overwrite: bool = False,
-    stop_after: str | None = None,
-) -> dict:
-    """The isolated build: every ACL partition is a complete index of its own documents, built by
-    the ordinary pipeline (same stages, caches and resume) under ``out/partitions/<name>``, so its
-    vocabulary, IDF, graphs, PageRank and entity resolution see no other partition's text.
-
-    ``out`` itself holds the documents table (the corpus, for updates) and a manifest listing the
-    partitions with their ACL; it is complete once every partition is.
-    """
-    store = IndexStore(out)
-    manifest = _start_manifest(store, config, corpus_fingerprint(documents), overwrite)
-    if overwrite and (store.root / PARTITIONS).is_dir():
-        shutil.rmtree(store.root / PARTITIONS)
-    partitions = acl_partitions(documents)
-    manifest["partitions"] = [
-        {"name": p["name"], "acl": p["acl"], "documents": len(p["documents"])} for p in partitions
-    ]
-    store.write_manifest(manifest)
-    stage_documents(BuildContext(store, config, documents, progress))
-    inner = config.model_copy(update={"access": AccessConfig(isolation=False)})
-    stages: dict[str, dict[str, Any]] = {}
-    counts: dict[str, int] = {}
-    for part in partitions:
-        built = build_index(
-            [documents[i] for i in part["documents"]],
-            store.root / PARTITIONS / part["name"],
-            inner,
-            progress=progress,
-            overwrite=overwrite,
-            stop_after=stop_after,
-        )
-        for name, record in built["stages"].items():
-            total = stages.setdefault(name, {"done": True, "seconds": 0.0})
-            total["done"] &= bool(record.get("done"))
-            total["seconds"] = round(total["seconds"] + record.get("seconds", 0.0), 3)
-        for key, value in built["counts"].items():
-            counts[key] = counts.get(key, 0) + value
-        if not built["complete"]:
-            manifest.update(stages=stages, counts=counts)
-            store.write_manifest(manifest)
-            return manifest
-    manifest.update(
-        stages=stages,
-        counts=counts,
-        complete=True,
-        peak_memory_mb=peak_memory_mb(),
-        models={
-            "embedding": config.embedding.model,
-            "embedding_backend": config.embedding.backend,
-            "llm": config.llm.model if config.extraction.active() else None,
-        },
-    )
     store.write_manifest(manifest)
     return manifest

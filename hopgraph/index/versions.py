@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hopgraph.config import LLM_CONNECTION_FIELDS, HopgraphConfig, LLMConfig, validate_config
+from hopgraph.config import LLM_CONNECTION_FIELDS, ClusterConfig, HopgraphConfig, LLMConfig, validate_config
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.pipeline import build_index
@@ -76,9 +76,11 @@ def read_documents(index_dir: str | Path) -> list[Document]:
     ]
 
 
-def rebuild_config(root: str | Path, stored: dict[str, Any], llm: LLMConfig | None = None) -> HopgraphConfig:
+def rebuild_config(
+    root: str | Path, stored: dict[str, Any], llm: LLMConfig | None = None, cluster: ClusterConfig | None = None
+) -> HopgraphConfig:
     """The stored build config with caches switched on (only new texts may cost model time) and,
-    when given, the caller's LLM connection settings (the stored base_url may be stale)."""
+    when given, the caller's LLM connection settings (the stored base_url may be stale) and engine."""
     config = validate_config(stored, source=f"{root}: stored index config")
     cache = Path(root).resolve() / "cache"
     embedding = config.embedding.model_copy(
@@ -87,7 +89,7 @@ def rebuild_config(root: str | Path, stored: dict[str, Any], llm: LLMConfig | No
     llm_config = config.llm.model_copy(update={f: getattr(llm, f) for f in LLM_CONNECTION_FIELDS} if llm else {})
     if not llm_config.cache:
         llm_config = llm_config.model_copy(update={"cache": str(cache / "llm.sqlite")})
-    return config.model_copy(update={"embedding": embedding, "llm": llm_config})
+    return config.model_copy(update={"embedding": embedding, "llm": llm_config, "cluster": cluster or ClusterConfig()})
 
 
 # ------------------------------------------------------------------------------------ job records
@@ -258,7 +260,12 @@ def _compose(root: Path, base: str, batch: list[dict[str, Any]]) -> list[Documen
 
 
 def _run(
-    root: Path, batch: list[dict[str, Any]], llm: LLMConfig | None, progress: bool, stop_after: str | None = None
+    root: Path,
+    batch: list[dict[str, Any]],
+    llm: LLMConfig | None,
+    progress: bool,
+    stop_after: str | None = None,
+    cluster: ClusterConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) one batch of jobs as one build; the caller holds the job lock."""
     leader, live = batch[-1]["id"], live_version(root)
@@ -290,7 +297,11 @@ def _run(
         if target.exists() and not IndexStore(target).exists():
             shutil.rmtree(target)  # killed before its first manifest: only temporary files inside
         if not build_index(
-            documents, target, rebuild_config(root, manifest["config"], llm), progress=progress, stop_after=stop_after
+            documents,
+            target,
+            rebuild_config(root, manifest["config"], llm, cluster),
+            progress=progress,
+            stop_after=stop_after,
         )["complete"]:
             return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
@@ -352,7 +363,12 @@ def run_job(
 
 
 def run_pending(
-    root: str | Path, *, llm: LLMConfig | None = None, progress: bool = False, batches: int | None = None
+    root: str | Path,
+    *,
+    llm: LLMConfig | None = None,
+    cluster: ClusterConfig | None = None,
+    progress: bool = False,
+    batches: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run every queued job, and every job left 'running' by a process that died, oldest first,
     as few builds as possible (at most ``batches`` builds when given); returns their records.
@@ -367,7 +383,7 @@ def run_pending(
             batch = _next_batch(list_jobs(root))
             if not batch:
                 break
-            done += _run(root, batch, llm, progress)
+            done += _run(root, batch, llm, progress, cluster=cluster)
             batches = None if batches is None else batches - 1
     return done
 

@@ -34,6 +34,70 @@ def retry_after_seconds(value: str | None) -> float | None:
     return seconds if seconds is not None and 0 <= seconds < 86_400 else None
 
 
+# A refusal of one request: the next request may well be accepted (other 4xx mean wrong settings).
+REFUSED_ONE = {400, 413, 422}
+
+
+def chat_body(config: LLMConfig, request: ChatRequest) -> dict[str, Any]:
+    """The OpenAI chat-completions body of a request: every HTTP path (here, Ray's) sends this one."""
+    body: dict[str, Any] = {
+        "model": config.model,
+        "messages": [{"role": role, "content": content} for role, content in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "seed": request.attempt,
+    }
+    if request.schema is not None and config.structured:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": request.schema, "strict": True},
+        }
+    return body
+
+
+def read_chat_response(config: LLMConfig, status: int, text: str, seconds: float) -> Completion:
+    """A completion from a final (not retried) HTTP answer; raises where no request could succeed."""
+    if status != 200:
+        return _refusal(config, status, text, seconds)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    return completion_from_json(config, data, seconds, text)
+
+
+def completion_from_json(config: LLMConfig, data: Any, seconds: float, raw: str = "") -> Completion:
+    """A completion from a decoded response body (Ray's HTTP processor hands over only the body: an
+    error is recognised by its ``error`` object and the code inside it)."""
+    error = data.get("error") if isinstance(data, dict) else None
+    if error:
+        code = error.get("code") if isinstance(error, dict) else None
+        status = code if isinstance(code, int) else data.get("code") if isinstance(data.get("code"), int) else 500
+        return _refusal(config, status, json.dumps(error)[:300], seconds)
+    try:
+        content = data["choices"][0]["message"].get("content") or ""
+        usage = data.get("usage") or {}
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise LLMUnavailableError(
+            f"LLM server {config.base_url} answered HTTP 200 without an OpenAI chat completion: "
+            f"{(raw or json.dumps(data, default=str))[:300]!r}"
+        ) from None
+    return Completion(
+        text=content,
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        completion_tokens=int(usage.get("completion_tokens", 0)),
+        seconds=seconds,
+    )
+
+
+def _refusal(config: LLMConfig, status: int, reason: str, seconds: float) -> Completion:
+    if status in REFUSED_ONE:
+        return Completion("", 0, 0, seconds=seconds, refused=f"HTTP {status}: {reason[:300]}")
+    if 400 <= status < 500:
+        raise LLMRequestError(f"LLM server {config.base_url} refused the request: HTTP {status}: {reason[:300]}")
+    raise LLMUnavailableError(f"LLM server {config.base_url} refused the request: HTTP {status}: {reason[:300]}")
+
+
 class HttpLLM:
     """OpenAI-compatible chat completions over HTTP with a concurrency limit, timeouts and retries.
 
@@ -60,19 +124,7 @@ class HttpLLM:
         )
 
     def _body(self, request: ChatRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": [{"role": role, "content": content} for role, content in request.messages],
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-            "seed": request.attempt,
-        }
-        if request.schema is not None and self.config.structured:
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": request.schema, "strict": True},
-            }
-        return body
+        return chat_body(self.config, request)
 
     def _one(self, request: ChatRequest) -> Completion:
         import httpx  # noqa: PLC0415
@@ -97,31 +149,7 @@ class HttpLLM:
                 problem = f"HTTP {response.status_code}: {response.text[:200]}"
                 asked_wait = retry_after_seconds(response.headers.get("retry-after"))
                 continue
-            if 400 <= response.status_code < 500:  # 408 and 429 were retried above: the request itself is wrong
-                raise LLMRequestError(
-                    f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: "
-                    f"{response.text[:300]}"
-                )
-            if response.status_code != 200:
-                raise LLMUnavailableError(
-                    f"LLM server {self.config.base_url} refused the request: HTTP {response.status_code}: "
-                    f"{response.text[:300]}"
-                )
-            try:
-                data = response.json()
-                text = data["choices"][0]["message"].get("content") or ""
-                usage = data.get("usage") or {}
-            except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-                raise LLMUnavailableError(
-                    f"LLM server {self.config.base_url} answered HTTP 200 without an OpenAI chat completion: "
-                    f"{response.text[:300]!r}"
-                ) from None
-            return Completion(
-                text=text,
-                prompt_tokens=int(usage.get("prompt_tokens", 0)),
-                completion_tokens=int(usage.get("completion_tokens", 0)),
-                seconds=time.perf_counter() - started,
-            )
+            return read_chat_response(self.config, response.status_code, response.text, time.perf_counter() - started)
         raise LLMUnavailableError(
             f"LLM server {self.config.base_url} unavailable after {self.config.retries + 1} attempts: {problem}. "
             "Start it (see `hopgraph llm-server --help`) and run the same command again: finished calls are cached."
@@ -202,7 +230,8 @@ class CachedLLM:
 
         def store(j: int, completion: Completion) -> None:  # each completion is kept the moment it arrives
             i = missing[j]
-            self.cache.put(keys[i], completion)
+            if not completion.refused:  # a refusal may not be final (another server, a longer context)
+                self.cache.put(keys[i], completion)
             out[i] = completion
             if on_done:
                 on_done(i, completion)
@@ -223,12 +252,14 @@ def context_window(llm: Any) -> int:
     return config.context_tokens if isinstance(config, LLMConfig) else LLMConfig().context_tokens
 
 
-def open_llm(config: LLMConfig) -> LLM:
-    """The configured backend, cached unless ``config.cache`` is empty."""
-    if config.backend == "vllm":
+def open_llm(config: LLMConfig, backend: LLM | None = None) -> LLM:
+    """The configured backend (or ``backend``, e.g. the Ray engine's), cached unless ``config.cache`` is empty."""
+    if backend is not None:
+        llm: LLM = backend
+    elif config.backend == "vllm":
         from hopgraph.llm.vllm_engine import VllmEngine  # noqa: PLC0415
 
-        llm: LLM = VllmEngine(config)
+        llm = VllmEngine(config)
     else:
         llm = HttpLLM(config)
     return CachedLLM(llm, CompletionCache(config.cache)) if config.cache else llm

@@ -160,6 +160,9 @@ def extract(
             usage.retry_tokens += sum(c.prompt_tokens + c.completion_tokens for c in done)
         failed = []
         for i, completion in zip(pending, done):
+            if completion.refused:  # refused as it is (e.g. too long for the context): asking again cannot help
+                usage.refused += 1
+                continue
             value = task.validate(parse_json(completion.text))
             if value is None:
                 failed.append(i)
@@ -167,5 +170,5 @@ def extract(
                 results[i] = value
         usage.parse_failures += len(failed)
         pending = failed
-    usage.fallbacks = len(pending)
+    usage.fallbacks = sum(r is None for r in results)
     return results, usage

@@ -37,6 +37,9 @@ class Completion:
     completion_tokens: int
     seconds: float = 0.0
     cached: bool = False
+    # Why the backend refused this one request (e.g. a prompt longer than the model's context); a
+    # refused completion has no text, is never cached, and extraction records it as a fallback.
+    refused: str = ""
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Usage:
     fallbacks: int = 0
     retry_calls: int = 0  # calls that re-asked for an output that did not parse (included in calls)
     retry_tokens: int = 0  # their prompt + completion tokens (included in the token counts)
+    refused: int = 0  # requests the backend refused one by one (each ends as a fallback)
     seconds: float = 0.0
     extra: dict[str, int] = field(default_factory=dict)
 
@@ -92,6 +96,8 @@ class LLM(Protocol):
         """One completion per request, in order; ``on_done(i, completion)`` as each arrives.
 
         Raises LLMUnavailableError when the backend cannot answer (down, slow, 5xx) and
-        LLMRequestError when it refuses a request as malformed (a 4xx); completions that arrived before
-        have been passed to ``on_done`` (that is how the cache keeps them).
+        LLMRequestError when it refuses every request alike (401, 403, 404: the settings are wrong); a
+        refusal of one request (400, 413, 422: e.g. longer than the context) is a completion with
+        ``refused`` set. Completions that arrived before an error have been passed to ``on_done``
+        (that is how the cache keeps them).
         """

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hopgraph.config import AnswerConfig
+from hopgraph.errors import LLMRequestError
 from hopgraph.llm.client import context_window
 from hopgraph.llm.templates import prompt
 from hopgraph.llm.types import LLM, ChatRequest, Usage
@@ -107,6 +108,9 @@ def answer_many(
     asked = [i for i, r in enumerate(results) if keep[i]]
     done = llm.complete([answer_request(results[i], config, keep[i]) for i in asked], progress=progress, desc="answers")
     usage.add(done)
+    refused = next((c.refused for c in done if c.refused), "")
+    if refused:
+        raise LLMRequestError(f"the answer model refused the request: {refused}")
     answers = [Answer(config.not_found, False, evidence_dropped=len(r.evidence)) for r in results]
     for i, completion in zip(asked, done):
         answers[i] = read_answer(completion.text, results[i], config, keep[i])

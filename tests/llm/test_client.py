@@ -112,10 +112,10 @@ def test_a_503_that_persists_exhausts_the_retries(tmp_path):
         assert len(server.bodies) == 3
 
 
-@pytest.mark.parametrize("status", [400, 404, 413, 422])
-def test_a_4xx_fails_at_once_as_a_request_error_with_the_servers_reason(tmp_path, status):
-    # Scripted: a request the server rejects (llama.cpp/vLLM answer 400 to e.g. a prompt longer than the context).
-    reason = '{"error": {"message": "the request exceeds the available context size"}}'
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_a_4xx_that_every_request_would_get_fails_at_once_with_the_servers_reason(tmp_path, status):
+    # Scripted: a server that refuses every request alike (wrong key, wrong model name or path).
+    reason = '{"error": {"message": "model not found"}}'
     with ScriptedServer(lambda body, n: (status, reason, 0)) as server:
         started = time.perf_counter()
         with pytest.raises(LLMRequestError) as failure:
@@ -124,11 +124,23 @@ def test_a_4xx_fails_at_once_as_a_request_error_with_the_servers_reason(tmp_path
         assert len(server.bodies) == 1
     message = str(failure.value)
     assert not isinstance(failure.value, LLMUnavailableError)  # a request error, not "down": no Retry-After
-    assert (
-        f"refused the request: HTTP {status}" in message
-        and "exceeds the available context size" in message
-        and server.base_url in message
-    )
+    assert f"refused the request: HTTP {status}" in message and "model not found" in message
+    assert server.base_url in message
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+def test_a_refusal_of_one_request_is_that_requests_completion_and_the_others_go_on(tmp_path, status):
+    # Scripted: llama.cpp and vLLM answer 400 to a prompt longer than the context; the next request is fine.
+    reason = '{"error": {"message": "the request exceeds the available context size"}}'
+    with ScriptedServer(lambda body, n: (status, reason, 0) if "long" in str(body) else (200, "ok", 0)) as server:
+        llm = CachedLLM(HttpLLM(scripted_config(server, tmp_path, retries=3)), CompletionCache(tmp_path / "c.sqlite"))
+        requests = [ChatRequest((("user", "a long one"),)), ChatRequest((("user", "short"),))]
+        done = llm.complete(requests)
+        assert len(server.bodies) == 2  # no retry of the refused one
+        assert done[0].text == "" and f"HTTP {status}" in done[0].refused and "context size" in done[0].refused
+        assert done[1].text == "ok" and not done[1].refused
+        llm.complete(requests)  # the refusal was not cached: asked again; the answer was
+        assert len(server.bodies) == 3
 
 
 @pytest.mark.parametrize("status", [408, 429])

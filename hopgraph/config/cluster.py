@@ -1,0 +1,105 @@
+"""How an index is built, not what it holds: the embedded engine (one process) or a Ray cluster.
+
+Nothing here enters a stage's settings key: an index built on a cluster equals the one the
+embedded engine builds from the same corpus and settings, so switching engines never invalidates
+finished stages.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from hopgraph.config.base import Section
+
+
+class ClusterConfig(Section):
+    engine: Literal["local", "ray"] = Field(
+        "local",
+        description="local: one process builds the index (the default); ray: documents are analysed, texts "
+        "embedded and LLM calls made on a Ray cluster (the 'cluster' extra), the graph stages run here.",
+    )
+    address: str = Field(
+        "",
+        max_length=300,
+        description="Ray cluster to join: empty = start a local Ray instance on this node's CPUs and GPUs; 'auto' = "
+        "the cluster this node belongs to (`ray start`); 'ray://host:10001' = a remote cluster through Ray Client.",
+    )
+    num_cpus: int | None = Field(
+        None, ge=1, le=4096, description="With a local Ray instance: CPUs it may use (empty = all of this node's)."
+    )
+    num_gpus: int | None = Field(
+        None, ge=0, le=1024, description="With a local Ray instance: GPUs it may use (empty = all of this node's)."
+    )
+    object_store_mb: int = Field(
+        0,
+        ge=0,
+        le=1_048_576,
+        description="With a local Ray instance: object store size in MiB (0 = Ray's default, 30% of memory).",
+    )
+    embed_actors: int = Field(
+        1, ge=1, le=1024, description="Embedding actors; each loads the model once and embeds batch after batch."
+    )
+    gpus_per_actor: float = Field(
+        0.0,
+        ge=0,
+        le=8,
+        description="GPUs per embedding actor (1 on GPU nodes: fp16 there); 0 = CPU actors. Fractions share a GPU.",
+    )
+    cpus_per_actor: float = Field(
+        1.0,
+        gt=0,
+        le=256,
+        description="CPUs reserved per embedding actor; a CPU actor also uses this many threads (rounded up).",
+    )
+    embed_batch_size: int = Field(
+        256,
+        ge=1,
+        le=65_536,
+        description="Texts per batch sent to an embedding actor (vectors reach the cache batch by batch).",
+    )
+    analysis_batch_size: int = Field(
+        500, ge=1, le=1_000_000, description="Documents per Ray task that tokenises and sentence-splits them."
+    )
+    llm_endpoints: list[str] = Field(
+        [],  # pydantic copies a mutable default per instance
+        description="OpenAI-compatible /v1 addresses of the LLM replicas (`vllm serve` on several nodes), requests "
+        "spread evenly over them; empty = llm.base_url alone. Comma-separated on the command line. With "
+        "llm.backend=vllm: unused.",
+    )
+    llm_workers_per_endpoint: int = Field(
+        4, ge=1, le=1024, description="Requests in flight per LLM endpoint (Ray actors sending them)."
+    )
+    llm_batch_size: int = Field(4, ge=1, le=4096, description="Requests per batch handed to one LLM worker.")
+    vllm_replicas: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="With llm.backend=vllm: vLLM engine replicas (data parallelism), each on its own GPUs.",
+    )
+    vllm_tensor_parallel: int = Field(
+        1, ge=1, le=64, description="With llm.backend=vllm: GPUs one replica spans (tensor parallelism)."
+    )
+    vllm_accelerator: str = Field(
+        "",
+        max_length=40,
+        description="With llm.backend=vllm: Ray accelerator type the replicas need (e.g. H100); empty = any GPU.",
+    )
+
+    @field_validator("llm_endpoints", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("llm_endpoints")
+    @classmethod
+    def _http_urls(cls, value: list[str]) -> list[str]:
+        bad = [url for url in value if not url.startswith(("http://", "https://"))]
+        if bad:
+            raise ValueError(f"not an http(s) address: {', '.join(bad)}")
+        if len(value) > 256:
+            raise ValueError("at most 256 endpoints")
+        return value

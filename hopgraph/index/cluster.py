@@ -1,0 +1,417 @@
+"""The Ray engine: the model work of an index build on a Ray cluster (``cluster.engine = "ray"``).
+
+Three parts of a build cost model time or scale with the corpus text, and each runs as a Ray Data
+pipeline here: documents are tokenised and sentence-split by CPU tasks; texts are embedded by an
+actor pool (the model loaded once per actor, one GPU and fp16 per actor on GPU nodes); LLM
+extraction goes through ``ray.data.llm`` — its HTTP request processor spread over one or several
+OpenAI-compatible endpoints (``vllm serve`` replicas), or its vLLM engine processor on GPU nodes.
+
+Everything else is the embedded engine's: the engine only replaces *where* vectors and completions
+are computed. They reach the same content-addressed caches (vectors by (model, text), completions
+by request) as each batch or row arrives, through the same wrappers, so a re-run or a resumed run
+pays for nothing twice, and the graph stages and the index store run here as they always do. The
+index equals the embedded engine's (tests/index/test_cluster.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from hopgraph.config import EmbeddingConfig, HopgraphConfig, LLMConfig
+from hopgraph.errors import ConfigError, DependencyError
+from hopgraph.index.chunking import TextAnalysis, analyse_texts
+from hopgraph.llm.client import chat_body, completion_from_json
+from hopgraph.llm.types import ChatRequest, Completion, Done
+
+MISSING_RAY = (
+    "--engine ray needs Ray on this node and on every node of the cluster: pip install 'hopgraph[cluster]' "
+    "(ray[data] and aiohttp)"
+)
+
+
+def import_ray() -> Any:
+    """The ``ray`` module with Ray Data and ``ray.data.llm``, or a DependencyError naming the extra."""
+    try:
+        import ray  # noqa: PLC0415
+        import ray.data  # noqa: PLC0415, F401
+        import ray.data.llm  # noqa: PLC0415, F401
+    except ImportError:
+        raise DependencyError(MISSING_RAY) from None
+    return ray
+
+
+class RayEngine:
+    """A connection to a Ray cluster (started here when no address is given) and the workers on it.
+
+    ``costs()`` tells how much worker time the model work took since it was last asked, GPU-seconds
+    included, so each stage records its own.
+    """
+
+    def __init__(self, config: HopgraphConfig):
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never report usage anywhere
+        self.ray = ray = import_ray()
+        self.config = config
+        cluster = config.cluster
+        self.started_here = False
+        if not ray.is_initialized():
+            options: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": logging.WARNING,
+            }
+            if cluster.address:
+                ray.init(address=cluster.address, **options)
+            else:
+                ray.init(
+                    num_cpus=cluster.num_cpus,
+                    num_gpus=cluster.num_gpus,
+                    object_store_memory=cluster.object_store_mb * 1024**2 or None,
+                    **options,
+                )
+            self.started_here = True
+        logging.getLogger("ray.data").setLevel(logging.WARNING)  # no line per dataset execution
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # one tqdm bar per step here instead of Ray's per operator
+        context.print_on_execution_start = False
+        self._costs = {"worker_seconds": 0.0, "gpu_seconds": 0.0}
+        self._embedders: dict[str, RayEmbedder] = {}
+
+    def close(self) -> None:
+        if self.started_here:
+            self.ray.shutdown()
+            self.started_here = False
+
+    def add_costs(self, worker_seconds: float, gpu_seconds: float) -> None:
+        self._costs["worker_seconds"] += worker_seconds
+        self._costs["gpu_seconds"] += gpu_seconds
+
+    def costs(self) -> dict[str, float]:
+        """Worker and GPU seconds spent since the last call (rounded), then reset."""
+        out = {key: round(value, 3) for key, value in self._costs.items() if value}
+        self._costs = dict.fromkeys(self._costs, 0.0)
+        return out
+
+    def cluster_gpus(self) -> float:
+        return float(self.ray.cluster_resources().get("GPU", 0))
+
+    # ------------------------------------------------------------------ documents
+    def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
+        """:func:`hopgraph.index.chunking.analyse_texts` as Ray tasks over batches of documents."""
+        if not texts:
+            return []
+        batch = self.config.cluster.analysis_batch_size
+        rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
+        dataset = self.ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / batch)))
+        out: list[TextAnalysis | None] = [None] * len(texts)
+        analysed = dataset.map_batches(
+            _analyse_batch, fn_kwargs={"encoding": encoding}, batch_size=batch, batch_format="pandas", num_cpus=1
+        )
+        for frame in analysed.iter_batches(batch_size=None, batch_format="pandas"):
+            for position, offsets, spans in zip(frame["position"], frame["offsets"], frame["spans"]):
+                out[int(position)] = TextAnalysis(json.loads(offsets), [tuple(s) for s in json.loads(spans)])
+        return [a for a in out if a is not None]
+
+    # ------------------------------------------------------------------ embeddings
+    def embedder(self, config: EmbeddingConfig) -> RayEmbedder:
+        key = json.dumps(config.model_dump(), sort_keys=True)
+        if key not in self._embedders:  # one dimension probe per model, not per stage
+            self._embedders[key] = RayEmbedder(self, config)
+        return self._embedders[key]
+
+    # ------------------------------------------------------------------ LLM
+    def llm(self, config: LLMConfig) -> Any:
+        return RayVllm(self, config) if config.backend == "vllm" else RayHttpLLM(self, config)
+
+
+def _analyse_batch(frame: Any, encoding: str) -> Any:
+    """Ray Data task: tokens and sentences of a batch of documents (JSON columns keep Arrow simple)."""
+    analyses = analyse_texts(list(frame["text"]), encoding)
+    frame = frame[["position"]].copy()
+    frame["offsets"] = [json.dumps(a.offsets) for a in analyses]
+    frame["spans"] = [json.dumps(a.spans) for a in analyses]
+    return frame
+
+
+class _EmbedActor:
+    """Ray Data actor: loads the model once, then embeds batch after batch (reporting its time)."""
+
+    def __init__(self, embedding: dict[str, Any], gpus: float, threads: int):
+        import torch  # noqa: PLC0415
+
+        from hopgraph.models import load_model  # noqa: PLC0415
+
+        if gpus == 0:
+            torch.set_num_threads(max(1, threads))
+        config = EmbeddingConfig.model_validate({**embedding, "device": "cuda" if gpus > 0 else "cpu", "cache": ""})
+        self.model = load_model(config)
+        self.gpus = gpus
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        started = time.perf_counter()
+        vectors = self.model.encode([str(t) for t in batch["text"]])
+        seconds = time.perf_counter() - started
+        return {
+            "position": batch["position"],
+            "vector": vectors,
+            "seconds": np.full(len(vectors), seconds / max(len(vectors), 1)),
+        }
+
+
+class RayEmbedder:
+    """Embeds on the engine's actor pool; what :func:`hopgraph.models.load_embedder` wraps as ``model``.
+
+    Only texts missing from the vector cache get here (the cache wrapper asks), and vectors come
+    back batch by batch (:meth:`encode_batches`), so each batch is cached on arrival.
+    """
+
+    def __init__(self, engine: RayEngine, config: EmbeddingConfig):
+        from hopgraph.models import EMBEDDING_BACKENDS  # noqa: PLC0415
+
+        if config.backend not in EMBEDDING_BACKENDS:
+            raise ConfigError(f"embedding.backend {config.backend!r} is not registered")
+        self.engine, self.config = engine, config
+        self.name = config.model
+        probe = engine.ray.remote(num_cpus=1)(_model_dimension)
+        self.dim = int(engine.ray.get(probe.remote(config.model_dump())))
+
+    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for positions, vectors in self.encode_batches(texts, progress=progress):
+            out[positions] = vectors
+        return out
+
+    def encode_batches(
+        self, texts: Sequence[str], *, progress: bool = False
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(positions in ``texts``, their vectors) per batch, in the order batches finish."""
+        if not texts:
+            return
+        cluster = self.engine.config.cluster
+        gpus = cluster.gpus_per_actor
+        rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
+        dataset = self.engine.ray.data.from_items(
+            rows, override_num_blocks=max(1, min(1000, math.ceil(len(rows) / cluster.embed_batch_size)))
+        )
+        embedded = dataset.map_batches(
+            _EmbedActor,
+            fn_constructor_kwargs={
+                "embedding": self.config.model_dump(),
+                "gpus": gpus,
+                "threads": math.ceil(cluster.cpus_per_actor),
+            },
+            compute=self.engine.ray.data.ActorPoolStrategy(size=cluster.embed_actors),
+            batch_size=cluster.embed_batch_size,
+            batch_format="numpy",
+            num_cpus=cluster.cpus_per_actor,
+            num_gpus=gpus,
+            # Ray Data restarts an actor that dies (killed, node lost) and runs its batch again.
+        )
+        with tqdm(total=len(texts), desc="embed (ray)", unit="text", disable=not progress) as bar:
+            for batch in embedded.iter_batches(batch_size=None, batch_format="numpy"):
+                seconds = float(batch["seconds"].sum())
+                self.engine.add_costs(seconds, seconds * gpus)
+                bar.update(len(batch["position"]))
+                yield batch["position"].astype(np.int64), np.asarray(batch["vector"], np.float32)
+
+
+def _model_dimension(embedding: dict[str, Any]) -> int:
+    """Ray task: the vector size of the configured model, loaded where the actors will load it."""
+    config = EmbeddingConfig.model_validate({**embedding, "device": "cpu", "cache": ""})
+    from hopgraph.models import load_model  # noqa: PLC0415
+
+    return int(load_model(config).dim)
+
+
+class RayHttpLLM:
+    """Chat requests through ``ray.data.llm``'s HTTP request processor, spread over the endpoints.
+
+    Rows go round-robin to ``cluster.llm_endpoints`` (or ``llm.base_url``), one processor per
+    endpoint with ``cluster.llm_workers_per_endpoint`` workers each; every completion is handed to
+    ``on_done`` as its row arrives (the completion cache stores it then). A request the server
+    refuses on its own (e.g. longer than the context) comes back as a refused completion.
+    """
+
+    def __init__(self, engine: RayEngine, config: LLMConfig):
+        self.engine, self.config, self.name = engine, config, config.model
+        cluster = engine.config.cluster
+        self.endpoints = cluster.llm_endpoints or [config.base_url]
+
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
+        if not requests:
+            return []
+        ray = self.engine.ray
+        from ray.data.llm import HttpRequestProcessorConfig, build_processor  # noqa: PLC0415
+
+        cluster = self.engine.config.cluster
+        key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        timeout = self.config.timeout
+        outputs = []
+        for e, endpoint in enumerate(self.endpoints):
+            share = [i for i in range(len(requests)) if i % len(self.endpoints) == e]
+            if not share:
+                continue
+            rows = [{"position": i, "body": json.dumps(chat_body(self.config, requests[i]))} for i in share]
+            processor = build_processor(
+                HttpRequestProcessorConfig(
+                    url=endpoint.rstrip("/") + "/chat/completions",
+                    headers=headers,
+                    batch_size=cluster.llm_batch_size,
+                    concurrency=cluster.llm_workers_per_endpoint,
+                    max_retries=self.config.retries,
+                    base_retry_wait_time_in_s=0.5,
+                    session_factory=_SessionFactory(timeout),
+                    http_request_stage={"num_cpus": 0.05},
+                ),
+                preprocess=_to_payload,
+                postprocess=_from_response,
+            )
+            blocks = max(1, math.ceil(len(rows) / cluster.llm_batch_size))
+            outputs.append(processor(ray.data.from_items(rows, override_num_blocks=blocks)))
+        dataset = outputs[0] if len(outputs) == 1 else outputs[0].union(*outputs[1:])
+        out: list[Completion | None] = [None] * len(requests)
+        started = time.perf_counter()
+        with tqdm(total=len(requests), desc=f"{desc} (ray)", unit="call", disable=not progress) as bar:
+            for row in dataset.iter_rows():
+                i = int(row["position"])
+                completion = completion_from_json(self.config, json.loads(row["response"]), 0.0)
+                completion.seconds = (time.perf_counter() - started) / (bar.n + 1)
+                out[i] = completion
+                if on_done:
+                    on_done(i, completion)
+                bar.update(1)
+        self.engine.add_costs(time.perf_counter() - started, 0.0)
+        return [c for c in out if c is not None]
+
+
+class _SessionFactory:
+    """aiohttp sessions with the configured per-request timeout (a picklable callable for Ray)."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+
+    def __call__(self) -> Any:
+        import aiohttp  # noqa: PLC0415
+
+        return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+
+
+def _to_payload(row: dict[str, Any]) -> dict[str, Any]:
+    return {"position": row["position"], "payload": json.loads(row["body"])}
+
+
+def _from_response(row: dict[str, Any]) -> dict[str, Any]:
+    return {"position": row["position"], "response": json.dumps(row["http_response"], default=str)}
+
+
+class RayVllm:
+    """Chat requests through ``ray.data.llm``'s vLLM engine processor on the cluster's GPUs.
+
+    ``cluster.vllm_replicas`` engines (data parallelism), each over ``cluster.vllm_tensor_parallel``
+    GPUs; a row that fails (e.g. longer than ``max_model_len``) comes back refused instead of
+    failing the batch.
+    """
+
+    def __init__(self, engine: RayEngine, config: LLMConfig):
+        self.engine, self.config, self.name = engine, config, config.model
+        if not os.path.isdir(config.model):
+            raise ConfigError(
+                f"llm.model {config.model!r}: with llm.backend=vllm it must be a local model folder (never downloaded)"
+            )
+
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
+        if not requests:
+            return []
+        from ray.data.llm import build_processor, vLLMEngineProcessorConfig  # noqa: PLC0415
+
+        cluster = self.engine.config.cluster
+        engine_kwargs: dict[str, Any] = {"tensor_parallel_size": cluster.vllm_tensor_parallel, "seed": 0}
+        for name in ("max_model_len", "gpu_memory_utilization"):
+            value = getattr(self.config, name, None)
+            if value:
+                engine_kwargs[name] = value
+        processor = build_processor(
+            vLLMEngineProcessorConfig(
+                model_source=self.config.model,
+                engine_kwargs=engine_kwargs,
+                concurrency=cluster.vllm_replicas,
+                batch_size=cluster.llm_batch_size,
+                accelerator_type=cluster.vllm_accelerator or None,
+                should_continue_on_error=True,
+            ),
+            preprocess=_VllmRow(self.config.structured),
+            postprocess=_from_generation,
+        )
+        rows = [{"position": i, "request": json.dumps(_request_fields(r))} for i, r in enumerate(requests)]
+        out: list[Completion | None] = [None] * len(requests)
+        started = time.perf_counter()
+        with tqdm(total=len(requests), desc=f"{desc} (vllm on ray)", unit="call", disable=not progress) as bar:
+            for row in processor(self.engine.ray.data.from_items(rows)).iter_rows():
+                i = int(row["position"])
+                completion = Completion(
+                    text=row["text"] or "",
+                    prompt_tokens=int(row["prompt_tokens"] or 0),
+                    completion_tokens=int(row["completion_tokens"] or 0),
+                    seconds=(time.perf_counter() - started) / (bar.n + 1),
+                    refused=row["error"] or "",
+                )
+                out[i] = completion
+                if on_done:
+                    on_done(i, completion)
+                bar.update(1)
+        wall = time.perf_counter() - started
+        gpus = cluster.vllm_replicas * cluster.vllm_tensor_parallel
+        self.engine.add_costs(wall * gpus, wall * gpus)
+        return [c for c in out if c is not None]
+
+
+def _request_fields(request: ChatRequest) -> dict[str, Any]:
+    return {
+        "messages": [{"role": role, "content": content} for role, content in request.messages],
+        "schema": request.schema,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "seed": request.attempt,
+    }
+
+
+class _VllmRow:
+    """A request as the vLLM engine processor wants it (sampling parameters per row)."""
+
+    def __init__(self, structured: bool):
+        self.structured = structured
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        request = json.loads(row["request"])
+        sampling: dict[str, Any] = {
+            "max_tokens": request["max_tokens"],
+            "temperature": request["temperature"],
+            "seed": request["seed"],
+        }
+        if request["schema"] is not None and self.structured:
+            sampling["structured_outputs"] = {"json": request["schema"]}
+        return {"position": row["position"], "messages": request["messages"], "sampling_params": sampling}
+
+
+def _from_generation(row: dict[str, Any]) -> dict[str, Any]:
+    error = row.get("__inference_error__") or ""
+    return {
+        "position": row["position"],
+        "text": row.get("generated_text") or "",
+        "prompt_tokens": int(row.get("num_input_tokens") or 0),
+        "completion_tokens": int(row.get("num_generated_tokens") or 0),
+        "error": str(error)[:300] if error else "",
+    }
