@@ -118,7 +118,7 @@ class CachedEmbedder:
         for i in missing:
             out[i] = fresh_vectors[texts[i]]
         self.hits += len(texts) - len(missing)
-        self.misses += len(missing)
+        self.misses += len(unique)  # texts the model computed (a text repeated in the call, once)
         return out
 
     def _fresh(self, texts: list[str], progress: bool) -> Iterator[tuple[list[str], np.ndarray]]:

@@ -162,6 +162,34 @@ class IndexStore:
         suffix = {"tables": ".parquet", "arrays": ".npy", "graphs": ".npz"}[kind]
         return self._file(kind, name, suffix).is_file()
 
+    def differences(self, other: IndexStore, tolerance: float = 1e-6) -> tuple[int, list[str]]:
+        """(artifacts compared, those that differ): tables and graphs must be identical, float arrays
+        within ``tolerance`` (vectors computed in other batches differ by float rounding)."""
+        compared, differ = 0, []
+        for name, artifact in SCHEMA.items():
+            kind = f"{artifact.kind}s"
+            if not (self.has(kind, name) or other.has(kind, name)):
+                continue
+            compared += 1
+            if self.has(kind, name) != other.has(kind, name):
+                differ.append(f"{name}: only in {self.root if self.has(kind, name) else other.root}")
+            elif artifact.kind == "table":
+                if self.read_table(name) != other.read_table(name):
+                    differ.append(f"{name}: rows differ")
+            elif artifact.kind == "graph":
+                x, y = self.read_graph(name), other.read_graph(name)
+                if x.shape != y.shape or (x != y).nnz:
+                    differ.append(f"{name}: edges differ")
+            else:
+                a, b = self.read_array(name), other.read_array(name)
+                if a.shape != b.shape:
+                    differ.append(f"{name}: shape {a.shape} vs {b.shape}")
+                elif a.dtype.kind == "f" and a.size and float(np.abs(a - b).max()) > tolerance:
+                    differ.append(f"{name}: largest difference {float(np.abs(a - b).max()):.2e} > {tolerance:g}")
+                elif a.dtype.kind != "f" and not np.array_equal(a, b):
+                    differ.append(f"{name}: values differ")
+        return compared, differ
+
 
 def _save_npz(tmp: Path, csr: sp.csr_matrix) -> None:
     with open(tmp, "wb") as handle:  # a file object keeps scipy from appending ".npz"

@@ -75,3 +75,27 @@ def llm_config(llm_server, tmp_path):
         retries=1,
         timeout=60,
     )
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray cluster of two nodes (one CPU and a small object store each), for the session.
+
+    Builds join it by address and leave it when they finish; ``ray_cluster.address`` is what
+    ``--cluster.address`` takes."""
+    import os
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "object_store_memory": 150 * 2**20, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=1, object_store_memory=150 * 2**20)
+    cluster.wait_for_nodes()
+    yield cluster
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster.shutdown()

@@ -133,9 +133,11 @@ class StandinServer:
         context: int = 8192,
         parallel: int = 2,
         startup_timeout: float = 180,
+        cpus: tuple[int, ...] = (),
     ):
         self.model, self.port = model, port or free_port()
         self.context, self.parallel, self.startup_timeout = context, parallel, startup_timeout
+        self.cpus = cpus  # pinned to these cores with one thread each (replicas that do not share a core)
         self.process: subprocess.Popen | None = None
         self._log: IO[bytes] | None = None
 
@@ -161,11 +163,18 @@ class StandinServer:
             str(self.parallel),
             "--parent-pid",
             str(os.getpid()),
+            *(["--threads", str(len(self.cpus))] if self.cpus else []),
         ]
         # llama.cpp logs every request to stderr; a pipe nobody reads would fill and stall the server,
         # so the log goes to an unnamed file that is read back only if the child dies.
         self._log = tempfile.TemporaryFile()
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self._log)
+        cpus = set(self.cpus)
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,  # noqa: PLW1509
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

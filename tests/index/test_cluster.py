@@ -1,0 +1,260 @@
+"""The Ray engine on a real local Ray cluster of two nodes (tests/conftest.py `ray_cluster`), with
+real models and the llama.cpp stand-in as two replicas: the same index as the embedded engine,
+workers and drivers killed mid-run, a request too long for the model's context, Ray absent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from hopgraph.config import HopgraphConfig, LLMConfig
+from hopgraph.index.datasets import load_benchmark
+from hopgraph.index.pipeline import build_index
+from hopgraph.llm.standin import StandinServer
+from hopgraph.store import IndexStore
+from tests.conftest import REPO, SHARED_DATA
+
+pytestmark = pytest.mark.slow  # a Ray cluster and model loads in worker processes: tens of seconds per test
+MUSIQUE = SHARED_DATA / "musique" / "ketrag_500"
+# Short chunks of a MuSiQue slice: ~1,100 texts to embed, enough for many small batches.
+SLICE_SETTINGS = {"chunking.size": 150, "chunking.overlap": 0, "cluster.embed_batch_size": 16}
+
+
+def configure(base: HopgraphConfig, work: Path, name: str, **dotted) -> HopgraphConfig:
+    """``base`` with its own caches under ``work`` (named ``name``) and dotted overrides."""
+    data = base.model_dump()
+    data["embedding"]["cache"] = str(work / f"{name}-vectors.sqlite")
+    data["llm"]["cache"] = str(work / f"{name}-llm.sqlite")
+    for key, value in dotted.items():
+        section, field = key.split("__")
+        data[section][field] = value
+    return HopgraphConfig.model_validate(data)
+
+
+def assert_same_index(expected: Path, actual: Path) -> None:
+    """Every artifact of one is in the other: tables and graphs identical, vectors within 1e-6."""
+    compared, differ = IndexStore(expected).differences(IndexStore(actual), tolerance=1e-6)
+    assert differ == [] and compared >= 15
+
+
+def cache_rows(path: Path, table: str) -> int:
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path, timeout=30) as db:
+        try:
+            return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+
+
+@pytest.fixture(scope="module")
+def musique_slice():
+    return load_benchmark(MUSIQUE).documents[:300]
+
+
+@pytest.fixture(scope="module")
+def replicas():
+    """Two stand-in replicas, one request at a time each (greedy output then does not depend on batching)."""
+    with (
+        StandinServer("smollm2-135m", context=2048, parallel=1) as first,
+        StandinServer("smollm2-135m", context=2048, parallel=1) as second,
+    ):
+        yield [first, second]
+
+
+def llm_settings(replicas, **update) -> dict:
+    settings = LLMConfig(
+        base_url=replicas[0].base_url, model="smollm2-135m", max_tokens=128, context_tokens=2048, retries=1, timeout=120
+    ).model_dump()
+    return {**settings, **update}
+
+
+def test_ray_build_equals_the_embedded_build_with_llm_extraction_over_two_replicas(
+    ray_cluster, replicas, sample_documents, sample_config, tmp_path
+):
+    base = sample_config.model_copy(
+        update={
+            "llm": LLMConfig.model_validate(llm_settings(replicas)),
+            "extraction": sample_config.extraction.model_copy(update={"kg": "all"}),
+        }
+    )
+    local = configure(base, tmp_path, "local")
+    build_index(sample_documents, tmp_path / "local", local, progress=False)
+    ray = configure(
+        base,
+        tmp_path,
+        "ray",
+        cluster__engine="ray",
+        cluster__address=ray_cluster.address,
+        cluster__llm_endpoints=[r.base_url for r in replicas],
+        cluster__embed_batch_size=8,
+    )
+    manifest = build_index(sample_documents, tmp_path / "ray", ray, progress=False)
+    assert_same_index(tmp_path / "local", tmp_path / "ray")
+    # Nothing came from the other build's caches: the cluster embedded every text and made every call.
+    llm = manifest["stages"]["kg_extract"]["llm"]
+    assert llm["new_calls"] == llm["calls"] > 0 and manifest["stages"]["embed_units"]["embedded_cached"] == 0
+    assert manifest["stages"]["embed_units"]["worker_seconds"] > 0
+    # Both replicas answered (round-robin), and each stage says what the cluster spent on it.
+    local_rows = cache_rows(tmp_path / "local-llm.sqlite", "completions")
+    assert cache_rows(tmp_path / "ray-llm.sqlite", "completions") == local_rows > 0
+
+
+def test_a_killed_embedding_actor_is_replaced_and_the_build_still_equals_the_embedded_one(
+    ray_cluster, musique_slice, tmp_path
+):
+    from ray.util.state import list_actors
+
+    base = HopgraphConfig.model_validate({})
+    local = configure(base, tmp_path, "local", chunking__size=150, chunking__overlap=0)
+    build_index(musique_slice, tmp_path / "local", local, progress=False)
+    config = configure(
+        local,
+        tmp_path,
+        "ray",
+        cluster__engine="ray",
+        cluster__address=ray_cluster.address,
+        cluster__embed_batch_size=16,
+    )
+    killed: list[int] = []
+
+    def kill_one_actor_after_its_first_batches() -> None:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not killed:
+            if cache_rows(tmp_path / "ray-vectors.sqlite", "vectors") >= 64:
+                for actor in list_actors(filters=[("state", "=", "ALIVE")]):
+                    if "_EmbedActor" in actor.class_name and actor.pid:
+                        os.kill(actor.pid, signal.SIGKILL)
+                        killed.append(actor.pid)
+                        return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_one_actor_after_its_first_batches)
+    killer.start()
+    manifest = build_index(musique_slice, tmp_path / "ray", config, progress=False)
+    killer.join()
+    assert killed, "no embedding actor was found to kill"
+    assert manifest["complete"]
+    assert_same_index(tmp_path / "local", tmp_path / "ray")
+
+
+def run_cli(args: list[str], **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hopgraph.cli", *args], cwd=REPO, **popen)
+
+
+def test_a_killed_driver_resumes_without_repeating_an_embedding_or_an_llm_call(
+    ray_cluster, replicas, sample_documents, tmp_path
+):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for doc in sample_documents:  # the sample as plain files, so the command line reads it
+        (corpus / f"{doc.id.replace('/', '_')}.txt").write_text(doc.text, encoding="utf-8")
+    vectors, completions = tmp_path / "vectors.sqlite", tmp_path / "llm.sqlite"
+    args = [
+        "index",
+        str(corpus),
+        "--out",
+        str(tmp_path / "index"),
+        "-q",
+        "--engine",
+        "ray",
+        "--cluster.address",
+        ray_cluster.address,
+        "--cluster.embed_batch_size",
+        "4",
+        "--cluster.llm_batch_size",
+        "1",
+        "--cluster.llm_endpoints",
+        ",".join(r.base_url for r in replicas),
+        "--chunking.size",
+        "96",
+        "--chunking.overlap",
+        "8",
+        "--embedding.cache",
+        str(vectors),
+        "--llm.cache",
+        str(completions),
+        "--llm.base_url",
+        replicas[0].base_url,
+        "--llm.model",
+        "smollm2-135m",
+        "--llm.max_tokens",
+        "128",
+        "--extraction.kg",
+        "all",
+    ]
+    # First run: killed (SIGKILL, no cleanup) once some completions are stored, i.e. mid-extraction.
+    first = run_cli(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 420
+    while cache_rows(completions, "completions") < 2 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert first.poll() is None, "the first run ended before it could be killed"
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    vectors_before, completions_before = cache_rows(vectors, "vectors"), cache_rows(completions, "completions")
+    assert vectors_before > 0 and completions_before >= 2
+    # Second run: finishes; it computes only what the first did not store.
+    second = run_cli(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = second.communicate(timeout=540)
+    assert second.returncode == 0, err[-2000:]
+    stages = IndexStore(tmp_path / "index").read_manifest()["stages"]
+    embedded = sum(record.get("embedded_new", 0) for record in stages.values())
+    assert embedded == cache_rows(vectors, "vectors") - vectors_before  # 0 texts embedded twice
+    llm = stages["kg_extract"]["llm"]
+    assert llm["cached_calls"] >= completions_before  # every stored completion was reused...
+    assert llm["new_calls"] == cache_rows(completions, "completions") - completions_before  # ...none asked again
+    assert "kg_extract: " in out and f"{llm['cached_calls']} cached" in out
+
+
+def test_a_prompt_longer_than_the_model_context_is_a_counted_fallback(ray_cluster, tmp_path):
+    from hopgraph.index.cluster import RayEngine
+    from hopgraph.llm import open_llm
+    from hopgraph.llm.extract import extract
+
+    passages = ["Ada Lovelace wrote the first published program.", "harbour " * 1500]
+    with StandinServer("smollm2-135m", context=512, parallel=1) as small:
+        # llm.context_tokens says 4096, the server holds 512: the long passage is refused by the server.
+        llm_config = LLMConfig(
+            base_url=small.base_url,
+            model="smollm2-135m",
+            max_tokens=96,
+            context_tokens=4096,
+            retries=0,
+            cache=str(tmp_path / "llm.sqlite"),
+        )
+        config = HopgraphConfig.model_validate({"cluster": {"engine": "ray", "address": ray_cluster.address}})
+        engine = RayEngine(config)
+        try:
+            for backend in (None, engine.llm(llm_config)):  # the embedded engine, then the cluster
+                results, usage = extract(open_llm(llm_config, backend=backend), "units", passages, llm_config)
+                assert results[1] is None and usage.refused == 1 and usage.fallbacks >= 1
+                assert usage.calls == usage.parse_failures + usage.refused + sum(r is not None for r in results)
+        finally:
+            engine.close()
+
+
+def test_without_ray_the_engine_names_the_extra_to_install(sample_documents, tmp_path):
+    # Fault injection (Ray is installed here): a module named `ray` that fails to import, first on the path.
+    blocker = tmp_path / "blocker" / "ray"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker.parent), str(REPO)])}
+    result = subprocess.run(
+        [sys.executable, "-m", "hopgraph.cli", "index", str(REPO / "examples" / "sample"), "--out"]
+        + [str(tmp_path / "index"), "--engine", "ray", "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "pip install 'hopgraph[cluster]'" in result.stderr and "--engine ray needs Ray" in result.stderr
