@@ -38,14 +38,19 @@ class ClusterConfig(Section):
         le=1_048_576,
         description="With a local Ray instance: object store size in MiB (0 = Ray's default, 30% of memory).",
     )
-    embed_actors: int = Field(
-        1, ge=1, le=1024, description="Embedding actors; each loads the model once and embeds batch after batch."
+    embed_actors: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="Embedding actors; each loads the model once and embeds batch after batch. Empty = as many as "
+        "the cluster holds: one per GPU with GPU actors, else one per cpus_per_actor CPUs.",
     )
-    gpus_per_actor: float = Field(
-        0.0,
+    gpus_per_actor: float | None = Field(
+        None,
         ge=0,
         le=8,
-        description="GPUs per embedding actor (1 on GPU nodes: fp16 there); 0 = CPU actors. Fractions share a GPU.",
+        description="GPUs per embedding actor (fp16 there; fractions share a GPU); 0 = CPU actors. Empty = 1 where "
+        "the cluster has GPUs (and embedding.device is not cpu), else 0.",
     )
     cpus_per_actor: float = Field(
         1.0,

@@ -32,6 +32,7 @@ from hopgraph.index.chunking import TextAnalysis, analyse_texts
 from hopgraph.llm.client import chat_body, completion_from_json
 from hopgraph.llm.types import ChatRequest, Completion, Done
 
+LIGHT_CPU = 0.05  # CPUs reserved by a worker that mostly waits (HTTP requests, reshaping rows)
 MISSING_RAY = (
     "--engine ray needs Ray on this node and on every node of the cluster: pip install 'hopgraph[cluster]' "
     "(ray[data] and aiohttp)"
@@ -100,8 +101,17 @@ class RayEngine:
         self._costs = dict.fromkeys(self._costs, 0.0)
         return out
 
-    def cluster_gpus(self) -> float:
-        return float(self.ray.cluster_resources().get("GPU", 0))
+    def embedding_actors(self) -> tuple[int, float]:
+        """(actors, GPUs per actor): the configured values, or what the cluster holds where they are empty."""
+        cluster, resources = self.config.cluster, self.ray.cluster_resources()
+        gpus = cluster.gpus_per_actor
+        if gpus is None:
+            gpus = 1.0 if resources.get("GPU", 0) >= 1 and self.config.embedding.device != "cpu" else 0.0
+        actors = cluster.embed_actors
+        if actors is None:
+            slots = resources.get("GPU", 0) / gpus if gpus else resources.get("CPU", 1) / cluster.cpus_per_actor
+            actors = max(1, int(slots))
+        return actors, gpus
 
     # ------------------------------------------------------------------ documents
     def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
@@ -196,7 +206,7 @@ class RayEmbedder:
         if not texts:
             return
         cluster = self.engine.config.cluster
-        gpus = cluster.gpus_per_actor
+        actors, gpus = self.engine.embedding_actors()
         rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
         dataset = self.engine.ray.data.from_items(
             rows, override_num_blocks=max(1, min(1000, math.ceil(len(rows) / cluster.embed_batch_size)))
@@ -208,7 +218,7 @@ class RayEmbedder:
                 "gpus": gpus,
                 "threads": math.ceil(cluster.cpus_per_actor),
             },
-            compute=self.engine.ray.data.ActorPoolStrategy(size=cluster.embed_actors),
+            compute=self.engine.ray.data.ActorPoolStrategy(size=actors),
             batch_size=cluster.embed_batch_size,
             batch_format="numpy",
             num_cpus=cluster.cpus_per_actor,
@@ -272,10 +282,13 @@ class RayHttpLLM:
                     max_retries=self.config.retries,
                     base_retry_wait_time_in_s=0.5,
                     session_factory=_SessionFactory(timeout),
-                    http_request_stage={"num_cpus": 0.05},
+                    http_request_stage={"num_cpus": LIGHT_CPU},
                 ),
                 preprocess=_to_payload,
                 postprocess=_from_response,
+                # Light steps: reserving a whole CPU each would starve a small cluster (and keep them unfused).
+                preprocess_map_kwargs={"num_cpus": LIGHT_CPU},
+                postprocess_map_kwargs={"num_cpus": LIGHT_CPU},
             )
             blocks = max(1, math.ceil(len(rows) / cluster.llm_batch_size))
             outputs.append(processor(ray.data.from_items(rows, override_num_blocks=blocks)))
