@@ -222,9 +222,7 @@ def offline_minilm_path() -> str:
 class PromptedEmbedder:
     """The embedder callers get: passages and questions, each with its configured prompt put before it."""
 
-    def __init__(
-        self, inner: Any, query_prompt: str = "", passage_prompt: str = "", window_tokens: int | None = None
-    ):
+    def __init__(self, inner: Any, query_prompt: str = "", passage_prompt: str = "", window_tokens: int | None = None):
         self.inner, self.query_prompt, self.passage_prompt = inner, query_prompt, passage_prompt
         self.name, self.dim = inner.name, inner.dim
         self.window_tokens = window_tokens or model_window_tokens(inner)

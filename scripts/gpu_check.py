@@ -358,7 +358,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         xp = cupy
         versions.update(cupy=cupy.__version__, cuda_runtime=cupy.cuda.runtime.runtimeGetVersion())
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        run = Run(args.scale, args.repeats, args.musique, Path(work), args.ray_timeout, xp, "cpu" if args.emulate else "cuda")
+        run = Run(
+            args.scale, args.repeats, args.musique, Path(work), args.ray_timeout, xp, "cpu" if args.emulate else "cuda"
+        )
         paths: dict[str, Any] = {}
         for name in args.only or PATHS:
             paths[name] = run_check(name, run)
