@@ -98,7 +98,7 @@ def test_embedding_backends_come_from_the_registry():
 
 
 def test_default_window_is_the_models_own_limit_and_stays_192_for_minilm(minilm):
-    """Empty embedding.window_tokens = the model's limit at 3/4; MiniLM's resolves to the 192 its indexes were built with."""
+    """Empty window_tokens = the model's limit at 3/4; MiniLM's is the 192 its indexes were built with."""
     from hopgraph.config import load_config
     from hopgraph.index.pipeline import stage_keys
 
