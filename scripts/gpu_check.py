@@ -12,7 +12,8 @@ error. A failure of one path never stops the others.
 - pipeline_stages: a small corpus indexed with embedding.device=cpu and =cuda (vectors from one
   shared cache, so the graph kernels see identical input): graphs must be identical, rankings equal
   to 1e-9, and PPR retrieval on cuda must return the CPU's evidence;
-- ray_index: MuSiQue-500 indexed with ``--engine ray`` on the GPU machine (exit status, time, counts).
+- ray_index: MuSiQue-500 indexed with ``--engine ray`` on the GPU machine (exit status, time, counts);
+- gpu_tests: the test suite's GPU comparisons (``pytest -m gpu tests/kernels/test_gpu.py``).
 
     python3 scripts/gpu_check.py                        # a CUDA machine, from the repository root
     python3 scripts/gpu_check.py --scale 0.01 --out /tmp/gpu_check.json   # quick
@@ -63,6 +64,7 @@ PATHS = (
     "embeddings_fp16",
     "pipeline_stages",
     "ray_index",
+    "gpu_tests",
 )
 
 
@@ -290,6 +292,20 @@ def check_ray_index(run: Run) -> dict[str, Any] | str:
     return {**result, "counts": manifest.get("counts", {}), "complete": bool(manifest.get("complete"))}
 
 
+def check_gpu_tests(run: Run) -> dict[str, Any] | str:
+    if run.device != "cuda":
+        return "the GPU tests need a CUDA device"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "tests/kernels/test_gpu.py"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=1800)
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    outcome = {"command": " ".join(command), "returncode": done.returncode, "summary": lines[-1] if lines else ""}
+    return {
+        **outcome,
+        "agree": done.returncode == 0,
+        **({} if done.returncode == 0 else {"output_tail": done.stdout[-3000:]}),
+    }
+
+
 CHECKS: dict[str, Callable[[Run], Any]] = {
     "cosine_topk": check_cosine_topk,
     "cooccurrence": check_cooccurrence,
@@ -299,6 +315,7 @@ CHECKS: dict[str, Callable[[Run], Any]] = {
     "embeddings_fp16": check_embeddings_fp16,
     "pipeline_stages": check_pipeline_stages,
     "ray_index": check_ray_index,
+    "gpu_tests": check_gpu_tests,
 }
 
 
