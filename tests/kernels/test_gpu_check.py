@@ -21,6 +21,7 @@ PATHS = [
     "embeddings_fp16",
     "pipeline_stages",
     "ray_index",
+    "gpu_tests",
 ]
 
 
