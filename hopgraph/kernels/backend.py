@@ -100,13 +100,13 @@ def sparse_module(xp: ModuleType) -> ModuleType:
 def sparse_on(xp: ModuleType, matrix: Any) -> Any:
     """``matrix`` (scipy sparse) as a CSR matrix of ``xp``: unchanged data on numpy, a device copy on cupy.
 
-    The one place a graph crosses to the device. cupyx holds only float (and bool/complex) data,
-    so integer matrices travel as float64, which represents every count they can hold exactly.
+    The one place a graph crosses to the device. cupyx holds float32/float64 (and bool/complex)
+    data only, so any other dtype travels as float64, which holds every count exactly.
     """
     matrix = matrix if getattr(matrix, "format", None) == "csr" else matrix.tocsr()
     if xp is np:
         return matrix
-    if matrix.dtype.kind != "f":
+    if matrix.dtype not in (np.float32, np.float64):
         matrix = matrix.astype(np.float64)
     return sparse_module(xp).csr_matrix(matrix)
 
