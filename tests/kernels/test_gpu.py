@@ -193,3 +193,23 @@ def test_faiss_on_the_gpu_finds_what_the_cpu_index_finds():
         return np.mean([len(set(a) & set(b)) / 3 for a, b in zip(found.tolist(), exact.tolist())])
 
     assert recall(on_gpu) > 0.97 and recall(on_gpu) >= recall(on_cpu) - 0.01
+
+
+def test_index_graph_stages_on_cuda_store_the_cpu_graphs(tmp_path, sample_documents):
+    """embedding.device=cuda moves the knn/concept/rank stages to CuPy; what they store is the CPU's."""
+    from hopgraph.config import load_config
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.store import IndexStore
+    from tests.conftest import SAMPLE_SETTINGS
+
+    cache = str(tmp_path / "vectors.sqlite")  # the CPU build's vectors serve both: only the graph kernels differ
+    stores = {}
+    for device in ("cpu", "cuda"):
+        config = load_config(None, {**SAMPLE_SETTINGS, "embedding.device": device, "embedding.cache": cache})
+        build_index(sample_documents, tmp_path / device, config, progress=False)
+        stores[device] = IndexStore(tmp_path / device)
+    for name in ("knn", "concepts"):
+        cpu, gpu = stores["cpu"].read_graph(name), stores["cuda"].read_graph(name)
+        assert cpu.nnz and (cpu != gpu).nnz == 0
+    for name in ("chunk_rank_knn", "concept_rank", "chunk_rank_concept"):
+        np.testing.assert_allclose(stores["cuda"].read_array(name), stores["cpu"].read_array(name), atol=1e-12)
