@@ -17,8 +17,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from hopgraph.config import OFFLINE_MINILM, EmbeddingConfig
+from hopgraph.config.build import window_for_model_tokens
 from hopgraph.errors import ConfigError, DependencyError
 from hopgraph.kernels import group_mean_vectors
+from hopgraph.kernels.backend import resolve_device as resolve_kernel_device
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -131,11 +133,8 @@ def _unit_rows(vectors: Any) -> np.ndarray:
 
 
 def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch  # noqa: PLC0415
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """Where a torch model runs: the one device rule of :mod:`hopgraph.kernels.backend`, asked of torch."""
+    return resolve_kernel_device(device, "torch")
 
 
 @register_backend(
@@ -156,6 +155,7 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(dimension() or 0)
+        self.max_length = int(self.model.max_seq_length or 512)  # longest input in the model's own tokens
         self.name = path
         # Hugging Face fast tokenizers are not safe to call from several threads at once, and every
         # caller (request threads, the version warm-up, rerankers) shares this object: the lock is
@@ -198,6 +198,8 @@ class BgeM3Embedder:
         self.model = BGEM3FlagModel(str(folder), use_fp16=self.device == "cuda", devices=self.device)
         self.batch_size = batch_size
         self.dim = 1024
+        # What FlagEmbedding cuts passages to (its default is BGE-M3's 8192).
+        self.max_length = int(getattr(self.model, "passage_max_length", None) or 8192)
         self.name = str(folder)
         self._lock = FairLock()  # one model call at a time, as for SentenceTransformerEmbedder
 
@@ -220,9 +222,10 @@ def offline_minilm_path() -> str:
 class PromptedEmbedder:
     """The embedder callers get: passages and questions, each with its configured prompt put before it."""
 
-    def __init__(self, inner: Any, query_prompt: str = "", passage_prompt: str = ""):
+    def __init__(self, inner: Any, query_prompt: str = "", passage_prompt: str = "", window_tokens: int | None = None):
         self.inner, self.query_prompt, self.passage_prompt = inner, query_prompt, passage_prompt
         self.name, self.dim = inner.name, inner.dim
+        self.window_tokens = window_tokens or model_window_tokens(inner)
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         prompt = self.passage_prompt
@@ -269,22 +272,36 @@ def load_embedder(config: EmbeddingConfig, *, cached: bool = False, model: Any =
         from hopgraph.cache import CachedEmbedder, VectorCache  # noqa: PLC0415
 
         embedder = CachedEmbedder(embedder, VectorCache(config.cache, f"{config.backend}:{config.model}"))
-    return PromptedEmbedder(embedder, config.query_prompt, config.passage_prompt)
+    return PromptedEmbedder(embedder, config.query_prompt, config.passage_prompt, config.effective_window_tokens)
+
+
+def model_window_tokens(embedder: Any) -> int | None:
+    """The window (cl100k tokens) that fits the loaded model's own input limit (through any wrappers)."""
+    while embedder is not None:
+        limit = getattr(embedder, "max_length", None)
+        if limit:
+            return window_for_model_tokens(int(limit))
+        embedder = getattr(embedder, "inner", None)
+    return None
 
 
 def embed_long_texts(
     embedder: Embedder,
     texts: Sequence[str],
     *,
-    window_tokens: int,
+    window_tokens: int | None,
     encoding: str = "cl100k_base",
     progress: bool = False,
 ) -> np.ndarray:
     """Embed texts of any length: equal windows of ≤ window_tokens, vectors averaged, renormalised.
 
     Short-context embedders truncate silently; averaging window vectors keeps every part of a
-    long chunk represented in its vector.
+    long chunk represented in its vector. ``window_tokens=None`` takes the embedder's own window
+    (``embedding.window_tokens`` resolved by :func:`load_embedder`).
     """
+    window_tokens = window_tokens or getattr(embedder, "window_tokens", None) or model_window_tokens(embedder)
+    if not window_tokens:
+        raise ValueError(f"no window length for embedder {getattr(embedder, 'name', embedder)!r}: pass window_tokens")
     enc = get_encoding(encoding)
     windows: list[str] = []
     owner: list[int] = []

@@ -31,7 +31,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_pagerank import knn_like_graph  # noqa: E402
 
 from hopgraph.evaluate.report import provenance, write_json  # noqa: E402
-from hopgraph.kernels import cooccurrence_topk, cosine_topk, normalize_rows, pagerank, personalized_pagerank, to_numpy  # noqa: E402
+from hopgraph.kernels import (  # noqa: E402
+    cooccurrence_topk,
+    cosine_topk,
+    normalize_rows,
+    pagerank,
+    personalized_pagerank,
+    sparse_on,
+    to_numpy,
+)
 from hopgraph.kernels.backend import cupy_available  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "gpu_kernels.json"
@@ -111,7 +119,6 @@ def main() -> None:
     if not cupy_available():
         sys.exit("bench_gpu.py needs CuPy with a usable CUDA device (pip install 'hopgraph[gpu]' on a GPU machine)")
     import cupy  # noqa: PLC0415
-    import cupyx.scipy.sparse as cusp  # noqa: PLC0415
 
     def size(n: int) -> int:
         return max(100, int(n * args.scale))
@@ -150,7 +157,7 @@ def main() -> None:
 
     for nodes in (size(50_000), size(1_000_000)):
         graph = knn_like_graph(nodes, 10, 0.01, seed=0)
-        gpu_graph = cusp.csr_matrix(graph)
+        gpu_graph = sparse_on(cupy, graph)
         shape = {"nodes": nodes, "edges": int(graph.nnz)}
         rows.append(
             compare(
@@ -178,7 +185,7 @@ def main() -> None:
 
     items, features = size(100_000), size(40_000)
     incidence = sp.random(items, features, density=20 / features, format="csr", random_state=rng, dtype=np.float32)
-    gpu_incidence = cusp.csr_matrix(incidence)
+    gpu_incidence = sparse_on(cupy, incidence)
     rows.append(
         compare(
             "cooccurrence_topk",

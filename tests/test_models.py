@@ -95,3 +95,37 @@ def test_embedding_backends_come_from_the_registry():
         load_embedder(EmbeddingConfig(backend="word2vec", cache=""))
     with pytest.raises(ConfigError, match="takes no query/passage prompts"):
         load_embedder(EmbeddingConfig(backend="bge-m3", query_prompt="query: ", cache=""))
+
+
+def test_default_window_is_the_models_own_limit_and_stays_192_for_minilm(minilm):
+    """Empty window_tokens = the model's limit at 3/4; MiniLM's is the 192 its indexes were built with."""
+    from hopgraph.config import load_config
+    from hopgraph.index.pipeline import stage_keys
+
+    default = EmbeddingConfig()
+    assert default.window_tokens is None and default.effective_window_tokens == 192
+    assert default.model_dump()["window_tokens"] == 192  # what manifests and stage settings keys record
+    assert minilm.window_tokens == 192  # the loaded model (max_seq_length 256) agrees with its folder
+    assert stage_keys(load_config(None)) == stage_keys(load_config(None, {"embedding.window_tokens": 192}))
+    assert EmbeddingConfig(window_tokens=100).effective_window_tokens == 100  # an explicit value wins
+
+
+def test_a_long_context_model_gets_a_long_window(tmp_path):
+    """A BGE-M3 folder (XLM-R, 8192 tokens) was cut into MiniLM's 192-token windows before."""
+    from hopgraph.config.build import model_input_limit
+
+    (tmp_path / "config.json").write_text('{"model_type": "xlm-roberta", "max_position_embeddings": 8194}')
+    assert model_input_limit(str(tmp_path)) == 8192
+    config = EmbeddingConfig(backend="bge-m3", model=str(tmp_path))
+    assert config.effective_window_tokens == 6144 and config.model_dump()["window_tokens"] == 6144
+    (tmp_path / "tokenizer_config.json").write_text('{"model_max_length": 1000000000000000019884624838656}')
+    model_input_limit.cache_clear()
+    assert model_input_limit(str(tmp_path)) == 8192  # the "no limit" sentinel is not a limit
+    assert EmbeddingConfig(model=str(tmp_path / "absent")).effective_window_tokens is None
+
+
+def test_embedding_without_a_window_uses_the_embedders_own(minilm):
+    text = " ".join(f"Sentence number {i} talks about topic {i % 7} in the archive." for i in range(60))
+    np.testing.assert_array_equal(
+        embed_long_texts(minilm, [text], window_tokens=None), embed_long_texts(minilm, [text], window_tokens=192)
+    )

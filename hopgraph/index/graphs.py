@@ -2,7 +2,8 @@
 
 Each builder takes postings and vectors and returns a scipy CSR matrix; the heavy lifting is in
 :mod:`hopgraph.kernels` (blocked top-k, co-occurrence from postings, PageRank), so nothing here
-materialises all pairs.
+materialises all pairs. With ``xp`` = cupy the kernels' inputs go to the device (one helper,
+:func:`hopgraph.kernels.sparse_on`) and their results come back as numpy before anything is stored.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from types import ModuleType
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.kernels import cooccurrence_topk, cosine_topk, iter_cooccurrence_pairs, pagerank
+from hopgraph.kernels import cooccurrence_topk, cosine_topk, iter_cooccurrence_pairs, pagerank, sparse_on
 from hopgraph.kernels.ann import ivf_cosine_topk
 from hopgraph.kernels.backend import to_numpy
 
@@ -47,7 +48,7 @@ def knn_graph(
     k_lexical, k_semantic = (k + 1) // 2, k // 2
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
-    counts, lexical = cooccurrence_topk(_drop_common(chunk_postings, max_df, max_postings), k_lexical)
+    _, lexical = cooccurrence_topk(sparse_on(xp, _drop_common(chunk_postings, max_df, max_postings)), k_lexical)
     lexical = to_numpy(lexical)
     for j in range(lexical.shape[1]):
         valid = lexical[:, j] >= 0
@@ -59,7 +60,7 @@ def knn_graph(
             vectors = xp.asarray(chunk_vectors)
             semantic = to_numpy(cosine_topk(vectors, vectors, wanted, exclude_self=True)[1])
         else:
-            semantic = ivf_cosine_topk(chunk_vectors, wanted)[1]
+            semantic = ivf_cosine_topk(chunk_vectors, wanted, device="cpu" if xp is np else "cuda")[1]
         taken = np.zeros(n, dtype=np.int64)
         for j in range(semantic.shape[1]):
             candidate = semantic[:, j]
@@ -75,7 +76,12 @@ def knn_graph(
 
 
 def concept_graph(
-    keyword_vectors: np.ndarray, keyword_chunk_postings: sp.csr_matrix, *, theta_sem: float, theta_co: int
+    keyword_vectors: np.ndarray,
+    keyword_chunk_postings: sp.csr_matrix,
+    *,
+    theta_sem: float,
+    theta_co: int,
+    xp: ModuleType = np,
 ) -> sp.csr_matrix:
     """Concept edges iff cos ≥ θ_sem and co-occurrence ≥ θ_co; weight = Dice = 2·Co/(|T_i|+|T_j|).
 
@@ -85,7 +91,7 @@ def concept_graph(
     n = keyword_vectors.shape[0]
     chunk_counts = np.asarray((keyword_chunk_postings > 0).sum(axis=1)).ravel().astype(np.float64)
     kept_rows, kept_cols, kept_weights = [], [], []
-    for rows, cols, co in iter_cooccurrence_pairs(keyword_chunk_postings, min_count=theta_co):
+    for rows, cols, co in iter_cooccurrence_pairs(sparse_on(xp, keyword_chunk_postings), min_count=theta_co):
         rows, cols, co = to_numpy(rows), to_numpy(cols), to_numpy(co).astype(np.float64)
         cosine = np.einsum("ij,ij->i", keyword_vectors[rows], keyword_vectors[cols])
         keep = cosine >= theta_sem
@@ -99,9 +105,9 @@ def concept_graph(
     )
 
 
-def node_rank(graph: sp.csr_matrix, damping: float) -> np.ndarray:
-    """PageRank of every node (isolated nodes keep the teleport share)."""
-    return to_numpy(pagerank(graph, damping=damping)).astype(np.float64)
+def node_rank(graph: sp.csr_matrix, damping: float, xp: ModuleType = np) -> np.ndarray:
+    """PageRank of every node (isolated nodes keep the teleport share), computed with ``xp``."""
+    return to_numpy(pagerank(sparse_on(xp, graph), damping=damping)).astype(np.float64)
 
 
 def chunk_rank_from_concepts(chunk_postings: sp.csr_matrix, concept_rank: np.ndarray) -> np.ndarray:

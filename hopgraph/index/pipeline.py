@@ -181,21 +181,23 @@ def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
         xp=xp,
     )
     ctx.store.write_graph("knn", knn)
-    ctx.store.write_array("chunk_rank_knn", graphs.node_rank(knn, cfg.damping))
+    ctx.store.write_array("chunk_rank_knn", graphs.node_rank(knn, cfg.damping, xp))
     return {"knn_edges": int(knn.nnz // 2)}
 
 
 def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.graph
+    xp = array_module(ctx.config.embedding.device)
     chunk_postings = ctx.store.read_graph("postings_chunks")
     concepts = graphs.concept_graph(
         ctx.store.read_array("keyword_vectors"),
         chunk_postings.T.tocsr(),
         theta_sem=cfg.theta_sem,
         theta_co=cfg.theta_co,
+        xp=xp,
     )
     ctx.store.write_graph("concepts", concepts)
-    concept_rank = graphs.node_rank(concepts, cfg.damping)
+    concept_rank = graphs.node_rank(concepts, cfg.damping, xp)
     ctx.store.write_array("concept_rank", concept_rank)
     ctx.store.write_array("chunk_rank_concept", graphs.chunk_rank_from_concepts(chunk_postings, concept_rank))
     return {"concept_edges": int(concepts.nnz // 2)}

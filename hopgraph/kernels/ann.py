@@ -16,10 +16,19 @@ from hopgraph.errors import DependencyError
 from hopgraph.kernels.backend import to_numpy
 
 
-def ivf_cosine_topk(vectors: Any, k: int, *, probes: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def faiss_gpu_usable(faiss: Any) -> bool:
+    """True where the installed FAISS was built with GPU support and sees a device (faiss-cpu: never)."""
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def ivf_cosine_topk(
+    vectors: Any, k: int, *, probes: int = 16, seed: int = 0, device: str = "cpu"
+) -> tuple[np.ndarray, np.ndarray]:
     """(scores, indices) of the k nearest other rows of ``vectors`` (row-normalised), best first.
 
-    Slots with no neighbour found hold index -1. Uses every GPU FAISS can see, else the CPU.
+    Slots with no neighbour found hold index -1. With ``device`` cuda (or auto) and a FAISS built
+    with GPU support, the index is trained, filled and searched on GPU 0; otherwise on the CPU.
+    Either way the same seeded IVF index is built, so results agree up to float summation order.
     """
     try:
         import faiss
@@ -37,8 +46,12 @@ def ivf_cosine_topk(vectors: Any, k: int, *, probes: int = 16, seed: int = 0) ->
     index: Any = faiss.IndexIVFFlat(quantizer, dim, lists, faiss.METRIC_INNER_PRODUCT)  # or its GPU copy below
     index.cp.seed = seed
     index.nprobe = min(probes, lists)  # set before a GPU copy, which takes it over
-    if faiss.get_num_gpus() > 0:
-        index = faiss.index_cpu_to_all_gpus(index)
+    if device != "cpu" and faiss_gpu_usable(faiss):
+        resources = faiss.StandardGpuResources()  # must outlive the GPU index: both are locals of this call
+        index = faiss.index_cpu_to_gpu(resources, 0, index)
+        index.nprobe = min(probes, lists)
+        if hasattr(index, "cp"):  # the GPU index trains its own k-means: same seed as on the CPU
+            index.cp.seed = seed
     index.train(data)
     index.add(data)
     scores, indices = index.search(data, k + 1)

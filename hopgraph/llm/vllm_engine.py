@@ -1,18 +1,76 @@
-"""vLLM's in-process engine for batch indexing on a GPU machine (same requests as the HTTP path)."""
+"""vLLM's in-process engine for batch indexing on a GPU machine (same requests as the HTTP path).
+
+Requests are fed to the engine's own step loop (what ``vllm.LLM.chat`` runs inside), so each
+completion is handed to ``on_done`` (where the completion cache stores it) the moment it finishes,
+not after the whole batch: an interrupted indexing job keeps every completion that was finished.
+"""
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from hopgraph.config import LLMConfig
 from hopgraph.errors import ConfigError, DependencyError
 from hopgraph.llm.types import ChatRequest, Completion, Done
 
+# Oldest vLLM this engine is written against (StructuredOutputsParams, the V1 engine loop); the
+# `vllm` extra pins the same floor.
+VLLM_MIN_VERSION = (0, 11)
+
+
+def check_vllm_version(version: str) -> None:
+    """Refuse a vLLM older than :data:`VLLM_MIN_VERSION`, naming both versions and the fix."""
+    numbers = [int(n) for n in re.findall(r"\d+", version.split("+")[0])[:2]]
+    if len(numbers) < 2 or tuple(numbers) < VLLM_MIN_VERSION:
+        floor = ".".join(map(str, VLLM_MIN_VERSION))
+        raise DependencyError(
+            f"llm.backend=vllm needs vLLM >= {floor}, but vLLM {version!r} is installed: "
+            f"pip install 'vllm>={floor}' (or the 'vllm' extra)"
+        )
+
+
+def engine_arguments(config: LLMConfig) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for these settings (an unset max_model_len = the model's own)."""
+    arguments: dict[str, Any] = {
+        "model": config.model,
+        "seed": 0,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "tensor_parallel_size": config.tensor_parallel_size,
+    }
+    if config.max_model_len is not None:
+        arguments["max_model_len"] = config.max_model_len
+    return arguments
+
+
+def run_engine_loop(
+    engine: Any, prompts: Sequence[Any], params: Sequence[Any], finished: Callable[[int, Any, float], None]
+) -> None:
+    """Add every prompt to a vLLM ``LLMEngine`` and step it until all are done; ``finished(i, output,
+    seconds)`` is called for prompt ``i`` as soon as its output is final. vLLM schedules the whole
+    set as one continuous batch, so throughput is that of a single ``LLM.chat`` call. ``seconds`` is
+    the time since the previous completion, so they sum to the wall time of the batch."""
+    batch = next(_BATCHES)
+    last = time.perf_counter()
+    for i, (prompt, sampling) in enumerate(zip(prompts, params)):
+        engine.add_request(f"hopgraph-{batch}-{i}", prompt, sampling)
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            if output.finished:
+                now = time.perf_counter()
+                finished(int(output.request_id.rsplit("-", 1)[1]), output, now - last)
+                last = now
+
+
+_BATCHES = itertools.count()  # request ids stay unique across calls on one engine
+
 
 class VllmEngine:
-    """Runs a batch of chat requests through ``vllm.LLM.chat``; the model is a local folder."""
+    """Runs chat requests through vLLM's in-process engine; the model is a local folder."""
 
     def __init__(self, config: LLMConfig):
         if not Path(config.model).is_dir():
@@ -26,10 +84,12 @@ class VllmEngine:
                 "llm.backend=vllm needs vLLM installed (a GPU machine); use llm.backend=http with `vllm serve` or "
                 "the stand-in"
             ) from None
+        check_vllm_version(getattr(vllm, "__version__", "0"))
         self._vllm = vllm
         self.config = config
         self.name = config.model
-        self.engine = vllm.LLM(model=config.model, seed=0)
+        self.engine = vllm.LLM(**engine_arguments(config))
+        self.tokenizer = self.engine.get_tokenizer()
 
     def _params(self, request: ChatRequest):
         kwargs = {"max_tokens": request.max_tokens, "temperature": request.temperature, "seed": request.attempt}
@@ -39,24 +99,47 @@ class VllmEngine:
             kwargs["structured_outputs"] = StructuredOutputsParams(json=request.schema)
         return self._vllm.SamplingParams(**kwargs)
 
+    def _prompt(self, request: ChatRequest) -> str:
+        """The chat rendered with the model's template, as ``LLM.chat`` renders it."""
+        conversation = [{"role": role, "content": content} for role, content in request.messages]
+        return self.tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+
     def complete(
         self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
     ) -> list[Completion]:
         if not requests:
             return []
-        started = time.perf_counter()
-        conversations = [[{"role": role, "content": content} for role, content in r.messages] for r in requests]
-        outputs = self.engine.chat(conversations, [self._params(r) for r in requests], use_tqdm=progress)
-        share = (time.perf_counter() - started) / len(requests)
-        done = []
-        for i, out in enumerate(outputs):
+        done: list[Completion | None] = [None] * len(requests)
+        bar = None
+        if progress:
+            from tqdm import tqdm  # noqa: PLC0415
+
+            bar = tqdm(total=len(requests), desc=desc)
+
+        def finished(i: int, out: Any, seconds: float) -> None:
             completion = Completion(
                 text=out.outputs[0].text,
-                prompt_tokens=len(out.prompt_token_ids),
+                prompt_tokens=len(out.prompt_token_ids or ()),
                 completion_tokens=len(out.outputs[0].token_ids),
-                seconds=share,
+                seconds=seconds,
             )
+            done[i] = completion
             if on_done:
                 on_done(i, completion)
-            done.append(completion)
-        return done
+            if bar is not None:
+                bar.update()
+
+        try:
+            run_engine_loop(
+                self.engine.llm_engine,
+                [self._prompt(r) for r in requests],
+                [self._params(r) for r in requests],
+                finished,
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+        missing = [i for i, c in enumerate(done) if c is None]
+        if missing:
+            raise RuntimeError(f"vLLM engine stopped with {len(missing)} of {len(requests)} requests unfinished")
+        return [c for c in done if c is not None]

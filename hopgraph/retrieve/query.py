@@ -20,6 +20,7 @@ class Query:
     text: str
     vector: np.ndarray  # normalised query embedding
     keyword_ids: list[int]  # query words that are keywords of the index
+    device: str = "cpu"  # embedding.device of the retriever: where graph kernels (PPR) run for this query
 
 
 @dataclass
@@ -46,10 +47,10 @@ class Scope:
         return self.derived[key]
 
 
-def make_query(index: LoadedIndex, text: str, vector: np.ndarray) -> Query:
+def make_query(index: LoadedIndex, text: str, vector: np.ndarray, device: str = "cpu") -> Query:
     lookup = index.keyword_lookup
     ids = list(dict.fromkeys(lookup[w] for w in words(text, index.config.keywords.min_length) if w in lookup))
-    return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids)
+    return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids, device=device)
 
 
 def ranked(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,17 +48,55 @@ class CrossEncoderReranker:
         self.model = FlagReranker(str(folder), use_fp16=device == "cuda", devices=device, batch_size=config.batch_size)
         self.batch_size = config.batch_size
         self.name = f"cross-encoder {folder.name}"
+        self.tokenizer = self.model.tokenizer
+        self.limit = model_length_limit(self.tokenizer, getattr(getattr(self.model, "model", None), "config", None))
         self._lock = FairLock()  # the model and its fast tokenizer are not safe to call from two threads
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         def one_batch(batch: Sequence[str]) -> np.ndarray:
             with self._lock:
+                length = pair_max_length(pair_lengths(self.tokenizer, query, batch), self.limit)
                 scores = self.model.compute_score(
-                    [[query, t] for t in batch], batch_size=self.batch_size, normalize=True
+                    [[query, t] for t in batch], batch_size=self.batch_size, max_length=length, normalize=True
                 )
             return np.atleast_1d(np.asarray(scores, dtype=np.float32))
 
         return in_batches(texts, self.batch_size, one_batch)
+
+
+# Fallback limit of a cross-encoder whose tokenizer and config record none (BERT-sized models).
+DEFAULT_LENGTH_LIMIT = 512
+
+
+def model_length_limit(tokenizer: Any, model_config: Any = None) -> int:
+    """The longest input a cross-encoder reads, in its tokens (bge-reranker-v2-m3: 8192).
+
+    The tokenizer's ``model_max_length`` when it records one (tokenizers without one hold a huge
+    sentinel), else the position table of the model config (XLM-R and RoBERTa reserve two).
+    """
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:
+        return declared
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        return positions - 2 if getattr(model_config, "model_type", "") in ("xlm-roberta", "roberta") else positions
+    return DEFAULT_LENGTH_LIMIT
+
+
+def pair_lengths(tokenizer: Any, query: str, texts: Sequence[str]) -> list[int]:
+    """Tokens of each (query, text) pair as the cross-encoder reads it, special tokens included."""
+    if not texts:
+        return []
+    encoded = tokenizer([query] * len(texts), list(texts), add_special_tokens=True, truncation=False)
+    return [len(ids) for ids in encoded["input_ids"]]
+
+
+def pair_max_length(lengths: Sequence[int], limit: int, multiple: int = 8) -> int:
+    """The max length for one batch: its longest pair, rounded up to ``multiple`` (padding the GPU
+    likes), never above the model's ``limit``. A fixed 512 cut long pieces mid-text and padded short
+    ones; this reads every piece whole whenever the model can."""
+    longest = max(lengths, default=1)
+    return max(1, min(limit, -(-longest // multiple) * multiple))
 
 
 def in_batches(texts: Sequence[str], size: int, score: Callable[[Sequence[str]], np.ndarray]) -> np.ndarray:
@@ -79,7 +117,7 @@ class BiEncoderReranker:
         self, embedder: Embedder, config: EmbeddingConfig, encoding: str = "cl100k_base", batch_size: int = 32
     ):
         self.embedder = embedder
-        self.window_tokens = config.window_tokens
+        self.window_tokens = config.effective_window_tokens
         self.encoding = encoding
         self.batch_size = batch_size  # rerank.batch_size: passages per model call (and per deadline check)
         self.name = f"bi-encoder cosine ({config.model})"

@@ -55,6 +55,7 @@ class Retriever:
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval
         embedding = self.index.config.embedding
+        self.device = device or embedding.device  # models and graph kernels (PPR) of every query
         self.embedder = load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
         self._open_scope: Scope | None = None
         # Scopes of recent readers (group set + filter), with what they derive from readable material
@@ -137,7 +138,7 @@ class Retriever:
         if vector is None:
             vector = self.embed([question])[0]
         started = time.perf_counter()
-        query = make_query(self.index, question, vector)
+        query = make_query(self.index, question, vector, self.device)
         candidates = METHODS[config.method](self.index, query, self.scope(metadata_filter), config)
         evidence = pack(self.index, candidates, config.budget)
         return RetrievalResult(

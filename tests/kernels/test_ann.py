@@ -33,3 +33,17 @@ def test_ivf_topk_small_inputs():
     scores, indices = ivf_cosine_topk(vectors, 5)
     assert indices.tolist() == [[1], [0]]
     assert ivf_cosine_topk(vectors[:1], 2)[1].shape == (1, 0)
+
+
+def test_cuda_without_a_gpu_faiss_builds_the_same_index_on_the_cpu():
+    import faiss
+
+    from hopgraph.kernels.ann import faiss_gpu_usable
+
+    if faiss_gpu_usable(faiss):
+        pytest.skip("this FAISS has GPU support: tests/kernels/test_gpu.py compares the GPU index")
+    vectors = clustered(2000, 16, seed=4)
+    on_cpu = ivf_cosine_topk(vectors, 4, device="cpu")
+    asked_cuda = ivf_cosine_topk(vectors, 4, device="cuda")
+    np.testing.assert_array_equal(asked_cuda[1], on_cpu[1])
+    np.testing.assert_array_equal(asked_cuda[0], on_cpu[0])

@@ -1,4 +1,5 @@
-"""Every kernel on CuPy gives the numpy result on the same inputs (skipped without a CUDA device)."""
+"""Every kernel on CuPy gives the numpy result on the same inputs, and so do the pipeline's graph
+builders, retrieval's PPR and FAISS on the GPU (skipped without a CUDA device)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hopgraph.kernels import (
     normalize_rows,
     pagerank,
     personalized_pagerank,
+    sparse_on,
     to_numpy,
 )
 from hopgraph.kernels.backend import cupy_available
@@ -117,3 +119,97 @@ def test_cooccurrence_pairs(min_count):
         np.testing.assert_array_equal(to_numpy(got_part), want_part)
     blocks = list(iter_cooccurrence_pairs(cusp.csr_matrix(postings), min_count=min_count, block_size=32))
     assert sum(int(b[0].shape[0]) for b in blocks) == want[0].shape[0]
+
+
+def test_sparse_on_moves_a_scipy_matrix_to_the_device():
+    counts = incidence(6).astype(np.int32)  # cupyx holds no integers: they travel as float64
+    moved = sparse_on(cupy, counts)
+    assert isinstance(moved, cusp.csr_matrix) and moved.dtype == cupy.float64
+    np.testing.assert_array_equal(to_numpy(moved.toarray()), counts.toarray())
+    assert sparse_on(cupy, incidence(6)).dtype == cupy.float32
+
+
+def test_graph_builders_on_cupy_give_the_numpy_graphs(sample_index):
+    from hopgraph.index import graphs
+    from hopgraph.store import IndexStore
+
+    store = IndexStore(sample_index)
+    vectors, postings = store.read_array("chunk_vectors"), store.read_graph("postings_chunks")
+    knn = {
+        xp: graphs.knn_graph(vectors, postings, 4, max_df=0.5, max_postings=50, exact_limit=10_000, xp=xp)
+        for xp in (np, cupy)
+    }
+    assert isinstance(knn[cupy], sp.csr_matrix) and knn[np].nnz and (knn[np] != knn[cupy]).nnz == 0
+    concepts = {
+        xp: graphs.concept_graph(
+            store.read_array("keyword_vectors"), postings.T.tocsr(), theta_sem=0.3, theta_co=1, xp=xp
+        )
+        for xp in (np, cupy)
+    }
+    assert concepts[np].nnz and (concepts[np] != concepts[cupy]).nnz == 0
+    np.testing.assert_allclose(concepts[cupy].data, concepts[np].data)
+    for graph in (knn[np], concepts[np]):
+        rank = graphs.node_rank(graph, 0.85, cupy)
+        assert isinstance(rank, np.ndarray)
+        np.testing.assert_allclose(rank, graphs.node_rank(graph, 0.85, np), atol=1e-12)
+
+
+def test_ppr_retrieval_on_cuda_ranks_as_on_the_cpu(sample_index):
+    from hopgraph.retrieve.methods import METHODS
+    from hopgraph.retrieve.query import make_query
+    from hopgraph.retrieve.retriever import Retriever
+
+    retriever = Retriever(sample_index, device="cpu")
+    question = "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?"
+    vector = retriever.embed([question])[0]
+    scope = retriever.scope(None)
+    ranked = {
+        device: [
+            (c.index, round(c.score, 9))
+            for c in METHODS["ppr"](
+                retriever.index, make_query(retriever.index, question, vector, device), scope, retriever.config
+            )
+        ]
+        for device in ("cpu", "cuda")
+    }
+    assert ranked["cpu"] and ranked["cuda"] == ranked["cpu"]
+    assert retriever.index.memo("walk", "open:cupy", lambda: None).xp is cupy  # the walk was built on the device
+
+
+def test_faiss_on_the_gpu_finds_what_the_cpu_index_finds():
+    faiss = pytest.importorskip("faiss")
+    from hopgraph.kernels.ann import faiss_gpu_usable, ivf_cosine_topk
+
+    if not faiss_gpu_usable(faiss):
+        pytest.skip("the installed FAISS has no GPU support")
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((50, 24))
+    vectors = normalize_rows(centers[rng.integers(0, 50, 5000)] + 0.3 * rng.standard_normal((5000, 24)))
+    exact = cosine_topk(vectors, vectors, 3, exclude_self=True)[1]
+    on_cpu, on_gpu = ivf_cosine_topk(vectors, 3, device="cpu")[1], ivf_cosine_topk(vectors, 3, device="cuda")[1]
+    assert on_gpu.shape == (5000, 3) and not (on_gpu == np.arange(5000)[:, None]).any()
+
+    def recall(found):
+        return np.mean([len(set(a) & set(b)) / 3 for a, b in zip(found.tolist(), exact.tolist())])
+
+    assert recall(on_gpu) > 0.97 and recall(on_gpu) >= recall(on_cpu) - 0.01
+
+
+def test_index_graph_stages_on_cuda_store_the_cpu_graphs(tmp_path, sample_documents):
+    """embedding.device=cuda moves the knn/concept/rank stages to CuPy; what they store is the CPU's."""
+    from hopgraph.config import load_config
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.store import IndexStore
+    from tests.conftest import SAMPLE_SETTINGS
+
+    cache = str(tmp_path / "vectors.sqlite")  # the CPU build's vectors serve both: only the graph kernels differ
+    stores = {}
+    for device in ("cpu", "cuda"):
+        config = load_config(None, {**SAMPLE_SETTINGS, "embedding.device": device, "embedding.cache": cache})
+        build_index(sample_documents, tmp_path / device, config, progress=False)
+        stores[device] = IndexStore(tmp_path / device)
+    for name in ("knn", "concepts"):
+        cpu, gpu = stores["cpu"].read_graph(name), stores["cuda"].read_graph(name)
+        assert cpu.nnz and (cpu != gpu).nnz == 0
+    for name in ("chunk_rank_knn", "concept_rank", "chunk_rank_concept"):
+        np.testing.assert_allclose(stores["cuda"].read_array(name), stores["cpu"].read_array(name), atol=1e-12)

@@ -8,13 +8,13 @@ so a sub-chunk scores when it is close to several seeds, directly or through sha
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
-from hopgraph.kernels import RandomWalk
-from hopgraph.kernels.backend import to_numpy
+from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import (
@@ -35,9 +35,9 @@ def bipartite(index: LoadedIndex) -> sp.csr_matrix:
     return sp.bmat([[None, postings], [postings.T, None]], format="csr")
 
 
-def open_walk(index: LoadedIndex) -> RandomWalk:
-    """The walk over the whole bipartite graph, built once per opened index (the unfiltered case)."""
-    return index.memo("walk", "open", lambda: RandomWalk(bipartite(index)))
+def open_walk(index: LoadedIndex, xp: ModuleType = np) -> RandomWalk:
+    """The walk over the whole bipartite graph, built once per opened index and array module (the unfiltered case)."""
+    return index.memo("walk", f"open:{xp.__name__}", lambda: RandomWalk(sparse_on(xp, bipartite(index))))
 
 
 def _minmax(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -77,13 +77,14 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         df = index.keyword_units.getnnz(axis=1)[own]
         idf = np.log1p(n_units / np.maximum(df, 1))
         seeds[own] += idf / idf.max()
+    xp = array_module(query.device)  # the walk runs where the retriever's device says (CuPy on cuda)
     if scope.units.all():
-        walker = open_walk(index)
+        walker = open_walk(index, xp)
     else:
         # Forbidden sub-chunks are cut out of the walk, so no score flows through them.
         allowed = sp.diags(np.concatenate([scope.units, np.ones(n_keywords, dtype=bool)]).astype(np.float32))
-        walker = RandomWalk(allowed @ bipartite(index) @ allowed)
-    personal = np.concatenate([np.zeros(n_units), seeds])
+        walker = RandomWalk(sparse_on(xp, allowed @ bipartite(index) @ allowed))
+    personal = xp.asarray(np.concatenate([np.zeros(n_units), seeds]))
     # No seed with positive weight (no readable keyword near the query): nothing to walk from.
     walk = (
         to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units]
