@@ -81,10 +81,8 @@ class ClusterConfig(Section):
         1,
         ge=1,
         le=1024,
-        description="With llm.backend=vllm: vLLM engine replicas (data parallelism), each on its own GPUs.",
-    )
-    vllm_tensor_parallel: int = Field(
-        1, ge=1, le=64, description="With llm.backend=vllm: GPUs one replica spans (tensor parallelism)."
+        description="With llm.backend=vllm: vLLM engine replicas (data parallelism), each on llm.tensor_parallel_size "
+        "GPUs of its own.",
     )
     vllm_accelerator: str = Field(
         "",

@@ -31,6 +31,7 @@ from hopgraph.errors import ConfigError, DependencyError
 from hopgraph.index.chunking import TextAnalysis, analyse_texts
 from hopgraph.llm.client import chat_body, completion_from_json
 from hopgraph.llm.types import ChatRequest, Completion, Done
+from hopgraph.llm.vllm_engine import engine_arguments
 
 LIGHT_CPU = 0.05  # CPUs reserved by a worker that mostly waits (HTTP requests, reshaping rows)
 MISSING_RAY = (
@@ -331,9 +332,10 @@ def _from_response(row: dict[str, Any]) -> dict[str, Any]:
 class RayVllm:
     """Chat requests through ``ray.data.llm``'s vLLM engine processor on the cluster's GPUs.
 
-    ``cluster.vllm_replicas`` engines (data parallelism), each over ``cluster.vllm_tensor_parallel``
-    GPUs; a row that fails (e.g. longer than ``max_model_len``) comes back refused instead of
-    failing the batch.
+    ``cluster.vllm_replicas`` engines (data parallelism), each over ``llm.tensor_parallel_size``
+    GPUs, with the in-process engine's settings (``llm.max_model_len``, ``gpu_memory_utilization``);
+    a row that fails (e.g. longer than ``max_model_len``) comes back refused instead of failing
+    the batch.
     """
 
     def __init__(self, engine: RayEngine, config: LLMConfig):
@@ -351,11 +353,7 @@ class RayVllm:
         from ray.data.llm import build_processor, vLLMEngineProcessorConfig  # noqa: PLC0415
 
         cluster = self.engine.config.cluster
-        engine_kwargs: dict[str, Any] = {"tensor_parallel_size": cluster.vllm_tensor_parallel, "seed": 0}
-        for name in ("max_model_len", "gpu_memory_utilization"):
-            value = getattr(self.config, name, None)
-            if value:
-                engine_kwargs[name] = value
+        engine_kwargs = {k: v for k, v in engine_arguments(self.config).items() if k != "model"}
         processor = build_processor(
             vLLMEngineProcessorConfig(
                 model_source=self.config.model,
@@ -386,7 +384,7 @@ class RayVllm:
                     on_done(i, completion)
                 bar.update(1)
         wall = time.perf_counter() - started
-        gpus = cluster.vllm_replicas * cluster.vllm_tensor_parallel
+        gpus = cluster.vllm_replicas * self.config.tensor_parallel_size
         self.engine.add_costs(wall * gpus, wall * gpus)
         return [c for c in out if c is not None]
 
