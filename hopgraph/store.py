@@ -163,8 +163,9 @@ class IndexStore:
         return self._file(kind, name, suffix).is_file()
 
     def differences(self, other: IndexStore, tolerance: float = 1e-6) -> tuple[int, list[str]]:
-        """(artifacts compared, those that differ): tables and graphs must be identical, float arrays
-        within ``tolerance`` (vectors computed in other batches differ by float rounding)."""
+        """(artifacts compared, those that differ): tables and graphs must be identical (columns that
+        record when a row was made aside), float arrays within ``tolerance`` (vectors computed in
+        other batches differ by float rounding)."""
         compared, differ = 0, []
         for name, artifact in SCHEMA.items():
             kind = f"{artifact.kind}s"
@@ -174,7 +175,10 @@ class IndexStore:
             if self.has(kind, name) != other.has(kind, name):
                 differ.append(f"{name}: only in {self.root if self.has(kind, name) else other.root}")
             elif artifact.kind == "table":
-                if self.read_table(name) != other.read_table(name):
+                mine, theirs = self.read_table(name), other.read_table(name)
+                if {k: v for k, v in mine.items() if k not in WHEN} != {
+                    k: v for k, v in theirs.items() if k not in WHEN
+                }:
                     differ.append(f"{name}: rows differ")
             elif artifact.kind == "graph":
                 x, y = self.read_graph(name), other.read_graph(name)
@@ -189,6 +193,9 @@ class IndexStore:
                 elif a.dtype.kind != "f" and not np.array_equal(a, b):
                     differ.append(f"{name}: values differ")
         return compared, differ
+
+
+WHEN = frozenset({"extracted_at"})  # table columns that say when a row was made, not what it holds
 
 
 def _save_npz(tmp: Path, csr: sp.csr_matrix) -> None:
