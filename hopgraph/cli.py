@@ -151,6 +151,13 @@ def index(
     _echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
 
 
+def _cluster_cost(record: dict[str, Any]) -> str:
+    """What a stage spent on the Ray cluster, e.g. " (412.0 worker-s, 380.5 GPU-s)"; empty for the local engine."""
+    labels = (("worker_seconds", "worker-s"), ("gpu_seconds", "GPU-s"))
+    spent = [f"{record[key]:.1f} {label}" for key, label in labels if key in record]
+    return f" ({', '.join(spent)})" if spent else ""
+
+
 def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
     for name, u in usage.items():
         click.echo(
@@ -404,7 +411,7 @@ def inspect(index_dir: str, top: int) -> None:
         bold=True,
     )
     click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(m["counts"].items())))
-    click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s" for k, v in m["stages"].items()))
+    click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s{_cluster_cost(v)}" for k, v in m["stages"].items()))
     click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
     click.echo("build settings: " + json.dumps(m["build_settings"], sort_keys=True))
     if isinstance(opened, PartitionedIndex):  # access.isolation: one sub-index per ACL

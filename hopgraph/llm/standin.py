@@ -105,6 +105,11 @@ def serve(
     params.port = port
     params.n_parallel = parallel
     params.n_ctx = context * parallel  # llama.cpp splits the context among its parallel slots
+    # A completion depends on its request alone: reusing the KV cache of an earlier prompt with the same
+    # prefix changes how the rest is computed, and greedy output then differs by which request came
+    # before (measured: one entity name capitalised differently between two runs of the same requests).
+    params.cache_prompt = False
+    params.cache_ram_mib = 0
     # One core is left to the caller: llama.cpp threads spin at barriers, so a stand-in that takes
     # every core slows by an order of magnitude as soon as anything else runs (measured: an answer
     # call went from ~12 s to ~120 s on 2 cores beside an indexing job).

@@ -258,3 +258,22 @@ def test_without_ray_the_engine_names_the_extra_to_install(sample_documents, tmp
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "pip install 'hopgraph[cluster]'" in result.stderr and "--engine ray needs Ray" in result.stderr
+
+
+def test_an_update_through_the_ray_engine_equals_one_through_the_embedded_engine(
+    ray_cluster, sample_documents, sample_config, tmp_path
+):
+    from hopgraph.config import ClusterConfig
+    from hopgraph.index import versions
+
+    engines = {"local": None, "ray": ClusterConfig(engine="ray", address=ray_cluster.address)}
+    live = {}
+    for name, cluster in engines.items():  # each with caches of its own: the cluster embeds the new texts itself
+        build_index(sample_documents[:5], tmp_path / name, configure(sample_config, tmp_path, name), progress=False)
+        versions.submit_update(tmp_path / name, sample_documents[5:], [sample_documents[0].id])
+        [job] = versions.run_pending(tmp_path / name, cluster=cluster)
+        assert job["status"] == "done"
+        live[name] = versions.version_dir(tmp_path / name, job["version"])
+    assert_same_index(live["local"], live["ray"])
+    stages = IndexStore(live["ray"]).read_manifest()["stages"]
+    assert stages["embed_units"]["embedded_new"] > 0 and stages["embed_units"]["worker_seconds"] > 0
