@@ -201,12 +201,15 @@ def test_a_killed_driver_resumes_without_repeating_an_embedding_or_an_llm_call(
     first.wait()
     vectors_before, completions_before = cache_rows(vectors, "vectors"), cache_rows(completions, "completions")
     assert vectors_before > 0 and completions_before >= 2
+    stages = IndexStore(tmp_path / "index").read_manifest()["stages"]
+    finished_before = {name for name, record in stages.items() if record.get("done")}
+    assert "kg_extract" not in finished_before
     # Second run: finishes; it computes only what the first did not store.
     second = run_cli(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = second.communicate(timeout=540)
     assert second.returncode == 0, err[-2000:]
     stages = IndexStore(tmp_path / "index").read_manifest()["stages"]
-    embedded = sum(record.get("embedded_new", 0) for record in stages.values())
+    embedded = sum(record.get("embedded_new", 0) for name, record in stages.items() if name not in finished_before)
     assert embedded == cache_rows(vectors, "vectors") - vectors_before  # 0 texts embedded twice
     llm = stages["kg_extract"]["llm"]
     assert llm["cached_calls"] >= completions_before  # every stored completion was reused...
