@@ -74,13 +74,14 @@ class RayEngine:
                 ray.init(address=cluster.address, **options)
             else:
                 ray.init(
+                    address="local",  # a new instance, even where another one runs on this node
                     num_cpus=cluster.num_cpus,
                     num_gpus=cluster.num_gpus,
                     object_store_memory=cluster.object_store_mb * 1024**2 or None,
                     **options,
                 )
             self.started_here = True
-        logging.getLogger("ray.data").setLevel(logging.WARNING)  # no line per dataset execution
+        logging.getLogger("ray.data").setLevel(logging.ERROR)  # no lines per dataset execution or progress bar
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # one tqdm bar per step here instead of Ray's per operator
         context.print_on_execution_start = False
