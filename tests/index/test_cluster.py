@@ -83,7 +83,7 @@ def test_ray_build_equals_the_embedded_build_with_llm_extraction_over_two_replic
     base = sample_config.model_copy(
         update={
             "llm": LLMConfig.model_validate(llm_settings(replicas)),
-            "extraction": sample_config.extraction.model_copy(update={"kg": "all"}),
+            "extraction": sample_config.extraction.model_copy(update={"kg": "pagerank", "core_fraction": 0.5}),
         }
     )
     local = configure(base, tmp_path, "local")
@@ -189,7 +189,9 @@ def test_a_killed_driver_resumes_without_repeating_an_embedding_or_an_llm_call(
         "--llm.max_tokens",
         "128",
         "--extraction.kg",
-        "all",
+        "pagerank",
+        "--extraction.core_fraction",
+        "0.5",
     ]
     # First run: killed (SIGKILL, no cleanup) once some completions are stored, i.e. mid-extraction.
     first = run_cli(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
