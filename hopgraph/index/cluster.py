@@ -68,7 +68,7 @@ class RayEngine:
             options: dict[str, Any] = {
                 "include_dashboard": False,
                 "log_to_driver": False,
-                "logging_level": logging.WARNING,
+                "logging_level": logging.ERROR,
             }
             if cluster.address:
                 ray.init(address=cluster.address, **options)
@@ -210,9 +210,9 @@ class RayEmbedder:
         cluster = self.engine.config.cluster
         actors, gpus = self.engine.embedding_actors()
         rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
-        dataset = self.engine.ray.data.from_items(
-            rows, override_num_blocks=max(1, min(1000, math.ceil(len(rows) / cluster.embed_batch_size)))
-        )
+        blocks = max(1, min(1000, math.ceil(len(rows) / cluster.embed_batch_size)))
+        dataset = self.engine.ray.data.from_items(rows, override_num_blocks=blocks)
+        actors = min(actors, blocks)  # an actor without a batch to embed would only load the model
         embedded = dataset.map_batches(
             _EmbedActor,
             fn_constructor_kwargs={
