@@ -57,3 +57,20 @@ def test_example_settings_file_lists_every_default():
     # Regenerate with:
     # python -c "from hopgraph.config import example_toml; print(example_toml(), end='')" > examples/hopgraph.toml
     assert text == example_toml()
+
+
+def test_cluster_endpoints_come_comma_separated_from_the_command_line_and_must_be_http_addresses():
+    from hopgraph.config import load_config
+
+    config = load_config(None, {"cluster.llm_endpoints": "http://gpu1:8000/v1, http://gpu2:8000/v1"})
+    assert config.cluster.llm_endpoints == ["http://gpu1:8000/v1", "http://gpu2:8000/v1"]
+    with pytest.raises(ConfigError, match=r"cluster.llm_endpoints: .*not an http\(s\) address: gpu3:8000"):
+        load_config(None, {"cluster.llm_endpoints": "http://gpu1:8000/v1,gpu3:8000"})
+
+
+def test_the_engine_is_not_part_of_any_stage_settings_key():
+    from hopgraph.config import load_config
+    from hopgraph.index.pipeline import stage_keys
+
+    ray = {"cluster.engine": "ray", "cluster.address": "auto", "cluster.embed_actors": 16}
+    assert stage_keys(load_config(None, ray)) == stage_keys(load_config())
