@@ -316,10 +316,24 @@ def summary(payload: dict[str, Any]) -> str:
         }
         for r in payload["runs"]
     ]
+    largest: dict[str, Any] = payload["runs"][-1] if payload["runs"] else {"stages": {}}
+    finished = {k: v for k, v in largest["stages"].items() if v["status"] == "ok"}
+    dominant = ""
+    if finished:
+        slow = max(finished, key=lambda k: finished[k]["seconds"])
+        heavy = max(finished, key=lambda k: finished[k]["peak_mb"])
+        dominant = (
+            f"At {largest['chunks']} chunks the slowest stage is **{slow}** "
+            f"({finished[slow]['seconds']:.0f} s, {finished[slow]['seconds'] / largest['graph_seconds_total']:.0%} "
+            f"of the graph stages' time; slope {payload['slope_time'][slow]}), the largest peak memory "
+            f"**{heavy}** ({finished[heavy]['peak_mb']:.0f} MB)"
+            + (f"; the run stopped at {largest['stopped']}" if largest["stopped"] else "")
+            + ".\n\n"
+        )
     return (
         "# Graph stages at scale (synthetic corpus)\n\n"
         f"`{payload['command']}` on {machine_line(payload['machine'])}, commit {payload['git_commit']}.\n\n"
-        f"{payload['corpus']}\n\n## Per size\n\n"
+        f"{payload['corpus']}\n\n{dominant}## Per size\n\n"
         + markdown_table(sizes, list(sizes[0]) if sizes else [])
         + "\n## Per stage (seconds of the call; peak MB of the stage's process, inputs included)\n\n"
         + markdown_table(rows, columns)
