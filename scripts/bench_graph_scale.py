@@ -16,8 +16,8 @@ No model can embed a million texts on a small CPU machine, so the corpus is synt
 Each stage runs the pipeline's own function (``keywords.build_vocabulary``, ``keywords.incidence``,
 ``kernels.mean_vectors``, ``graphs.knn_graph``, ``graphs.concept_graph``, ``graphs.node_rank``) with
 the default settings, in a fresh process that reads its inputs from files written once per size,
-so each stage's seconds (the call alone) and peak resident memory (``ru_maxrss``, inputs included)
-are its own. A stage that fails, runs out of memory or passes ``--stage-timeout`` is recorded as
+so each stage's seconds (wall and CPU, the call alone; CPU time is the steadier figure on a
+shared machine) and peak resident memory (``ru_maxrss``, inputs included) are its own. A stage that fails, runs out of memory or passes ``--stage-timeout`` is recorded as
 the measured ceiling, and the stages needing its output are skipped.
 
     python3 scripts/bench_graph_scale.py                                  # 100k, 300k, 1M chunks
@@ -154,23 +154,23 @@ def run_stage(stage: str, work: Path) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     if stage == "vocabulary":
         texts = read_texts(work)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         vocabulary = keywords.build_vocabulary(texts, kw)
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
         (work / "vocabulary.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
         figures["keywords"] = len(vocabulary)
     elif stage == "postings":
         texts, vocabulary = read_texts(work), read_vocabulary(work)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         postings = keywords.incidence(texts, {w: i for i, w in enumerate(vocabulary)}, kw.min_length)
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
         sp.save_npz(work / "postings.npz", postings, compressed=False)
         figures["postings_nnz"] = int(postings.nnz)
     elif stage == "keyword_vectors":
         postings, vectors = sp.load_npz(work / "postings.npz").tocsr(), np.load(work / "vectors.npy")
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         keyword_vectors = mean_vectors(postings, vectors)
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
         np.save(work / "keyword_vectors.npy", keyword_vectors)
     elif stage == "knn":
         postings, vectors = sp.load_npz(work / "postings.npz").tocsr(), np.load(work / "vectors.npy")
@@ -178,7 +178,7 @@ def run_stage(stage: str, work: Path) -> dict[str, Any]:
         graphs.cooccurrence_topk = _timed(split, "lexical_seconds", graphs.cooccurrence_topk)
         graphs.cosine_topk = _timed(split, "cosine_seconds", graphs.cosine_topk)
         graphs.ivf_cosine_topk = _timed(split, "cosine_seconds", graphs.ivf_cosine_topk)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         knn = graphs.knn_graph(
             vectors,
             postings,
@@ -187,34 +187,40 @@ def run_stage(stage: str, work: Path) -> dict[str, Any]:
             max_postings=kw.max_postings,
             exact_limit=graph.exact_knn_limit,
         )
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
         sp.save_npz(work / "knn.npz", knn, compressed=False)
         figures.update({k: round(v, 2) for k, v in split.items()})
         figures["cosine_method"] = "exact" if vectors.shape[0] <= graph.exact_knn_limit else "faiss-ivf"
         figures["edges"] = int(knn.nnz // 2)
     elif stage == "concept_graph":
         postings, keyword_vectors = sp.load_npz(work / "postings.npz").tocsr(), np.load(work / "keyword_vectors.npy")
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         concepts = graphs.concept_graph(
             keyword_vectors, postings.T.tocsr(), theta_sem=graph.theta_sem, theta_co=graph.theta_co
         )
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
         sp.save_npz(work / "concepts.npz", concepts, compressed=False)
         figures["edges"] = int(concepts.nnz // 2)
     elif stage == "pagerank":
         knn, concepts = sp.load_npz(work / "knn.npz").tocsr(), sp.load_npz(work / "concepts.npz").tocsr()
         postings = sp.load_npz(work / "postings.npz").tocsr()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         graphs.node_rank(knn, graph.damping)
         figures["knn_seconds"] = round(time.perf_counter() - started, 2)
         concept_rank = graphs.node_rank(concepts, graph.damping)
         graphs.chunk_rank_from_concepts(postings, concept_rank)
-        seconds = time.perf_counter() - started
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - started_cpu
         figures["concept_seconds"] = round(seconds - figures["knn_seconds"], 2)
     else:
         raise SystemExit(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"status": "ok", "seconds": round(seconds, 2), "peak_mb": round(peak_mb, 1), **figures}
+    return {
+        "status": "ok",
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu_seconds, 2),
+        "peak_mb": round(peak_mb, 1),
+        **figures,
+    }
 
 
 # ------------------------------------------------------------------------------------ driver
@@ -287,12 +293,14 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
     return round(float(np.polyfit(np.log(xs), np.log(np.maximum(ys, 1e-3)), 1)[0]), 3)
 
 
-def slopes(runs: list[dict[str, Any]]) -> dict[str, float | None]:
+def slopes(runs: list[dict[str, Any]], key: str = "seconds") -> dict[str, float | None]:
+    """Log-log slope of the graph stages' total and of each stage's ``key`` against chunks."""
     complete = [r for r in runs if r["complete"]]
-    out = {"total": slope([r["chunks"] for r in complete], [r["graph_seconds_total"] for r in complete])}
+    totals = [sum(s[key] for s in r["stages"].values()) for r in complete]
+    out = {"total": slope([r["chunks"] for r in complete], totals)}
     for stage in STAGES:
         done = [r for r in runs if r["stages"][stage]["status"] == "ok"]
-        out[stage] = slope([r["chunks"] for r in done], [r["stages"][stage]["seconds"] for r in done])
+        out[stage] = slope([r["chunks"] for r in done], [r["stages"][stage][key] for r in done])
     return out
 
 
@@ -302,7 +310,17 @@ def summary(payload: dict[str, Any]) -> str:
     for run in payload["runs"]:
         for stage, figures in run["stages"].items():
             rows.append({"chunks": run["chunks"], "stage": stage, **figures})
-    columns = ["chunks", "stage", "status", "seconds", "peak_mb", "edges", "lexical_seconds", "cosine_seconds"]
+    columns = [
+        "chunks",
+        "stage",
+        "status",
+        "seconds",
+        "cpu_seconds",
+        "peak_mb",
+        "edges",
+        "lexical_seconds",
+        "cosine_seconds",
+    ]
     sizes = [
         {
             "chunks": r["chunks"],
@@ -335,10 +353,13 @@ def summary(payload: dict[str, Any]) -> str:
         f"`{payload['command']}` on {machine_line(payload['machine'])}, commit {payload['git_commit']}.\n\n"
         f"{payload['corpus']}\n\n{dominant}## Per size\n\n"
         + markdown_table(sizes, list(sizes[0]) if sizes else [])
-        + "\n## Per stage (seconds of the call; peak MB of the stage's process, inputs included)\n\n"
+        + "\n## Per stage (wall and CPU seconds of the call; peak MB of the stage's process, inputs included)\n\n"
         + markdown_table(rows, columns)
-        + "\n## Log-log slope of seconds against chunks\n\n"
-        + markdown_table([payload["slope_time"]], list(payload["slope_time"]))
+        + "\n## Log-log slope of seconds (wall; CPU) against chunks\n\n"
+        + markdown_table(
+            [{"time": "wall", **payload["slope_time"]}, {"time": "cpu", **payload["slope_cpu_time"]}],
+            ["time", *payload["slope_time"]],
+        )
     )
 
 
@@ -377,6 +398,7 @@ def main() -> None:
         },
         "runs": runs,
         "slope_time": slopes(runs),
+        "slope_cpu_time": slopes(runs, "cpu_seconds"),
         **provenance(),
     }
     write_json(args.out, payload)

@@ -26,13 +26,15 @@ def test_tiny_sizes_give_complete_rows(tmp_path: Path) -> None:
         assert run["complete"] and run["stopped"] is None
         assert list(run["stages"]) == STAGES
         for figures in run["stages"].values():
-            assert figures["status"] == "ok" and figures["seconds"] >= 0 and figures["peak_mb"] > 0
+            assert figures["status"] == "ok" and figures["peak_mb"] > 0
+            assert figures["seconds"] >= 0 and figures["cpu_seconds"] >= 0
         assert run["keywords"] > 1000 and run["postings_nnz"] > 50 * run["chunks"]
         # ~1 lexical + ~1 cosine neighbour per chunk, and concept edges among a topic's words.
         assert run["chunks"] <= run["edges"]["knn"] <= 2 * run["chunks"]
         assert run["edges"]["concept"] > 0
-    assert set(payload["slope_time"]) == {"total", *STAGES}
-    assert all(isinstance(value, float) for value in payload["slope_time"].values())
+    for key in ("slope_time", "slope_cpu_time"):
+        assert set(payload[key]) == {"total", *STAGES}
+        assert all(isinstance(value, float) for value in payload[key].values())
     assert payload["machine"]["cpu_count"] >= 1 and "bench_graph_scale.py" in payload["command"]
     assert not (tmp_path / "work" / "2000").exists(), "scratch files are removed after each size"
     assert "| chunks |" in out.with_suffix(".md").read_text()
