@@ -380,7 +380,13 @@ def main() -> None:
     if args.stage is not None:
         print(json.dumps(run_stage(args.stage, args.work)))
         return
-    runs = [run_size(n, args.work, args.seed, args.stage_timeout, args.memory_gb) for n in args.sizes]
+    runs: list[dict[str, Any]] = []
+    for size in args.sizes:  # results are written after every size, so a long run leaves its rows
+        runs.append(run_size(size, args.work, args.seed, args.stage_timeout, args.memory_gb))
+        write_results(args, runs)
+
+
+def write_results(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
     payload = {
         "benchmark": "graph stages at scale",
         "corpus": (
@@ -403,7 +409,7 @@ def main() -> None:
     }
     write_json(args.out, payload)
     args.out.with_suffix(".md").write_text(summary(payload), encoding="utf-8")
-    print(json.dumps(payload["slope_time"]))
+    print(json.dumps(payload["slope_time"]), flush=True)
 
 
 if __name__ == "__main__":
