@@ -240,7 +240,46 @@ def _noninterference() -> str:
     )
 
 
-SECTIONS = {"coverage": coverage_tables, "speed": speed, "scale": scale, "incremental": incremental, "server": server}
+def cluster() -> str:
+    build, llm, graphs = _load("cluster_musique.json"), _load("cluster_llm_replicas.json"), _load("graph_scale.json")
+    one, two = llm["runs"]
+    rows = ["| chunks | " + " | ".join(graphs["runs"][0]["stages"]) + " | total s | peak MB |"]
+    rows.append("|---|" + "---|" * (len(graphs["runs"][0]["stages"]) + 2))
+    for run in graphs["runs"]:
+        cells = [
+            f"{stage['seconds']:.1f}" if stage.get("status") == "ok" else str(stage.get("status", "—"))
+            for stage in run["stages"].values()
+        ]
+        rows.append(
+            f"| {run['chunks']:,} | " + " | ".join(cells) + f" | {run['graph_seconds_total']:.0f} | "
+            f"{run['peak_mb_max']:.0f} |"
+        )
+    slope = graphs["slope_time"]
+    slope_text = ", ".join(f"{k} {v:.2f}" for k, v in slope.items() if isinstance(v, (int, float)))
+    return (
+        f"MuSiQue-500 LLM-free, embedded engine against `--engine ray` on the same machine (`python3 "
+        f"scripts/bench_cluster.py` → `cluster_musique.json`): {build['local']['wall_seconds']:.0f} s against "
+        f"{build['ray']['wall_seconds']:.0f} s, a wall-time ratio of **{build['wall_ratio']:.2f}** (goal ≤ 1.2), "
+        f"index {'identical' if build['identical'] else 'NOT identical'} ({build['artifacts_compared']} artifacts "
+        "compared).\n\n"
+        f"LLM extraction through Ray with one and two stand-in replicas, each pinned to its own core (`python3 "
+        f"scripts/bench_cluster_llm.py` → `cluster_llm_replicas.json`): {one['calls_per_second']:.3f} against "
+        f"{two['calls_per_second']:.3f} calls/s, a ratio of **{llm['throughput_ratio']:.2f}** (goal ≥ 1.6), outputs "
+        f"{'identical' if llm['identical'] else 'NOT identical'}.\n\n"
+        "Graph stages on a synthetic corpus, seconds per stage in its own process (`python3 "
+        "scripts/bench_graph_scale.py` → `graph_scale.json`):\n\n" + "\n".join(rows) + f"\n\nLog-log slopes of time: "
+        f"{slope_text}."
+    )
+
+
+SECTIONS = {
+    "coverage": coverage_tables,
+    "speed": speed,
+    "scale": scale,
+    "incremental": incremental,
+    "server": server,
+    "cluster": cluster,
+}
 
 
 def rewrite_readme(path: Path = REPO / "README.md") -> None:

@@ -86,13 +86,18 @@ def concept_graph(
     """Concept edges iff cos ≥ θ_sem and co-occurrence ≥ θ_co; weight = Dice = 2·Co/(|T_i|+|T_j|).
 
     Candidate pairs arrive block by block from the postings and are filtered at once, so only
-    surviving edges are ever held in memory.
+    surviving edges are ever held in memory. Both measures are symmetric, so each pair is scored
+    once (i < j; gathering the two vectors is the costly part) and its edge stored both ways.
     """
     n = keyword_vectors.shape[0]
     chunk_counts = np.asarray((keyword_chunk_postings > 0).sum(axis=1)).ravel().astype(np.float64)
     kept_rows, kept_cols, kept_weights = [], [], []
-    for rows, cols, co in iter_cooccurrence_pairs(sparse_on(xp, keyword_chunk_postings), min_count=theta_co):
+    for rows, cols, co in iter_cooccurrence_pairs(
+        sparse_on(xp, keyword_chunk_postings), min_count=theta_co, ordered=False
+    ):
         rows, cols, co = to_numpy(rows), to_numpy(cols), to_numpy(co).astype(np.float64)
+        upper = cols > rows
+        rows, cols, co = rows[upper], cols[upper], co[upper]
         cosine = np.einsum("ij,ij->i", keyword_vectors[rows], keyword_vectors[cols])
         keep = cosine >= theta_sem
         kept_rows.append(rows[keep])
@@ -100,9 +105,9 @@ def concept_graph(
         kept_weights.append((2.0 * co[keep] / (chunk_counts[rows[keep]] + chunk_counts[cols[keep]])).astype(np.float32))
     if not kept_rows:
         return sp.csr_matrix((n, n), dtype=np.float32)
-    return sp.csr_matrix(
-        (np.concatenate(kept_weights), (np.concatenate(kept_rows), np.concatenate(kept_cols))), shape=(n, n)
-    )
+    rows, cols, weights = np.concatenate(kept_rows), np.concatenate(kept_cols), np.concatenate(kept_weights)
+    both = (np.concatenate([weights, weights]), (np.concatenate([rows, cols]), np.concatenate([cols, rows])))
+    return sp.csr_matrix(both, shape=(n, n))
 
 
 def node_rank(graph: sp.csr_matrix, damping: float, xp: ModuleType = np) -> np.ndarray:

@@ -31,19 +31,26 @@ def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int 
 
 
 def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[str]:
-    """Keywords of the corpus, sorted; with method=tfidf only each chunk's top TF-IDF terms."""
-    tokenised = [words(text, config.min_length) for text in chunk_texts]
+    """Keywords of the corpus, sorted; with method=tfidf only each chunk's top TF-IDF terms.
+
+    Texts are tokenised one at a time and only per-word figures are kept, so memory grows with the
+    vocabulary rather than with the corpus (holding every chunk's tokens took ~8 GB at 1M chunks);
+    tf-idf tokenises the texts twice instead.
+    """
     if config.method == "tokens":
-        return sorted({w for toks in tokenised for w in toks})
+        vocabulary: set[str] = set()
+        for text in chunk_texts:
+            vocabulary.update(words(text, config.min_length))
+        return sorted(vocabulary)
     document_frequency: dict[str, int] = {}
-    for toks in tokenised:
-        for w in set(toks):
+    for text in chunk_texts:
+        for w in set(words(text, config.min_length)):
             document_frequency[w] = document_frequency.get(w, 0) + 1
-    n = max(len(tokenised), 1)
+    n = max(len(chunk_texts), 1)
     kept: set[str] = set()
-    for toks in tokenised:
+    for text in chunk_texts:
         counts: dict[str, int] = {}
-        for w in toks:
+        for w in words(text, config.min_length):
             counts[w] = counts.get(w, 0) + 1
         scored = sorted(counts, key=lambda w: (-counts[w] * np.log((1 + n) / (1 + document_frequency[w])), w))
         kept.update(scored[: config.tfidf_top])

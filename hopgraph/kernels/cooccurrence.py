@@ -17,6 +17,9 @@ from hopgraph.kernels.backend import module_of, sparse_module, to_numpy
 # Scalar products allowed in one block: bounds its product entries (~20 bytes each with the
 # sorting copies), so a block stays in the tens of MB; smaller blocks measured no slower.
 MAX_PRODUCTS = 1_000_000
+# Up to this k, top-k on the CPU takes k rounds of row maxima per block (linear); above it, and on a
+# GPU, where sorting is cheap, two stable sorts.
+SELECT_ROUNDS = 8
 
 
 def _check(min_count: int, block_size: int) -> None:
@@ -59,18 +62,60 @@ def _row_blocks(matrix: Any, transposed: Any, block_size: int, max_products: int
     return blocks
 
 
-def _block_pairs(matrix: Any, block_size: int, min_count: int, max_products: int) -> Iterator[tuple[Any, Any, Any]]:
-    """Per block of rows: (rows, cols, counts) int64 of pairs i ≠ j with count ≥ min_count, by row then column."""
-    xp = module_of(matrix.data)
+def _block_products(matrix: Any, block_size: int, max_products: int) -> Iterator[tuple[int, Any]]:
+    """Per block of rows: (first row, CSR shared-feature counts of the block's rows with every row)."""
     transposed = matrix.T.tocsr()
     for start, stop in _row_blocks(matrix, transposed, block_size, max_products):
-        product = (matrix[start:stop] @ transposed).tocsr()
-        product.sort_indices()
+        yield start, (matrix[start:stop] @ transposed).tocsr()
+
+
+def _block_pairs(
+    matrix: Any, block_size: int, min_count: int, max_products: int, ordered: bool = True
+) -> Iterator[tuple[Any, Any, Any]]:
+    """Per block of rows: (rows, cols, counts) int64 of pairs i ≠ j with count ≥ min_count, by row,
+    and within a row by column when ``ordered`` (sorting the columns costs more than the product)."""
+    xp = module_of(matrix.data)
+    for start, product in _block_products(matrix, block_size, max_products):
+        if ordered:
+            product.sort_indices()
         product = product.tocoo()
         rows = product.row.astype(xp.int64) + start
         cols = product.col.astype(xp.int64)
         keep = (product.data >= min_count) & (rows != cols)
         yield rows[keep], cols[keep], product.data[keep].astype(xp.int64)
+
+
+def _select_topk(product: Any, start: int, k: int, min_count: int, counts: Any, indices: Any) -> None:
+    """Write each row's k best partners in one block's product (numpy), by k rounds of row maxima.
+
+    A round takes each row's largest remaining count and, among the entries holding it, the lowest
+    column (as the largest ``n - col``), then retires that entry. Each round is linear in the
+    block's entries and needs no sort, so the product's column order does not matter.
+    """
+    n = product.shape[1]
+    sizes = np.diff(product.indptr)
+    filled = np.flatnonzero(sizes > 0)
+    firsts = product.indptr[:-1][filled]
+    local = np.repeat(np.arange(product.shape[0]), sizes)
+    cols = product.indices.astype(np.int64)
+    eligible = (product.data >= min_count) & (cols != local + start)
+    remaining = np.where(eligible, product.data, 0).astype(np.int64)
+
+    def row_max(values: np.ndarray) -> np.ndarray:
+        out = np.zeros(product.shape[0], dtype=np.int64)
+        out[filled] = np.maximum.reduceat(values, firsts)
+        return out
+
+    for slot in range(k):
+        best = row_max(remaining)
+        found = np.flatnonzero(best > 0)
+        if found.shape[0] == 0:
+            return
+        tied = (remaining > 0) & (remaining == best[local])
+        chosen = n - row_max(np.where(tied, n - cols, 0))
+        counts[found + start, slot] = best[found]
+        indices[found + start, slot] = chosen[found]
+        remaining[tied & (cols == chosen[local])] = 0
 
 
 def cooccurrence_topk(
@@ -91,6 +136,10 @@ def cooccurrence_topk(
     indices = xp.full((n, k), -1, dtype=xp.int64)
     if k == 0:
         return counts, indices
+    if k <= SELECT_ROUNDS and xp is np:
+        for start, product in _block_products(matrix, block_size, max_products):
+            _select_topk(product, start, k, min_count, counts, indices)
+        return counts, indices
     for rows, cols, shared in _block_pairs(matrix, block_size, min_count, max_products):
         # Pairs arrive by row then column; sorting stably by count, then by row, gives each row's
         # partners by descending count with ties in column order.
@@ -105,12 +154,18 @@ def cooccurrence_topk(
 
 
 def iter_cooccurrence_pairs(
-    incidence: Any, *, min_count: int = 1, block_size: int = 2048, max_products: int = MAX_PRODUCTS
+    incidence: Any,
+    *,
+    min_count: int = 1,
+    block_size: int = 2048,
+    max_products: int = MAX_PRODUCTS,
+    ordered: bool = True,
 ) -> Iterator[tuple[Any, Any, Any]]:
     """Blocks of (rows, cols, counts), int64: pairs i ≠ j of rows sharing ≥ ``min_count`` columns.
 
-    Both directions are listed, ordered by row then column. Rows with fewer than ``min_count``
-    stored columns cannot qualify and are left out of the products.
+    Both directions are listed, ordered by row, then by column unless ``ordered`` is false (for
+    callers that only filter the pairs). Rows with fewer than ``min_count`` stored columns cannot
+    qualify and are left out of the products.
     """
     _check(min_count, block_size)
     xp = module_of(incidence.data)
@@ -118,7 +173,7 @@ def iter_cooccurrence_pairs(
     active = xp.flatnonzero(xp.diff(matrix.indptr) >= min_count)
     if active.shape[0] == 0:
         return
-    for rows, cols, shared in _block_pairs(matrix[active], block_size, min_count, max_products):
+    for rows, cols, shared in _block_pairs(matrix[active], block_size, min_count, max_products, ordered):
         yield active[rows].astype(xp.int64), active[cols].astype(xp.int64), shared
 
 

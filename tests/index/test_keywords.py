@@ -1,3 +1,5 @@
+import tracemalloc
+
 import numpy as np
 
 from hopgraph.config import KeywordConfig
@@ -37,3 +39,18 @@ def test_keyword_vector_is_normalised_mean_of_its_sentences():
     vectors = mean_vectors(postings, sentences)
     assert np.allclose(vectors[0], np.array([1, 1]) / np.sqrt(2))
     assert np.allclose(vectors[1], [0, 1])
+
+
+def test_vocabulary_memory_grows_with_the_vocabulary_not_the_corpus():
+    # 1000 chunks of 60 tokens over 300 words: holding every chunk's tokens at once peaks at ~4 MB;
+    # tokenising one chunk at a time keeps only the vocabulary and the current chunk's tokens.
+    rng = np.random.default_rng(3)
+    lexicon = [f"word{i}" for i in range(300)]
+    chunks = [" ".join(rng.choice(lexicon, 60).tolist()) for _ in range(1000)]
+    for method in ("tokens", "tfidf"):
+        tracemalloc.start()
+        vocabulary = build_vocabulary(chunks, KeywordConfig(method=method, tfidf_top=5))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert len(vocabulary) > 250
+        assert peak < 1_000_000, (method, peak)

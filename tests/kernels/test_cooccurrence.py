@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from hopgraph.kernels import cooccurrence_pairs, cooccurrence_topk, iter_cooccurrence_pairs
+from hopgraph.kernels.cooccurrence import SELECT_ROUNDS
 
 
 def random_incidence(seed: int, items: int = 40, features: int = 25, density: float = 0.2) -> sp.csr_matrix:
@@ -106,3 +107,28 @@ def test_product_budget_cuts_blocks_without_changing_results():
     tight = cooccurrence_topk(incidence, 3, max_products=1)
     loose = cooccurrence_topk(incidence, 3)
     assert all(np.array_equal(a, b) for a, b in zip(tight, loose))
+
+
+@pytest.mark.parametrize("min_count", [1, 2])
+def test_selection_rounds_equal_sorted_ranking(min_count):
+    # Up to SELECT_ROUNDS the CPU path picks row maxima round by round instead of sorting the pairs;
+    # on a larger incidence with many tied counts, its top-k is the sorted ranking's first k columns.
+    incidence = random_incidence(21 + min_count, items=400, features=60, density=0.08)
+    k = SELECT_ROUNDS
+    selected = cooccurrence_topk(incidence, k, min_count=min_count, max_products=5000)
+    ranked = cooccurrence_topk(incidence, k + 1, min_count=min_count, max_products=5000)
+    np.testing.assert_array_equal(selected[1], ranked[1][:, :k])
+    np.testing.assert_array_equal(selected[0], ranked[0][:, :k])
+    assert (selected[1] >= 0).mean() > 0.5
+
+
+def test_unordered_pairs_are_the_same_pairs():
+    incidence = random_incidence(5, items=60, features=30)
+    for min_count in (1, 3):
+        ordered = cooccurrence_pairs(incidence, min_count=min_count, block_size=7)
+        unordered = [
+            part
+            for block in iter_cooccurrence_pairs(incidence, min_count=min_count, block_size=7, ordered=False)
+            for part in zip(*(p.tolist() for p in block))
+        ]
+        assert sorted(unordered) == list(zip(*(p.tolist() for p in ordered)))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from hopgraph.kernels import cosine_topk, normalize_rows
+from hopgraph.kernels import cosine_topk, mean_vectors, normalize_rows
 
 
 def brute_topk(
@@ -93,3 +96,20 @@ def test_empty_inputs_and_zero_k():
     assert cosine_topk(corpus[:1], corpus[:1], 3, exclude_self=True)[1].shape == (1, 0)
     with pytest.raises(ValueError):
         cosine_topk(corpus, corpus, 2, block_size=0)
+
+
+def test_mean_vectors_in_row_blocks_equal_one_product_and_bound_memory():
+    rng = np.random.default_rng(4)
+    vectors = rng.standard_normal((40_000, 32)).astype(np.float32)
+    incidence = sp.random(40_000, 50, density=0.05, format="csr", random_state=5)
+    whole = mean_vectors(incidence, vectors)  # under the default block: one product, as before
+    tracemalloc.start()
+    blocked = mean_vectors(incidence, vectors, block_rows=4096)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    np.testing.assert_allclose(blocked, whole, atol=1e-6)
+    assert blocked.dtype == np.float32 and np.allclose(np.linalg.norm(blocked, axis=1), 1, atol=1e-5)
+    # A float64 copy of all vectors would be 10 MB; a block's copy is 1 MB (+ the incidence's copy).
+    assert peak < vectors.nbytes, peak
+    with pytest.raises(ValueError, match="block_rows"):
+        mean_vectors(incidence, vectors, block_rows=0)
