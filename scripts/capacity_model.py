@@ -60,7 +60,7 @@ LLM_RATE = {
     "conditions": (
         "MLPerf Inference v5.1, Llama-3.1-8B (FP8 quantised) served by vLLM 0.10.0 on RHEL 9.6, one H100, "
         "Offline scenario (all requests queued: batch chosen by the engine); MLPerf's Llama-3.1-8B task is "
-        "news-article summarisation (CNN/DailyMail) (long prompt, short output), so prefill of the prompts is inside the rate"
+        "news-article summarisation (CNN/DailyMail: long prompt, short output), so prefill of the prompts is inside the rate"
     ),
     "note": (
         f"vLLM's own benchmark post ({VLLM_BLOG}: Llama 3 8B on 1×H100, ShareGPT 500 prompts, avg 202 input / "
