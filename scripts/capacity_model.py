@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ NODES = (1, 2, 4, 8, 16)
 GPUS_PER_NODE = 8
 KG_CORE_FRACTION = 0.8
 CUE_ALPHA = 0.5
+EMBED, LLM = "embed (GPUs)", "llm extraction (GPUs)"
+GPU_STAGES = (EMBED, LLM)
 
 # ------------------------------------------------------------------ published GPU rates (cited)
 VLLM_BLOG = "https://blog.vllm.ai/2024/09/05/perf-update.html"
@@ -225,58 +228,69 @@ def optional_context() -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ the model
-def driver_seconds(chunks: float, tokens: float, shape: dict[str, Any], curves: dict[str, Any]) -> dict[str, float]:
-    out = {"chunks (driver)": tokens * shape["chunking_seconds_per_token"]}
-    for name, c in curves["stages"].items():
-        out[name] = c["seconds"] * (chunks / c["chunks"]) ** c["slope"]
-    return out
+@dataclass
+class Model:
+    """The inputs the formula reads; every method is a closed-form expression of them."""
 
+    shape: dict[str, Any]
+    curves: dict[str, Any]
+    llm: dict[str, Any]
+    embed_rate: float
+    price: float
 
-def predict(
-    documents: int,
-    nodes: int,
-    chunk_size: int,
-    with_llm: bool,
-    shape: dict[str, Any],
-    curves: dict[str, Any],
-    llm: dict[str, Any],
-    embed_rate: float,
-    price: float,
-) -> dict[str, Any]:
-    layer = shape[f"l{chunk_size}"]
-    gpus = nodes * GPUS_PER_NODE
-    chunks = documents * layer["chunks_per_document"]
-    tokens = documents * shape["tokens_per_document"]
-    stages = driver_seconds(chunks, tokens, shape, curves)
-    mem = curves["memory"]
-    driver = sum(stages.values())
-    embed_gpu_s = documents * layer["embedding_tokens_per_document"] / embed_rate
-    stages["embed (GPUs)"] = embed_gpu_s / gpus
-    llm_gpu_s = 0.0
-    if with_llm:
-        generated = chunks * (KG_CORE_FRACTION * llm["kg_completion_per_chunk"] + llm["cue_completion_per_chunk"])
-        llm_gpu_s = generated / LLM_RATE["value"]
-        stages["llm extraction (GPUs)"] = llm_gpu_s / gpus
-    wall = sum(stages.values())
-    dominant = max(stages, key=lambda k: stages[k])
-    return {
-        "documents": documents,
-        "nodes": nodes,
-        "gpus": gpus,
-        "chunk_size": chunk_size,
-        "llm": with_llm,
-        "chunks": round(chunks),
-        "stage_hours": {k: round(v / 3600, 3) for k, v in stages.items()},
-        "driver_hours": round(driver / 3600, 2),
-        "driver_peak_gb": round(mem["peak_mb"] * (chunks / mem["chunks"]) ** mem["slope"] / 1024, 1),
-        "gpu_stage_hours": round((wall - driver) / 3600, 2),
-        "wall_hours": round(wall / 3600, 2),
-        "gpu_busy_hours": round((embed_gpu_s + llm_gpu_s) / 3600, 1),
-        "cost_cluster_usd": round(gpus * wall / 3600 * price),
-        "cost_gpu_busy_usd": round((embed_gpu_s + llm_gpu_s) / 3600 * price),
-        "dominant_stage": dominant,
-        "dominant_share": round(stages[dominant] / wall, 2),
-    }
+    def stage_seconds(self, documents: float, nodes: int, chunk_size: int, with_llm: bool) -> dict[str, float]:
+        """Seconds per stage: driver stages first, then the GPU stages (data parallel over nodes × 8 GPUs)."""
+        layer, gpus = self.shape[f"l{chunk_size}"], nodes * GPUS_PER_NODE
+        chunks = documents * layer["chunks_per_document"]
+        out = {
+            "chunks (driver)": documents * self.shape["tokens_per_document"] * self.shape["chunking_seconds_per_token"]
+        }
+        for name, c in self.curves["stages"].items():
+            out[name] = c["seconds"] * (chunks / c["chunks"]) ** c["slope"]
+        out[EMBED] = documents * layer["embedding_tokens_per_document"] / self.embed_rate / gpus
+        if with_llm:
+            per_chunk = KG_CORE_FRACTION * self.llm["kg_completion_per_chunk"] + self.llm["cue_completion_per_chunk"]
+            out[LLM] = chunks * per_chunk / LLM_RATE["value"] / gpus
+        return out
+
+    def predict(self, documents: int, nodes: int, chunk_size: int, with_llm: bool) -> dict[str, Any]:
+        stages = self.stage_seconds(documents, nodes, chunk_size, with_llm)
+        gpus = nodes * GPUS_PER_NODE
+        gpu_stages = sum(v for k, v in stages.items() if k in GPU_STAGES)
+        wall = sum(stages.values())
+        driver = wall - gpu_stages
+        chunks = documents * self.shape[f"l{chunk_size}"]["chunks_per_document"]
+        mem = self.curves["memory"]
+        dominant = max(stages, key=lambda k: stages[k])
+        return {
+            "documents": documents,
+            "nodes": nodes,
+            "gpus": gpus,
+            "chunk_size": chunk_size,
+            "llm": with_llm,
+            "chunks": round(chunks),
+            "stage_hours": {k: round(v / 3600, 3) for k, v in stages.items()},
+            "driver_hours": round(driver / 3600, 2),
+            "driver_peak_gb": round(mem["peak_mb"] * (chunks / mem["chunks"]) ** mem["slope"] / 1024, 1),
+            "gpu_stage_hours": round(gpu_stages / 3600, 2),
+            "wall_hours": round(wall / 3600, 2),
+            "gpu_busy_hours": round(gpu_stages * gpus / 3600, 1),
+            "cost_cluster_usd": round(gpus * wall / 3600 * self.price),
+            "cost_gpu_busy_usd": round(gpu_stages * gpus / 3600 * self.price),
+            "dominant_stage": dominant,
+            "dominant_share": round(stages[dominant] / wall, 2),
+        }
+
+    def crossover_documents(self, nodes: int, chunk_size: int, with_llm: bool) -> float | None:
+        """Fewest documents (on a log grid from 10⁵ to 10⁹, 20 steps a decade) at which the driver's stages
+        take longer than the GPU stages; None where they never do up to 10⁹."""
+        for step in range(4 * 20 + 1):
+            documents = 10 ** (5 + step / 20)
+            stages = self.stage_seconds(documents, nodes, chunk_size, with_llm)
+            gpu = sum(v for k, v in stages.items() if k in GPU_STAGES)
+            if sum(stages.values()) - gpu > gpu:
+                return float(documents)
+        return None
 
 
 def crossover_nodes(rows: list[dict[str, Any]]) -> int | None:
@@ -285,6 +299,16 @@ def crossover_nodes(rows: list[dict[str, Any]]) -> int | None:
         if r["driver_hours"] > r["gpu_stage_hours"]:
             return int(r["nodes"])
     return None
+
+
+def count(documents: float | None) -> str:
+    """A document count rounded for reading (None: the driver is ahead everywhere or nowhere searched)."""
+    if documents is None:
+        return "none up to 1B"
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if documents >= size:
+            return f"{documents / size:.3g}{unit}"
+    return f"{documents:.0f}"
 
 
 def hours(value: float) -> str:
@@ -331,7 +355,25 @@ def summary(payload: dict[str, Any]) -> str:
                 f"- {documents:,} documents: the driver's single-process stages outweigh the GPU stages {where}."
             )
         lines.append("")
-    lines += ["## Which stage dominates", "", payload["dominance"], "", "## Inputs", ""]
+    cross_rows = [
+        {"scenario": payload["scenario_titles"][key], **{f"{n} × 8 GPUs": count(v) for n, v in by_nodes.items()}}
+        for key, by_nodes in payload["crossover_documents"].items()
+    ]
+    lines += [
+        "## Where the driver takes over",
+        "",
+        "Documents beyond which the driver's single-process stages (chunking and graph stages, growing with "
+        "their measured slopes) take longer than the GPU stages (growing linearly, divided by the GPUs). "
+        "Searched from 100k to 1B documents (20 steps a decade); '100k' means already at the smallest size searched.",
+        "",
+        markdown_table(cross_rows, list(cross_rows[0])),
+        "## Which stage dominates",
+        "",
+        payload["dominance"],
+        "",
+        "## Inputs",
+        "",
+    ]
     lines += [
         f"**Corpus shape** (ASSUMPTION: the corpus looks like MuSiQue-500) — {shape['source']}: "
         f"{shape['tokens_per_document']:.1f} tokens per document; at ℓ=1200: "
@@ -428,6 +470,7 @@ def main() -> None:
     candidates = (args.graph_scale,) if args.graph_scale else GRAPH_SCALE_CANDIDATES
     shape, curves, llm = corpus_shape(), graph_curves(candidates), llm_tokens_per_chunk()
     embed_rate = EMBED_ANCHOR["value"] * EMBED_ASSUMPTIONS["h100_over_l4"]
+    model = Model(shape, curves, llm, embed_rate, args.price)
     titles = {
         "llm_free_l1200": "LLM-free, ℓ=1200",
         "llm_free_l150": "LLM-free, ℓ=150",
@@ -435,9 +478,11 @@ def main() -> None:
     }
     setups = {"llm_free_l1200": (1200, False), "llm_free_l150": (150, False), "llm_l150": (150, True)}
     scenarios = {
-        key: [
-            predict(d, n, size, with_llm, shape, curves, llm, embed_rate, args.price) for d in DOCUMENTS for n in NODES
-        ]
+        key: [model.predict(d, n, size, with_llm) for d in DOCUMENTS for n in NODES]
+        for key, (size, with_llm) in setups.items()
+    }
+    crossover = {
+        key: {str(n): model.crossover_documents(n, size, with_llm) for n in NODES}
         for key, (size, with_llm) in setups.items()
     }
     payload = {
@@ -446,6 +491,7 @@ def main() -> None:
         "embedding_tokens/(N·8·embed_rate) + generated_tokens/(N·8·llm_rate)",
         "scenario_titles": titles,
         "scenarios": scenarios,
+        "crossover_documents": crossover,
         "dominance": dominance_text(scenarios, titles),
         "embed_rate": embed_rate,
         "price_per_gpu_hour": args.price,
