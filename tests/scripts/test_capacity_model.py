@@ -26,7 +26,7 @@ def test_report_names_the_dominant_stage_and_cites_recorded_sources(tmp_path: Pa
     rows = [r for rows in payload["scenarios"].values() for r in rows]
     assert {r["documents"] for r in rows} == {1_000_000, 10_000_000}
     assert {r["nodes"] for r in rows} == {1, 2, 4, 8, 16}
-    assert "## Which stage dominates" in report
+    assert "## Which stage dominates" in report and "## Where the driver takes over" in report
     for row in rows:
         assert row["dominant_stage"] in row["stage_hours"]
         assert f"{row['dominant_stage']} ({row['dominant_share']:.0%})" in report
@@ -37,12 +37,12 @@ def test_report_names_the_dominant_stage_and_cites_recorded_sources(tmp_path: Pa
     assert payload["inputs"]["graph_stages"]["source"] == "scripts/results/scale.json"
 
 
-def test_gpu_stages_scale_with_nodes_and_the_driver_does_not(tmp_path: Path) -> None:
+def test_cluster_stages_scale_with_nodes_and_the_driver_does_not(tmp_path: Path) -> None:
     payload, _ = run_model(tmp_path)
     rows = {(r["documents"], r["nodes"]): r for r in payload["scenarios"]["llm_l150"]}
     one, sixteen = rows[(10_000_000, 1)], rows[(10_000_000, 16)]
     assert one["driver_hours"] == sixteen["driver_hours"]
-    assert abs(one["gpu_stage_hours"] / sixteen["gpu_stage_hours"] - 16) < 0.1
+    assert abs(one["cluster_stage_hours"] / sixteen["cluster_stage_hours"] - 16) < 0.1
     assert one["gpu_busy_hours"] == sixteen["gpu_busy_hours"]
     for r in rows.values():
-        assert abs(r["wall_hours"] - r["driver_hours"] - r["gpu_stage_hours"]) < 0.02
+        assert abs(r["wall_hours"] - r["driver_hours"] - r["cluster_stage_hours"]) < 0.02
