@@ -200,8 +200,11 @@ def graph_curves(candidates: tuple[Path, ...] = GRAPH_SCALE_CANDIDATES) -> dict[
             data = load(path)
             peaks = [(r["chunks"], r["peak_mb_max"]) for r in data["runs"] if r.get("peak_mb_max")]
             stages: dict[str, Any] = {}
+            ceilings = []
             for run in data["runs"]:
                 for name, fig in run["stages"].items():
+                    if fig.get("status") not in ("ok", "skipped"):
+                        ceilings.append({"stage": name, "chunks": run["chunks"], "status": fig.get("status")})
                     if fig.get("status") == "ok":
                         prev = stages.get(name)
                         if prev is None or run["chunks"] > prev["chunks"]:
@@ -214,7 +217,13 @@ def graph_curves(candidates: tuple[Path, ...] = GRAPH_SCALE_CANDIDATES) -> dict[
                 slope = data.get("slope_time", {}).get(name)
                 curve["slope"] = float(slope) if slope is not None else 1.0
                 curve["slope_source"] = "slope_time" if slope is not None else "ASSUMPTION: linear (one size measured)"
-            return {"source": rel(path), "chunk_tokens": 150, "stages": stages, "memory": memory_curve(peaks)}
+            return {
+                "source": rel(path),
+                "chunk_tokens": 150,
+                "stages": stages,
+                "memory": memory_curve(peaks),
+                "ceilings": ceilings,
+            }
     path = RESULTS / "scale.json"
     data = load(path)
     runs = [data["warmup_one_replica"], *data["runs"]]
@@ -224,7 +233,7 @@ def graph_curves(candidates: tuple[Path, ...] = GRAPH_SCALE_CANDIDATES) -> dict[
         points = [(r["chunks"], r["stage_seconds"][name]) for r in runs]
         top = max(points)
         stages[name] = {"chunks": top[0], "seconds": top[1], "slope": fit_slope(points), "slope_source": "fitted here"}
-    return {"source": rel(path), "chunk_tokens": 150, "stages": stages, "memory": memory_curve(peaks)}
+    return {"source": rel(path), "chunk_tokens": 150, "stages": stages, "memory": memory_curve(peaks), "ceilings": []}
 
 
 def memory_curve(peaks: list[tuple[float, float]]) -> dict[str, Any]:
@@ -449,7 +458,15 @@ def summary(payload: dict[str, Any]) -> str:
             ],
             ["stage", "measured at chunks", "seconds", "slope"],
         ),
-        "Graph stages are modelled per chunk from ~150-token chunks; at ℓ=1200 a chunk carries 8× the tokens "
+        (
+            "Measured ceilings (a stage that failed, timed out or ran out of memory there; predictions past them "
+            "assume it is fixed): "
+            + "; ".join(f"{c['stage']} at {c['chunks']:,} chunks: {c['status']}" for c in curves["ceilings"])
+            + ".\n"
+            if curves["ceilings"]
+            else ""
+        )
+        + "Graph stages are modelled per chunk from ~150-token chunks; at ℓ=1200 a chunk carries 8× the tokens "
         "(keywords are capped per chunk, but the vocabulary pass reads every token), so the ℓ=1200 graph figures "
         "are a lower bound. Slopes fitted on small sizes (exact kNN below its limit) overstate growth.",
         "",
