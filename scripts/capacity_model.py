@@ -3,14 +3,15 @@
 A transparent formula, not a measurement. The build runs its stages one after the other
 (``hopgraph/index/pipeline.py``), so the predicted wall time is a sum:
 
-    wall(D, N) = driver(D) + embed(D, N) + llm(D, N)
+    wall(D, N) = driver(D) + analysis(D, N) + embed(D, N) + llm(D, N)
 
 * ``driver(D)`` — stages that run in the single ``hopgraph index`` process on the driver node:
-  cutting documents into chunks (counted whole, though the Ray engine moves its tokenising to
-  workers: an upper bound) and the graph stages (keywords, keyword vectors, kNN graph, concept
-  graph, PageRank). Per stage: seconds measured on this repository's 2-core machine at the
-  largest measured chunk count C0, extrapolated with the measured log-log slope b of that stage:
-  t(C) = t(C0) · (C / C0)^b. Chunking is linear in tokens (seconds per token measured).
+  the driver's part of chunking (decoding the workers' token offsets, cutting chunks; its share
+  of the chunks stage measured at run time) and the graph stages (keywords, keyword vectors, kNN
+  graph, concept graph, PageRank). Per graph stage: seconds measured on this repository's 2-core
+  machine at the largest measured chunk count C0, extrapolated with the measured log-log slope b
+  of that stage: t(C) = t(C0) · (C / C0)^b. Chunking is linear in tokens (seconds per token measured).
+* ``analysis(D, N)`` — tokenising and sentence splitting, Ray tasks over the nodes' CPU cores.
 * ``embed(D, N)`` — texts to embed (units + sentences) × tokens each, over N·8 GPUs at a
   per-GPU rate (data parallel: one embedding actor per GPU).
 * ``llm(D, N)`` — generated tokens of KG extraction (on the KET core fraction of chunks) and CUE
