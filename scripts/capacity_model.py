@@ -374,7 +374,8 @@ def summary(payload: dict[str, Any]) -> str:
         "# Capacity model: indexing 1M and 10M documents on N nodes × 8 GPUs",
         "",
         f"Written by `{payload['command']}` (commit {payload['git_commit']}). A formula, not a measurement: "
-        "wall = driver stages + embedding/GPUs + LLM extraction/GPUs (the build runs its stages one after "
+        "wall = driver stages + analysis tasks/nodes + embedding/GPUs + LLM extraction/GPUs (the build runs its "
+        "stages one after "
         "another). See the script's docstring.",
         "",
         "## Results",
@@ -550,8 +551,9 @@ def main() -> None:
     }
     payload = {
         "benchmark": "capacity model (predicted, not measured)",
-        "formula": "wall = Σ driver stages t(C0)·(C/C0)^slope + tokens·seconds_per_token + "
-        "embedding_tokens/(N·8·embed_rate) + generated_tokens/(N·8·llm_rate)",
+        "formula": "wall = Σ graph stages t(C0)·(C/C0)^slope + tokens·seconds_per_token·driver_share + "
+        "tokens·seconds_per_token·(1-driver_share)/(N·cores) + embedding_tokens/(N·8·embed_rate) + "
+        "generated_tokens/(N·8·llm_rate)",
         "scenario_titles": titles,
         "scenarios": scenarios,
         "crossover_documents": crossover,
