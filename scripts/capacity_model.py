@@ -41,11 +41,7 @@ from hopgraph.evaluate.report import markdown_table, provenance, write_json
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "scripts" / "results"
 RESULT = RESULTS / "capacity_model.json"
-# The graph-scale benchmark may be produced next to this checkout before it is committed here.
-GRAPH_SCALE_CANDIDATES = (
-    REPO.parent / "graphscale" / "scripts" / "results" / "graph_scale.json",
-    RESULTS / "graph_scale.json",
-)
+GRAPH_SCALE = RESULTS / "graph_scale.json"  # scripts/bench_graph_scale.py; scale.json where it is absent
 DOCUMENTS = (1_000_000, 10_000_000)
 NODES = (1, 2, 4, 8, 16)
 GPUS_PER_NODE = 8
@@ -189,42 +185,42 @@ def fit_slope(points: list[tuple[float, float]]) -> float:
     return float(np.polyfit(np.log(xs), np.log(np.maximum(ys, 1e-3)), 1)[0])
 
 
-def graph_curves(candidates: tuple[Path, ...] = GRAPH_SCALE_CANDIDATES) -> dict[str, Any]:
+def graph_curves(path: Path = GRAPH_SCALE) -> dict[str, Any]:
     """Per graph stage: seconds at the largest measured chunk count and the log-log slope of time.
 
     graph_scale.json (100k–1M synthetic chunks, each stage in its own process) where it exists;
     otherwise scale.json (MuSiQue replicated up to 100k chunks), slopes fitted here over its runs.
     The driver's peak memory follows the same rule (largest measured peak, fitted log-log slope).
     """
-    for path in candidates:
-        if path.exists():
-            data = load(path)
-            peaks = [(r["chunks"], r["peak_mb_max"]) for r in data["runs"] if r.get("peak_mb_max")]
-            stages: dict[str, Any] = {}
-            ceilings = []
-            for run in data["runs"]:
-                for name, fig in run["stages"].items():
-                    if fig.get("status") not in ("ok", "skipped"):
-                        ceilings.append({"stage": name, "chunks": run["chunks"], "status": fig.get("status")})
-                    if fig.get("status") == "ok":
-                        prev = stages.get(name)
-                        if prev is None or run["chunks"] > prev["chunks"]:
-                            stages[name] = {
-                                "chunks": run["chunks"],
-                                "seconds": fig["seconds"],
-                                "peak_mb": fig.get("peak_mb"),
-                            }
-            for name, curve in stages.items():
-                slope = data.get("slope_time", {}).get(name)
-                curve["slope"] = float(slope) if slope is not None else 1.0
-                curve["slope_source"] = "slope_time" if slope is not None else "ASSUMPTION: linear (one size measured)"
-            return {
-                "source": rel(path),
-                "chunk_tokens": 150,
-                "stages": stages,
-                "memory": memory_curve(peaks),
-                "ceilings": ceilings,
-            }
+    if path.exists():
+        data = load(path)
+        peaks = [(r["chunks"], r["peak_mb_max"]) for r in data["runs"] if r.get("peak_mb_max")]
+        stages: dict[str, Any] = {}
+        ceilings = []
+        for run in data["runs"]:
+            for name, fig in run["stages"].items():
+                if fig.get("status") not in ("ok", "skipped"):
+                    ceilings.append({"stage": name, "chunks": run["chunks"], "status": fig.get("status")})
+                if fig.get("status") == "ok":
+                    prev = stages.get(name)
+                    if prev is None or run["chunks"] > prev["chunks"]:
+                        stages[name] = {
+                            "chunks": run["chunks"],
+                            "seconds": fig["seconds"],
+                            "cpu_seconds": fig.get("cpu_seconds"),
+                            "peak_mb": fig.get("peak_mb"),
+                        }
+        for name, curve in stages.items():
+            slope = data.get("slope_time", {}).get(name)
+            curve["slope"] = float(slope) if slope is not None else 1.0
+            curve["slope_source"] = "slope_time" if slope is not None else "ASSUMPTION: linear (one size measured)"
+        return {
+            "source": f"{rel(path)} (`{data.get('command', '?')}`, commit {str(data.get('git_commit', '?'))[:12]})",
+            "chunk_tokens": 150,
+            "stages": stages,
+            "memory": memory_curve(peaks),
+            "ceilings": ceilings,
+        }
     path = RESULTS / "scale.json"
     data = load(path)
     runs = [data["warmup_one_replica"], *data["runs"]]
@@ -233,14 +229,20 @@ def graph_curves(candidates: tuple[Path, ...] = GRAPH_SCALE_CANDIDATES) -> dict[
     for name in ("keywords", "keyword_vectors", "knn_graph", "concept_graph"):
         points = [(r["chunks"], r["stage_seconds"][name]) for r in runs]
         top = max(points)
-        stages[name] = {"chunks": top[0], "seconds": top[1], "slope": fit_slope(points), "slope_source": "fitted here"}
+        stages[name] = {
+            "chunks": top[0],
+            "seconds": top[1],
+            "slope": fit_slope(points),
+            "slope_source": f"fitted here over {len(points)} sizes",
+        }
     return {"source": rel(path), "chunk_tokens": 150, "stages": stages, "memory": memory_curve(peaks), "ceilings": []}
 
 
 def memory_curve(peaks: list[tuple[float, float]]) -> dict[str, Any]:
     top = max(peaks)
-    slope = fit_slope(peaks) if len(peaks) > 1 else 1.0
-    return {"chunks": top[0], "peak_mb": top[1], "slope": round(slope, 3)}
+    if len(peaks) > 1:
+        return {"chunks": top[0], "peak_mb": top[1], "slope": round(fit_slope(peaks), 3), "slope_source": "fitted"}
+    return {"chunks": top[0], "peak_mb": top[1], "slope": 1.0, "slope_source": "ASSUMPTION: linear (one size)"}
 
 
 def llm_tokens_per_chunk() -> dict[str, Any]:
@@ -446,19 +448,21 @@ def summary(payload: dict[str, Any]) -> str:
         f"{shape['machine'].split(',')[0]}; extrapolated beyond the largest measured size with each stage's "
         "measured log-log slope of time (an extrapolation, not a measurement). Driver peak memory: "
         f"{curves['memory']['peak_mb']:,.0f} MB at {curves['memory']['chunks']:,} chunks, slope "
-        f"{curves['memory']['slope']} (same rule).",
+        f"{curves['memory']['slope']} ({curves['memory']['slope_source']}).",
         "",
         markdown_table(
             [
                 {
                     "stage": n,
                     "measured at chunks": f"{c['chunks']:,}",
-                    "seconds": f"{c['seconds']:.2f}",
+                    "seconds (wall)": f"{c['seconds']:.2f}",
+                    "CPU seconds": "" if c.get("cpu_seconds") is None else f"{c['cpu_seconds']:.2f}",
                     "slope": f"{c['slope']:.3f}",
+                    "slope from": c["slope_source"],
                 }
                 for n, c in curves["stages"].items()
             ],
-            ["stage", "measured at chunks", "seconds", "slope"],
+            ["stage", "measured at chunks", "seconds (wall)", "CPU seconds", "slope", "slope from"],
         ),
         (
             "Measured ceilings (a stage that failed, timed out or ran out of memory there; predictions past them "
@@ -470,7 +474,8 @@ def summary(payload: dict[str, Any]) -> str:
         )
         + "Graph stages are modelled per chunk from ~150-token chunks; at ℓ=1200 a chunk carries 8× the tokens "
         "(keywords are capped per chunk, but the vocabulary pass reads every token), so the ℓ=1200 graph figures "
-        "are a lower bound. Slopes fitted on small sizes (exact kNN below its limit) overstate growth.",
+        "are a lower bound. Wall seconds are used (a shared 2-core machine: they can exceed CPU seconds); slopes "
+        "fitted over few sizes are uncertain.",
         "",
         f"**LLM tokens** — {llm['source']}: KG {llm['kg_completion_per_chunk']:.0f} generated + "
         f"{llm['kg_prompt_per_chunk']:.0f} prompt tokens per chunk, applied to the KET core fraction "
@@ -525,13 +530,11 @@ def main() -> None:
     parser.add_argument(
         "--graph-scale",
         type=Path,
-        help="graph_scale.json to read (default: the first that exists of "
-        + ", ".join(rel(p) for p in GRAPH_SCALE_CANDIDATES)
-        + "; else scale.json).",
+        default=GRAPH_SCALE,
+        help=f"Graph stages at scale (default {rel(GRAPH_SCALE)}; scale.json where it is absent).",
     )
     args = parser.parse_args()
-    candidates = (args.graph_scale,) if args.graph_scale else GRAPH_SCALE_CANDIDATES
-    shape, curves, llm = corpus_shape(), graph_curves(candidates), llm_tokens_per_chunk()
+    shape, curves, llm = corpus_shape(), graph_curves(args.graph_scale), llm_tokens_per_chunk()
     embed_rate = EMBED_ANCHOR["value"] * EMBED_ASSUMPTIONS["h100_over_l4"]
     split = chunking_split()
     model = Model(shape, curves, llm, split, embed_rate, args.price)
