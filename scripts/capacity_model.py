@@ -210,10 +210,18 @@ def graph_curves(path: Path = GRAPH_SCALE) -> dict[str, Any]:
                             "cpu_seconds": fig.get("cpu_seconds"),
                             "peak_mb": fig.get("peak_mb"),
                         }
+        # The measuring machine was shared: a stage's CPU seconds are what one dedicated driver core spends.
+        cpu = all(c["cpu_seconds"] is not None for c in stages.values()) and "slope_cpu_time" in data
+        key = "slope_cpu_time" if cpu else "slope_time"
         for name, curve in stages.items():
-            slope = data.get("slope_time", {}).get(name)
-            curve["slope"] = float(slope) if slope is not None else 1.0
-            curve["slope_source"] = "slope_time" if slope is not None else "ASSUMPTION: linear (one size measured)"
+            curve["model_seconds"] = curve["cpu_seconds"] if cpu else curve["seconds"]
+            slope = data.get(key, {}).get(name)
+            if slope is None or slope < 0:
+                curve["slope"] = 1.0
+                why = "one size measured" if slope is None else f"measured {slope} is noise"
+                curve["slope_source"] = f"ASSUMPTION: linear ({why})"
+            else:
+                curve["slope"], curve["slope_source"] = float(slope), key
         return {
             "source": f"{rel(path)} (`{data.get('command', '?')}`, commit {str(data.get('git_commit', '?'))[:12]})",
             "chunk_tokens": 150,
@@ -232,6 +240,7 @@ def graph_curves(path: Path = GRAPH_SCALE) -> dict[str, Any]:
         stages[name] = {
             "chunks": top[0],
             "seconds": top[1],
+            "model_seconds": top[1],
             "slope": fit_slope(points),
             "slope_source": f"fitted here over {len(points)} sizes",
         }
@@ -298,7 +307,7 @@ class Model:
         share = self.split["driver_share"]
         out = {"chunks (driver)": chunking * share}
         for name, c in self.curves["stages"].items():
-            out[name] = c["seconds"] * (chunks / c["chunks"]) ** c["slope"]
+            out[name] = c["model_seconds"] * (chunks / c["chunks"]) ** c["slope"]
         out[ANALYSIS] = chunking * (1 - share) / (nodes * CPU_CORES_PER_NODE)
         out[EMBED] = documents * layer["embedding_tokens_per_document"] / self.embed_rate / gpus
         if with_llm:
@@ -474,8 +483,9 @@ def summary(payload: dict[str, Any]) -> str:
         )
         + "Graph stages are modelled per chunk from ~150-token chunks; at ℓ=1200 a chunk carries 8× the tokens "
         "(keywords are capped per chunk, but the vocabulary pass reads every token), so the ℓ=1200 graph figures "
-        "are a lower bound. Wall seconds are used (a shared 2-core machine: they can exceed CPU seconds); slopes "
-        "fitted over few sizes are uncertain.",
+        "are a lower bound. Where CPU seconds were measured they are the model's input (the 2-core machine was "
+        "shared while measuring, so wall seconds include waiting; a dedicated driver core spends the CPU "
+        "seconds), with the CPU-time slopes; slopes fitted over few sizes are uncertain.",
         "",
         f"**LLM tokens** — {llm['source']}: KG {llm['kg_completion_per_chunk']:.0f} generated + "
         f"{llm['kg_prompt_per_chunk']:.0f} prompt tokens per chunk, applied to the KET core fraction "
