@@ -210,11 +210,12 @@ def graph_curves(path: Path = GRAPH_SCALE) -> dict[str, Any]:
                             "cpu_seconds": fig.get("cpu_seconds"),
                             "peak_mb": fig.get("peak_mb"),
                         }
-        # The measuring machine was shared: a stage's CPU seconds are what one dedicated driver core spends.
+        # The measuring machine was shared: min(wall, CPU) is the stage's time there without waiting (CPU where
+        # it waited for a core, wall where it used both cores).
         cpu = all(c["cpu_seconds"] is not None for c in stages.values()) and "slope_cpu_time" in data
         key = "slope_cpu_time" if cpu else "slope_time"
         for name, curve in stages.items():
-            curve["model_seconds"] = curve["cpu_seconds"] if cpu else curve["seconds"]
+            curve["model_seconds"] = min(curve["cpu_seconds"], curve["seconds"]) if cpu else curve["seconds"]
             slope = data.get(key, {}).get(name)
             if slope is None or slope < 0:
                 curve["slope"] = 1.0
@@ -483,9 +484,9 @@ def summary(payload: dict[str, Any]) -> str:
         )
         + "Graph stages are modelled per chunk from ~150-token chunks; at ℓ=1200 a chunk carries 8× the tokens "
         "(keywords are capped per chunk, but the vocabulary pass reads every token), so the ℓ=1200 graph figures "
-        "are a lower bound. Where CPU seconds were measured they are the model's input (the 2-core machine was "
-        "shared while measuring, so wall seconds include waiting; a dedicated driver core spends the CPU "
-        "seconds), with the CPU-time slopes; slopes fitted over few sizes are uncertain.",
+        "are a lower bound. Where CPU seconds were measured the model's input is min(wall, CPU) (the 2-core "
+        "machine was shared while measuring: CPU where a stage waited for a core, wall where it used both cores), "
+        "with the CPU-time slopes (less disturbed by the sharing); slopes fitted over few sizes are uncertain.",
         "",
         f"**LLM tokens** — {llm['source']}: KG {llm['kg_completion_per_chunk']:.0f} generated + "
         f"{llm['kg_prompt_per_chunk']:.0f} prompt tokens per chunk, applied to the KET core fraction "
