@@ -209,7 +209,11 @@ class RayEmbedder:
             return
         cluster = self.engine.config.cluster
         actors, gpus = self.engine.embedding_actors()
-        rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
+        # Longest first: a batch then holds texts of about one length, so little of it is padding
+        # (measured on MuSiQue-500's sentences: 1.4x the model time in corpus order), and the
+        # slowest batches start first.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        rows = [{"position": i, "text": texts[i]} for i in order]
         blocks = max(1, min(1000, math.ceil(len(rows) / cluster.embed_batch_size)))
         dataset = self.engine.ray.data.from_items(rows, override_num_blocks=blocks)
         actors = min(actors, blocks)  # an actor without a batch to embed would only load the model
