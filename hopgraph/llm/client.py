@@ -84,8 +84,8 @@ def completion_from_json(config: LLMConfig, data: Any, seconds: float, raw: str 
         ) from None
     return Completion(
         text=content,
-        prompt_tokens=int(usage.get("prompt_tokens", 0)),
-        completion_tokens=int(usage.get("completion_tokens", 0)),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
         seconds=seconds,
     )
 
