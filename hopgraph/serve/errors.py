@@ -1,0 +1,118 @@
+"""How the server says no: every error is JSON ``{"error": {"code", "message"}}`` with a 4xx/5xx
+status that says whose fault it is; messages name no internal address (the details are logged), and
+ids echoed in them are cut to 80 characters."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hopgraph.errors import ConfigError, HopgraphError, InputError, LLMRequestError, LLMUnavailableError
+
+log = logging.getLogger("hopgraph.serve")
+ID_SHOWN = 80  # characters of a client-given id or name repeated in a message
+
+
+def shown(value: str, limit: int = ID_SHOWN) -> str:
+    """``value`` quoted for a message, cut to ``limit`` characters with an ellipsis (never echo a huge id)."""
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def non_finite_at(value: Any, where: str = "") -> str | None:
+    """The dotted place of the first NaN or ±Infinity in nested JSON data, or None if all numbers are finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "value"
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = non_finite_at(item, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def finite_json(value: Any) -> Any:
+    """Pydantic check: JSON from clients may spell Infinity, NaN or 1e999; none is a usable setting."""
+    found = non_finite_at(value)
+    if found:
+        raise ValueError(f"{found}: numbers must be finite (no NaN, Infinity or overflowing literals)")
+    return value
+
+
+class APIError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+
+
+def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **extra}}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every failure, FastAPI's own and unexpected bugs included, answers as an error body."""
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals: a body that is not UTF-8 JSON (400), unknown path (404), wrong verb (405).
+        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code, f"http_{exc.status_code}"
+        )
+        message = "the request body is not valid UTF-8 JSON" if exc.status_code == 400 else str(exc.detail)
+        return JSONResponse(error_body(code, message), exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return JSONResponse(error_body("malformed_json", "the request body is not valid UTF-8 JSON"), 400)
+        details = [
+            {"field": ".".join(str(x) for x in p.get("loc", ())[1:]), "problem": p.get("msg", "")} for p in problems
+        ]
+        message = "; ".join(f"{d['field'] or 'body'}: {d['problem']}" for d in details)
+        return JSONResponse(error_body("invalid_request", message, details=details), 422)
+
+    @app.exception_handler(HopgraphError)
+    async def hopgraph_error(request: Request, exc: HopgraphError) -> JSONResponse:
+        # LLM and server faults name internal addresses and paths: logged here, never sent to clients.
+        if isinstance(exc, LLMUnavailableError):
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            return JSONResponse(
+                error_body("llm_unavailable", "the answer model is down or too slow; try again later"),
+                503,
+                headers={"Retry-After": "30"},
+            )
+        if isinstance(exc, LLMRequestError):
+            log.warning("%s %s: %s", request.method, request.url.path, exc)
+            return JSONResponse(
+                error_body(
+                    "llm_rejected",
+                    "the answer model refused the request (e.g. a prompt too long for its context); "
+                    "retrying the same request will not help",
+                ),
+                422,
+            )
+        if isinstance(exc, (ConfigError, InputError)):
+            return JSONResponse(error_body("invalid_request", str(exc)), 422)
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(error_body("server_error", "the server failed to handle the request (logged)"), 500)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # A bug is still a JSON error to the client; the traceback goes to the log only.
+        log.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)
+        return JSONResponse(error_body("server_error", "the server failed to handle the request (logged)"), 500)

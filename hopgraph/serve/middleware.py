@@ -1,0 +1,90 @@
+"""The outermost layer of the server: body-size guard and per-request timing for the metrics."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from hopgraph.serve.errors import error_body
+from hopgraph.serve.metrics import Metrics
+
+_ENDPOINTS = [
+    (re.compile(r"^/v1/documents/.+$"), "/v1/documents/{id}"),
+    (re.compile(r"^/v1/jobs/[^/]+$"), "/v1/jobs/{id}"),
+]
+_KNOWN = {"/v1/retrieve", "/v1/answer", "/v1/documents", "/v1/index", "/healthz", "/metrics", "/docs", "/openapi.json"}
+
+
+def endpoint_label(path: str) -> str:
+    """Bounded label set: ids never become metric labels."""
+    for pattern, label in _ENDPOINTS:
+        if pattern.match(path):
+            return label
+    return path if path in _KNOWN else "other"
+
+
+class _BodyTooLarge(Exception):
+    """Raised from ``receive`` once a body (declared or chunked) passes the limit."""
+
+
+class GuardMiddleware:
+    """Refuses oversized bodies before they are read, and times every request for the metrics.
+
+    A body without Content-Length (chunked) is counted as it arrives; once over the limit, reading
+    stops and whatever the app would answer to the broken read is replaced by the 413.
+    """
+
+    def __init__(self, app: Callable, metrics: Metrics, max_body_bytes: int):
+        self.app, self.metrics, self.max_body = app, metrics, max_body_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = {"code": 500}
+        state = {"too_large": False, "started": False}
+        too_large = JSONResponse(error_body("body_too_large", f"request body over {self.max_body} bytes"), 413)
+
+        async def send_recording(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                state["started"] = True
+            await send(message)
+
+        async def send_guarded(message: MutableMapping[str, Any]) -> None:
+            if not state["too_large"]:
+                await send_recording(message)
+            elif message["type"] == "http.response.start" and not state["started"]:
+                await too_large(scope, receive, send_recording)  # instead of the app's answer to the cut-off body
+
+        try:
+            declared = dict(scope.get("headers", [])).get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+                await too_large(scope, receive, send_recording)
+                return
+            seen = 0
+
+            async def receive_counting() -> dict:
+                nonlocal seen
+                message = await receive()
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    state["too_large"] = True
+                    raise _BodyTooLarge()
+                return message
+
+            try:
+                await self.app(scope, receive_counting, send_guarded)
+            except Exception:  # the cut-off read, or whatever it led to inside the app
+                if not state["too_large"]:
+                    raise
+                if not state["started"]:
+                    await too_large(scope, receive, send_recording)
+        finally:
+            method = scope.get("state", {}).get("method", "")
+            self.metrics.observe(endpoint_label(scope["path"]), method, status["code"], time.perf_counter() - started)

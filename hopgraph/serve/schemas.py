@@ -1,0 +1,66 @@
+"""Request bodies of the HTTP API: strict (unknown fields are refused), bounded, finite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hopgraph.documents import text_problem
+from hopgraph.serve.errors import finite_json
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RetrieveRequest(Strict):
+    query: str = Field(min_length=1, description="The question.")
+    method: str | None = Field(
+        None, description="Retrieval method (GET /v1/index lists those this index offers); default: the server's."
+    )
+    budget: int | None = Field(None, ge=50, description="λ: context budget in tokens (at most serve.max_budget).")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Retrieval settings for this request, as in the [retrieval] config section, e.g. "
+        '{"ppr": {"damping": 0.6}}.',
+    )
+    where: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Metadata filter: key → allowed value or flat list of values (at most serve.max_filter_keys "
+        "keys and serve.max_filter_values values).",
+    )
+
+    @field_validator("query")
+    @classmethod
+    def _has_words(cls, query: str) -> str:
+        if not query.strip():
+            raise ValueError("the query is only whitespace")
+        return query
+
+    _finite_params = field_validator("params", "where")(finite_json)
+
+
+class DocumentIn(Strict):
+    id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
+    text: str = Field(min_length=1)
+    title: str = ""
+    source: str = ""
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Carried to every chunk; acl (list of groups) and timestamp have a meaning."
+    )
+    acl: list[str] | None = Field(None, description="Groups allowed to read the document (same as metadata.acl).")
+
+    @field_validator("text")
+    @classmethod
+    def _indexable(cls, text: str) -> str:
+        problem = text_problem(text)  # the same rule as the corpus reader's
+        if problem:
+            raise ValueError(problem)
+        return text
+
+    _finite_metadata = field_validator("metadata")(finite_json)
+
+
+class InsertRequest(Strict):
+    documents: list[DocumentIn] = Field(min_length=1)

@@ -1,0 +1,223 @@
+"""What every endpoint shares: who is asking, what they may read, retrieval under the request
+bounds, and answers generated in their own bounded pool.
+
+One :class:`Service` lives on ``app.state.service``; routers (``routes``, and any later API
+surface) reach it through the dependencies :func:`principal` and :func:`admin`, so the bounds and
+the access rules are written once whatever the endpoint's shape.
+
+Answers wait for the LLM in their own pool (``serve.answer_concurrency`` slots), so slow answers
+never take the threads that retrieval and ``/healthz`` need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from hopgraph.config import HopgraphConfig, dotted_keys
+from hopgraph.errors import DeadlineExceeded
+from hopgraph.llm import open_llm
+from hopgraph.llm.types import Usage
+from hopgraph.retrieve.answer import Answer, answer_many
+from hopgraph.retrieve.filters import MetadataFilter, check_where
+from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.packing import RetrievalResult
+from hopgraph.serve.auth import Principal, TokenBook
+from hopgraph.serve.errors import APIError, non_finite_at, shown
+from hopgraph.serve.limits import OverLimit, check_params
+from hopgraph.serve.metrics import Metrics
+from hopgraph.serve.ratelimit import RateLimiter
+from hopgraph.serve.schemas import RetrieveRequest
+from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
+
+
+class Service:
+    """The server's state (live index, jobs, metrics, limiter, LLM) and the rules every endpoint applies."""
+
+    def __init__(self, root: Path, config: HopgraphConfig, tokens: TokenBook):
+        self.root, self.config, self.tokens = root, config, tokens
+        self.serve = config.serve
+        self.holder = IndexHolder(root, config)
+        self.jobs = JobRunner(root, self.holder, config)
+        self.metrics = Metrics()
+        self.limiter = RateLimiter(self.serve.rate_limit, self.serve.rate_burst)
+        self.llm = open_llm(config.llm.model_copy(update={"timeout": self.serve.answer_timeout, "retries": 0}))
+        # Answers wait for the LLM here, never in the pool that serves retrieval; the semaphore bounds
+        # how many wait for a slot, and for how long (serve.answer_timeout).
+        self.answer_pool = ThreadPoolExecutor(
+            max_workers=self.serve.answer_concurrency, thread_name_prefix="hopgraph-answer"
+        )
+        self.answer_slots = asyncio.Semaphore(self.serve.answer_concurrency)
+        self.busy_retry = str(max(1, math.ceil(self.serve.answer_timeout)))
+
+    # ------------------------------------------------------------------ who is asking
+    def authenticate(self, request: Request) -> Principal:
+        """The token's principal; 401 without a known token, 429 over the per-token rate."""
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise APIError(
+                401,
+                "unauthenticated",
+                "missing bearer token (Authorization: Bearer <token>)",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        who = self.tokens.lookup(token.strip())
+        if who is None:
+            # Guessing tokens is rate-limited per client address like any token's requests.
+            wait = self.limiter.allow(f"unknown-token@{request.client.host if request.client else '?'}")
+            if wait:
+                self.metrics.rate_limited.inc()
+                raise APIError(
+                    429,
+                    "rate_limited",
+                    "too many requests with unknown tokens",
+                    {"Retry-After": str(max(1, round(wait)))},
+                )
+            raise APIError(401, "unauthenticated", "unknown token", {"WWW-Authenticate": "Bearer"})
+        wait = self.limiter.allow(hashlib.sha256(token.strip().encode()).hexdigest())
+        if wait:
+            self.metrics.rate_limited.inc()
+            raise APIError(
+                429,
+                "rate_limited",
+                f"rate limit of {self.serve.rate_limit:g} requests/s exceeded",
+                {"Retry-After": str(max(1, round(wait)))},
+            )
+        request.state.user = who.user
+        return who
+
+    def reader_filter(self, who: Principal, where: dict[str, Any]) -> MetadataFilter:
+        try:
+            check_where(where, self.serve.max_filter_keys, self.serve.max_filter_values)
+        except ValueError as exc:
+            raise APIError(422, "invalid_filter", f"where: {exc}") from None
+        return MetadataFilter(
+            groups=who.groups, allow_unrestricted=self.serve.unrestricted_documents == "everyone", where=where
+        )
+
+    # ------------------------------------------------------------------ retrieval
+    def _retrieve_in(self, request: Request, body: RetrieveRequest, who: Principal, snap: Snapshot) -> RetrievalResult:
+        serve = self.serve
+        method = body.method or self.config.retrieval.method
+        request.state.method = method if method in METHODS else "unknown"
+        if method not in METHODS:
+            raise APIError(
+                400, "unknown_method", f"unknown method {shown(method)}; this index offers {', '.join(snap.methods)}"
+            )
+        if method not in snap.methods:
+            raise APIError(
+                400,
+                "unsupported_method",
+                f"method {shown(method)} needs LLM-built parts this index lacks; it offers {', '.join(snap.methods)}",
+            )
+        if len(body.query) > serve.max_query_chars:
+            raise APIError(
+                422, "query_too_long", f"query of {len(body.query)} characters; the limit is {serve.max_query_chars}"
+            )
+        if body.budget is not None and body.budget > serve.max_budget:
+            raise APIError(422, "budget_too_large", f"budget {body.budget} over the server's limit {serve.max_budget}")
+        overrides = dotted_keys(body.params)
+        if "budget" in overrides or "method" in overrides:
+            raise APIError(422, "invalid_request", "give method and budget as fields of the request, not in params")
+        try:
+            check_params(overrides, serve.request_limits)
+        except OverLimit as exc:
+            raise APIError(422, "over_limit", str(exc)) from None
+        flt = self.reader_filter(who, body.where)
+        # No lock across the retrieval: the models lock themselves per call, so a long search
+        # only ever delays others by one model call, and the deadline stops it.
+        try:
+            return snap.retriever.retrieve(
+                body.query,
+                method=method,
+                budget=body.budget,
+                metadata_filter=flt,
+                overrides=overrides,
+                deadline=serve.request_deadline,
+            )
+        except DeadlineExceeded as exc:
+            raise APIError(504, "deadline_exceeded", f"{exc} (serve.request_deadline)") from None
+
+    def retrieve(self, request: Request, body: RetrieveRequest, who: Principal) -> tuple[str, RetrievalResult]:
+        """The retrieval under a counted snapshot (garbage collection spares its version until it ends);
+        returns the version it read and the result."""
+        with self.holder.snapshot() as snap:
+            return snap.version, self._retrieve_in(request, body, who, snap)
+
+    # ------------------------------------------------------------------ answers
+    async def generate(self, result: RetrievalResult) -> Answer:
+        """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy."""
+        serve = self.serve
+        try:
+            await asyncio.wait_for(self.answer_slots.acquire(), serve.answer_timeout)
+        except TimeoutError:
+            raise APIError(
+                503,
+                "answers_busy",
+                f"all {serve.answer_concurrency} answer slots stayed busy for {serve.answer_timeout:g} s; try "
+                "again later",
+                {"Retry-After": self.busy_retry},
+            ) from None
+        try:
+            (reply,), usage = await asyncio.get_running_loop().run_in_executor(
+                self.answer_pool, answer_many, self.llm, [result], self.config.answer
+            )
+        finally:
+            self.answer_slots.release()
+        self.count_tokens(usage)
+        return reply
+
+    def count_tokens(self, usage: Usage) -> None:
+        self.metrics.llm_tokens.labels("prompt").inc(usage.prompt_tokens)
+        self.metrics.llm_tokens.labels("completion").inc(usage.completion_tokens)
+
+    async def retrieve_async(
+        self, request: Request, body: RetrieveRequest, who: Principal
+    ) -> tuple[str, RetrievalResult]:
+        """:meth:`retrieve` off the event loop (for async endpoints)."""
+        return await run_in_threadpool(self.retrieve, request, body, who)
+
+    def close(self) -> None:
+        self.answer_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def finite(payload: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no Infinity/NaN: a result with one is refused, never sent as null or as a bare literal."""
+    found = non_finite_at(payload)
+    if found:
+        raise APIError(
+            422,
+            "non_finite_result",
+            f"{found} is not a finite number: the request's params make scores overflow; use smaller settings",
+        )
+    return payload
+
+
+# ---------------------------------------------------------------------- dependencies of the routers
+def service_of(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def principal(request: Request) -> Principal:
+    """Dependency: the authenticated caller (see :meth:`Service.authenticate`)."""
+    return service_of(request).authenticate(request)
+
+
+def admin(who: Principal = Depends(principal)) -> Principal:
+    """Dependency: the caller, who must hold the admin scope (403 otherwise)."""
+    if not who.admin:
+        raise APIError(
+            403,
+            "forbidden",
+            f"user {shown(who.user)} lacks the admin scope needed for this (changing documents, index counts, metrics)",
+        )
+    return who
