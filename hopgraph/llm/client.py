@@ -8,13 +8,15 @@ stand-in; the vLLM backend runs the same requests in-process on a GPU machine. W
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import AsyncGenerator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,48 @@ class HttpLLM:
             "Start it (see `hopgraph llm-server --help`) and run the same command again: finished calls are cached."
         )
 
+    async def stream(self, request: ChatRequest) -> AsyncGenerator[Completion, None]:
+        """The completion in pieces as the server writes them (``stream: true``): their texts
+        concatenate to the answer and their token counts add up to its usage.
+
+        One attempt, never retried: pieces may already be on their way to a reader. Closing the
+        iterator early closes the connection, which stops the generation on the server.
+        """
+        import httpx  # noqa: PLC0415
+
+        body = {**self._body(request), "stream": True, "stream_options": {"include_usage": True}}
+        started = time.perf_counter()
+        try:
+            async with (
+                httpx.AsyncClient(
+                    base_url=self.config.base_url.rstrip("/"), headers=self._http.headers, timeout=self.config.timeout
+                ) as client,
+                client.stream("POST", "/chat/completions", json=body) as response,
+            ):
+                if response.status_code != 200:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    if response.status_code in self.RETRY_STATUS:
+                        raise LLMUnavailableError(
+                            f"LLM server {self.config.base_url} is busy or failing: HTTP {response.status_code}: "
+                            f"{text[:200]}"
+                        )
+                    yield read_chat_response(self.config, response.status_code, text, time.perf_counter() - started)
+                    return
+                async for line in response.aiter_lines():
+                    data = line[5:].strip() if line.startswith("data:") else ""
+                    if data == "[DONE]":
+                        return
+                    if data:
+                        yield _piece(self.config, data)
+        except httpx.TimeoutException:
+            raise LLMUnavailableError(
+                f"LLM server {self.config.base_url} wrote nothing for {self.config.timeout:g} s"
+            ) from None
+        except httpx.TransportError as exc:
+            raise LLMUnavailableError(
+                f"LLM server {self.config.base_url} unavailable ({exc.__class__.__name__}: {exc})"
+            ) from None
+
     def complete(
         self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
     ) -> list[Completion]:
@@ -177,6 +221,25 @@ class HttpLLM:
                     future.cancel()
                 raise
         return [c for c in out if c is not None]
+
+
+def _piece(config: LLMConfig, data: str) -> Completion:
+    """One server-sent event of a streamed chat completion as a piece (text and any usage it carries)."""
+    try:
+        event = json.loads(data)
+        if event.get("error"):
+            raise LLMUnavailableError(f"LLM server {config.base_url} failed mid-answer: {data[:300]}")
+        choices = event.get("choices") or [{}]
+        usage = event.get("usage") or {}
+        return Completion(
+            text=(choices[0].get("delta") or {}).get("content") or "",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+        )
+    except (ValueError, TypeError, AttributeError, IndexError):
+        raise LLMUnavailableError(
+            f"LLM server {config.base_url} streamed something other than chat completion chunks: {data[:300]!r}"
+        ) from None
 
 
 class CompletionCache:
@@ -263,3 +326,39 @@ def open_llm(config: LLMConfig, backend: LLM | None = None) -> LLM:
     else:
         llm = HttpLLM(config)
     return CachedLLM(llm, CompletionCache(config.cache)) if config.cache else llm
+
+
+async def stream_completion(
+    llm: LLM, request: ChatRequest, executor: Executor | None = None
+) -> AsyncGenerator[Completion, None]:
+    """One completion in pieces (see :meth:`HttpLLM.stream`): streamed where the backend speaks HTTP
+    (and stored in the cache once complete), else whole in one piece: from the cache, or from
+    ``complete`` on ``executor`` for in-process backends."""
+    cache = llm.cache if isinstance(llm, CachedLLM) else None
+    inner = llm.inner if isinstance(llm, CachedLLM) else llm
+    hit = cache.get(request.key(llm.name)) if cache else None
+    if hit is not None or not isinstance(inner, HttpLLM):
+        if hit is None:
+            (hit,) = await asyncio.get_running_loop().run_in_executor(executor, llm.complete, [request])
+        yield hit
+        return
+    pieces = []
+    async with aclosing(inner.stream(request)) as stream:
+        async for piece in stream:
+            pieces.append(piece)
+            yield piece
+    done = joined(pieces)
+    if cache and not done.refused:
+        cache.put(request.key(llm.name), done)
+
+
+def joined(pieces: Sequence[Completion]) -> Completion:
+    """The whole completion of streamed pieces: their texts and token counts together."""
+    return Completion(
+        text="".join(p.text for p in pieces),
+        prompt_tokens=sum(p.prompt_tokens for p in pieces),
+        completion_tokens=sum(p.completion_tokens for p in pieces),
+        seconds=sum(p.seconds for p in pieces),
+        cached=all(p.cached for p in pieces) and bool(pieces),
+        refused=next((p.refused for p in pieces if p.refused), ""),
+    )

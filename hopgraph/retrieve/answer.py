@@ -16,7 +16,7 @@ from hopgraph.config import AnswerConfig
 from hopgraph.errors import LLMRequestError
 from hopgraph.llm.client import context_window
 from hopgraph.llm.templates import prompt
-from hopgraph.llm.types import LLM, ChatRequest, Usage
+from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.text import normalize_answer
@@ -97,6 +97,18 @@ def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig, keep: i
     )
 
 
+def refusal_error(completions: Sequence[Completion]) -> None:
+    """Raises when the backend refused a request: an answer cannot fall back like an extraction."""
+    refused = next((c.refused for c in completions if c.refused), "")
+    if refused:
+        raise LLMRequestError(f"the answer model refused the request: {refused}")
+
+
+def not_found(result: RetrievalResult, config: AnswerConfig) -> Answer:
+    """The answer where no evidence fits the model's context: "not found", without a call."""
+    return Answer(config.not_found, False, evidence_dropped=len(result.evidence))
+
+
 def answer_many(
     llm: LLM, results: Sequence[RetrievalResult], config: AnswerConfig, *, progress: bool = False
 ) -> tuple[list[Answer], Usage]:
@@ -108,10 +120,8 @@ def answer_many(
     asked = [i for i, r in enumerate(results) if keep[i]]
     done = llm.complete([answer_request(results[i], config, keep[i]) for i in asked], progress=progress, desc="answers")
     usage.add(done)
-    refused = next((c.refused for c in done if c.refused), "")
-    if refused:
-        raise LLMRequestError(f"the answer model refused the request: {refused}")
-    answers = [Answer(config.not_found, False, evidence_dropped=len(r.evidence)) for r in results]
+    refusal_error(done)
+    answers = [not_found(r, config) for r in results]
     for i, completion in zip(asked, done):
         answers[i] = read_answer(completion.text, results[i], config, keep[i])
     return answers, usage

@@ -15,6 +15,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from hopgraph.config import HopgraphConfig
+from hopgraph.serve import openai
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.errors import install_error_handlers
 from hopgraph.serve.middleware import GuardMiddleware
@@ -51,5 +52,6 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     app.state.holder, app.state.jobs, app.state.metrics = service.holder, service.jobs, service.metrics
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(openai.router)
     app.add_middleware(GuardMiddleware, metrics=service.metrics, max_body_bytes=config.serve.max_body_bytes)
     return app

@@ -12,8 +12,10 @@ never take the threads that retrieval and ``/healthz`` need.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -153,8 +155,9 @@ class Service:
             return snap.version, self._retrieve_in(request, body, who, snap)
 
     # ------------------------------------------------------------------ answers
-    async def generate(self, result: RetrievalResult) -> Answer:
-        """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy."""
+    @contextlib.asynccontextmanager
+    async def answer_slot(self) -> AsyncIterator[None]:
+        """One of the bounded answer slots for the time of the block; 503 when every slot stays busy."""
         serve = self.serve
         try:
             await asyncio.wait_for(self.answer_slots.acquire(), serve.answer_timeout)
@@ -167,11 +170,16 @@ class Service:
                 {"Retry-After": self.busy_retry},
             ) from None
         try:
+            yield
+        finally:
+            self.answer_slots.release()
+
+    async def generate(self, result: RetrievalResult) -> Answer:
+        """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy."""
+        async with self.answer_slot():
             (reply,), usage = await asyncio.get_running_loop().run_in_executor(
                 self.answer_pool, answer_many, self.llm, [result], self.config.answer
             )
-        finally:
-            self.answer_slots.release()
         self.count_tokens(usage)
         return reply
 

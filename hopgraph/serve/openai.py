@@ -1,0 +1,344 @@
+"""The OpenAI-compatible front door: ``GET /v1/models`` and ``POST /v1/chat/completions``, so tools
+that speak OpenAI's API (Open WebUI, LangChain, LlamaIndex, the ``openai`` SDKs) ask the index.
+
+Each retrieval method is a model (``hopgraph-ppr``, ``hopgraph-text`` …). The last user message is
+the question; earlier messages are not read (each question is retrieved and answered on its own).
+Retrieval and answers go through :class:`~hopgraph.serve.service.Service` like ``/v1/answer``: the
+same tokens, access rules, request bounds and answer slots. The answer text ends with its sources
+(``[n] Title``, numbered as the model cites them) and the structured evidence rides in the extra
+field ``hopgraph`` of the response (of the last chunk when streamed).
+
+Streaming relays the LLM's tokens as it writes them (not the answer cut up once generated): on a
+CPU model an answer takes seconds to tens of seconds, and a chat window should show it grow. A
+stream holds its answer slot until it ends; a reader that hangs up ends it, and closing the
+connection to the LLM stops the generation there too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hopgraph.llm.client import context_window, joined, stream_completion
+from hopgraph.llm.types import Completion, Usage
+from hopgraph.retrieve.answer import (
+    Answer,
+    answer_request,
+    evidence_that_fits,
+    not_found,
+    read_answer,
+    refusal_error,
+)
+from hopgraph.retrieve.packing import RetrievalResult
+from hopgraph.serve.auth import Principal
+from hopgraph.serve.errors import APIError, finite_json, shown
+from hopgraph.serve.schemas import RetrieveRequest, Strict
+from hopgraph.serve.service import Service, finite, principal, service_of
+
+router = APIRouter(tags=["openai"])
+
+PREFIX = "hopgraph-"
+# Chat clients resend the whole conversation with every question; these bound what is accepted of it
+# (the question itself is bounded by serve.max_query_chars, the body by serve.max_body_bytes).
+MAX_MESSAGES = 256
+MAX_CONVERSATION_CHARS = 400_000
+
+
+# ---------------------------------------------------------------------- request
+class Part(BaseModel):
+    """A content part; only text parts can be asked (images, audio and files are refused in the question)."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # name, tool_calls … that SDKs send are harmless here
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[Part] | None = None
+
+    def chars(self) -> int:
+        if isinstance(self.content, list):
+            return sum(len(p.text or "") for p in self.content)
+        return len(self.content or "")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class Retrieval(Strict):
+    """Retrieval settings of this request (the ``hopgraph`` field; with the openai SDK: ``extra_body``)."""
+
+    budget: int | None = Field(None, ge=50, description="λ: context budget in tokens (at most serve.max_budget).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Retrieval settings, as in /v1/retrieve.")
+    where: dict[str, Any] = Field(default_factory=dict, description="Metadata filter, as in /v1/retrieve.")
+
+    _finite = field_validator("params", "where")(finite_json)
+
+
+class ChatCompletionRequest(BaseModel):
+    """OpenAI's request shape. Unknown fields are ignored (SDKs and chat UIs add their own); the known ones
+    are checked. The answer's length and decoding are the server's (answer.max_tokens, greedy), so that
+    its citations are reproducible: max_tokens, temperature and top_p are accepted and checked only."""
+
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1, max_length=200, description="hopgraph-<method>; GET /v1/models lists them.")
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    n: int = Field(1, ge=1, le=1, description="One answer per request.")
+    tools: list[Any] | None = Field(None, max_length=0, description="Tool calls are not offered.")
+    response_format: dict[str, Any] | None = None
+    hopgraph: Retrieval = Field(default_factory=Retrieval)
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type", "text") != "text":
+            raise ValueError("answers are text with citations; only response_format type 'text' is offered")
+        return value
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ChatCompletionRequest:
+        total = sum(m.chars() for m in self.messages)
+        if total > MAX_CONVERSATION_CHARS:
+            raise ValueError(
+                f"the messages hold {total} characters; the limit is {MAX_CONVERSATION_CHARS} (start a new "
+                "conversation)"
+            )
+        return self
+
+
+def question_of(body: ChatCompletionRequest) -> str:
+    """The text of the last user message (422 when there is none or it is not text)."""
+    message = next((m for m in reversed(body.messages) if m.role == "user"), None)
+    if message is None:
+        raise APIError(422, "invalid_request", "messages: no user message to answer")
+    if isinstance(message.content, list):
+        other = sorted({p.type for p in message.content if p.type != "text"})
+        if other:
+            raise APIError(422, "unsupported_content", f"the question may hold text parts only, not {', '.join(other)}")
+        return "\n".join(p.text or "" for p in message.content)
+    return message.content or ""
+
+
+def method_of(model: str, service: Service) -> str:
+    """The retrieval method a model name stands for; 404 (as OpenAI answers) for a model not served here."""
+    methods = service.holder.current.methods
+    method = model.removeprefix(PREFIX)
+    if not model.startswith(PREFIX) or method not in methods:
+        raise APIError(
+            404,
+            "model_not_found",
+            f"model {shown(model)} is not served here; this index offers {', '.join(PREFIX + m for m in methods)}",
+        )
+    return method
+
+
+def retrieve_request(body: ChatCompletionRequest, method: str) -> RetrieveRequest:
+    try:
+        return RetrieveRequest(query=question_of(body), method=method, **body.hopgraph.model_dump())
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        raise APIError(422, "invalid_request", f"the question: {problems}") from None
+
+
+# ---------------------------------------------------------------------- response pieces
+def sources(reply: Answer) -> str:
+    """The cited evidence as lines ``[n] Title`` (the document id where a title is missing)."""
+    lines = []
+    for c in reply.citations:
+        names = [title or doc for doc, title in zip(c["doc_ids"], c["titles"])]
+        lines.append(f"[{c['evidence']}] {'; '.join(dict.fromkeys(names)) or 'untitled'}")
+    return "\n\nSources:\n" + "\n".join(lines) if lines else ""
+
+
+def content_of(reply: Answer) -> str:
+    """What the chat shows: the model's words with their [n] marks (or "not found"), then the sources."""
+    return (reply.raw.strip() or reply.text) + sources(reply)
+
+
+def extra(reply: Answer, result: RetrievalResult, version: str, evidence: list[dict[str, Any]]) -> dict[str, Any]:
+    """The structured answer, as /v1/answer gives it."""
+    return {
+        "answer": reply.text,
+        "found": reply.found,
+        "citations": reply.citations,
+        "evidence": evidence,
+        "evidence_dropped": reply.evidence_dropped,
+        "version": version,
+        "method": result.method,
+        "budget": result.budget,
+    }
+
+
+class Head:
+    """What every chunk of one completion repeats."""
+
+    def __init__(self, model: str):
+        self.id, self.created, self.model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), model
+
+    def body(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, **fields}
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, **fields: Any) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return event(self.body("chat.completion.chunk", choices=[choice], **fields))
+
+
+def event(data: Any) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class Trimmed:
+    """Streamed text without the leading and trailing whitespace that the whole answer is stripped of:
+    trailing whitespace is held back until more text follows it."""
+
+    def __init__(self) -> None:
+        self.started, self.held = False, ""
+
+    def feed(self, text: str) -> str:
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        body = text.rstrip()
+        if not body:
+            self.held += text
+            return ""
+        out, self.held = self.held + body, text[len(body) :]
+        return out
+
+
+async def error_event(request: Request, exc: Exception) -> str:
+    """A failure after the stream began, as the error body its status response would have carried
+    (the app's own handlers choose the code and message, so nothing internal leaks here either)."""
+    handlers = request.app.exception_handlers
+    handler = next(handlers[c] for c in type(exc).__mro__ if c in handlers)  # Exception is always there
+    response = await handler(request, exc)
+    return f"data: {bytes(response.body).decode('utf-8')}\n\n"
+
+
+# ---------------------------------------------------------------------- streaming
+async def answer_events(
+    request: Request,
+    service: Service,
+    body: ChatCompletionRequest,
+    result: RetrievalResult,
+    version: str,
+    evidence: list[dict[str, Any]],
+) -> AsyncIterator[str]:
+    """The server-sent events of one streamed answer, inside an answer slot taken before the first event."""
+    head, config = Head(body.model), service.config.answer
+    async with service.answer_slot():
+        yield head.chunk({"role": "assistant", "content": ""})
+        try:
+            usage = Usage()
+            keep = evidence_that_fits(result, config, context_window(service.llm))
+            if keep:
+                pieces: list[Completion] = []
+                trimmed = Trimmed()
+                chat = answer_request(result, config, keep)
+                async with aclosing(stream_completion(service.llm, chat, service.answer_pool)) as stream:
+                    async for piece in stream:  # closed at once when the reader hangs up
+                        pieces.append(piece)
+                        text = trimmed.feed(piece.text)
+                        if text:
+                            yield head.chunk({"content": text})
+                done = joined(pieces)
+                refusal_error([done])
+                usage.add([done])
+                service.count_tokens(usage)
+                reply = read_answer(done.text, result, config, keep)
+                if not done.text.strip():
+                    yield head.chunk({"content": reply.text})
+            else:
+                reply = not_found(result, config)
+                yield head.chunk({"content": reply.text})
+            if reply.citations:
+                yield head.chunk({"content": sources(reply)})
+            yield head.chunk({}, "stop", hopgraph=extra(reply, result, version, evidence))
+            if body.stream_options and body.stream_options.include_usage:
+                yield event(head.body("chat.completion.chunk", choices=[], usage=usage_of(usage)))
+            yield "data: [DONE]\n\n"
+        except Exception as exc:  # headers are sent: the error ends the stream as an event
+            yield await error_event(request, exc)
+
+
+def usage_of(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+async def resumed(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    yield first
+    async for item in rest:
+        yield item
+
+
+# ---------------------------------------------------------------------- endpoints
+def model_card(method: str) -> dict[str, Any]:
+    return {"id": PREFIX + method, "object": "model", "created": 0, "owned_by": "hopgraph"}
+
+
+@router.get("/v1/models")
+def models(who: Principal = Depends(principal), service: Service = Depends(service_of)) -> dict[str, Any]:
+    """One model per retrieval method this index offers (OpenAI's list shape)."""
+    return {"object": "list", "data": [model_card(m) for m in service.holder.current.methods]}
+
+
+@router.get("/v1/models/{model}")
+def model(model: str, who: Principal = Depends(principal), service: Service = Depends(service_of)) -> dict[str, Any]:
+    """One model; 404 for a name not served here."""
+    return model_card(method_of(model, service))
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(
+    request: Request,
+    body: ChatCompletionRequest,
+    who: Principal = Depends(principal),
+    service: Service = Depends(service_of),
+) -> dict[str, Any] | StreamingResponse:
+    """The answer to the last user message with numbered sources, and the evidence in ``hopgraph``.
+
+    ``stream: true`` sends server-sent events in OpenAI's chunk format, ending ``data: [DONE]``;
+    failures before the first event are JSON errors with their status, later ones end the stream
+    with an event ``{"error": {"code", "message"}}``. Settings of the retrieval go in the field
+    ``hopgraph`` ({budget, params, where}).
+    """
+    query = retrieve_request(body, method_of(body.model, service))
+    version, result = await service.retrieve_async(request, query, who)
+    evidence = finite(result.to_dict())["evidence"]
+    if body.stream:
+        events = answer_events(request, service, body, result, version, evidence)
+        first = await anext(events)  # takes the answer slot: busy is still a 503 with Retry-After
+        return StreamingResponse(
+            resumed(first, events),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    reply = await service.generate(result)
+    message = {"role": "assistant", "content": content_of(reply)}
+    return Head(body.model).body(
+        "chat.completion",
+        choices=[{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+        hopgraph=extra(reply, result, version, evidence),
+    )
