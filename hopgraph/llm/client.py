@@ -175,7 +175,8 @@ class HttpLLM:
                 ) as client,
                 client.stream("POST", "/chat/completions", json=body) as response,
             ):
-                if response.status_code != 200:
+                if response.status_code != 200 or "json" in response.headers.get("content-type", ""):
+                    # A refusal, or a server that answers whole although asked to stream.
                     text = (await response.aread()).decode("utf-8", "replace")
                     if response.status_code in self.RETRY_STATUS:
                         raise LLMUnavailableError(

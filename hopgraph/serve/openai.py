@@ -16,6 +16,7 @@ connection to the LLM stops the generation there too.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -248,7 +249,9 @@ async def answer_events(
         yield head.chunk({"role": "assistant", "content": ""})
         try:
             usage = Usage()
-            keep = evidence_that_fits(result, config, context_window(service.llm))
+            keep = await asyncio.get_running_loop().run_in_executor(  # counts tokens: off the event loop
+                service.answer_pool, evidence_that_fits, result, config, context_window(service.llm)
+            )
             if keep:
                 pieces: list[Completion] = []
                 trimmed = Trimmed()

@@ -1,0 +1,235 @@
+"""The OpenAI-compatible API through the official ``openai`` client (and LangChain's) over real HTTP:
+models per retrieval method, plain and streamed answers from the real stand-in with numbered sources
+and the evidence in ``hopgraph``, the same tokens and ACL as /v1/answer, the request bounds, errors
+before and during a stream, and the answer slot freed when a reader hangs up mid-stream."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from hopgraph.llm.standin import free_port
+from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS, USERS, LiveServer, auth, wait_until
+
+QUESTION = "Who chairs the Orrin Basin Water Board?"
+
+
+def client_for(server: LiveServer, user: str = "guest", **kw) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=USERS[user]["token"], max_retries=0, **kw)
+
+
+def ask(user: str, question: str = QUESTION, **fields) -> dict:
+    return {"model": "hopgraph-text", "messages": [{"role": "user", "content": question}], **fields}
+
+
+# ------------------------------------------------------------------------------------ no LLM needed
+@pytest.fixture(scope="module")
+def server(acl_index, serve_config, tmp_path_factory):
+    """The LLM backend is a closed port: everything before generation works, generation fails."""
+    llm = serve_config.llm.model_copy(
+        update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": str(tmp_path_factory.mktemp("llm") / "c")}
+    )
+    with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm})) as live:
+        yield live
+
+
+def test_models_are_the_index_methods_and_need_a_token(server):
+    methods = httpx.get(f"{server.url}/v1/index", headers=auth("guest")).json()["methods"]
+    listed = client_for(server).models.list()
+    assert [m.id for m in listed.data] == [f"hopgraph-{m}" for m in methods] and "hopgraph-ppr" in [
+        m.id for m in listed
+    ]
+    assert all(m.object == "model" and m.owned_by == "hopgraph" for m in listed.data)
+    assert client_for(server).models.retrieve("hopgraph-text").id == "hopgraph-text"
+    with pytest.raises(openai.NotFoundError):
+        client_for(server).models.retrieve("gpt-4o")
+    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="not-a-known-token-xyz", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        bad.models.list()
+    assert caught.value.code == "unauthenticated"
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(**ask("guest"))
+    with pytest.raises(openai.AuthenticationError):
+        bad.chat.completions.create(**ask("guest"), stream=True)
+
+
+@pytest.mark.parametrize(
+    "change,status,code",
+    [
+        ({"messages": [{"role": "user", "content": "x" * 2001}]}, 422, "query_too_long"),  # serve.max_query_chars
+        ({"model": "gpt-4o"}, 404, "model_not_found"),
+        ({"messages": [{"role": "system", "content": "Be brief."}]}, 422, "invalid_request"),  # no user message
+        ({"messages": [{"role": "user", "content": "   "}]}, 422, "invalid_request"),
+        ({"messages": [{"role": "user", "content": "hi"}] * 257}, 422, "invalid_request"),  # MAX_MESSAGES
+        (
+            {"messages": [{"role": "assistant", "content": "y" * 200_000}] * 2 + [{"role": "user", "content": "q"}]},
+            422,
+            "invalid_request",
+        ),  # MAX_CONVERSATION_CHARS
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+            422,
+            "unsupported_content",
+        ),
+        ({"n": 2}, 422, "invalid_request"),
+        ({"temperature": 5}, 422, "invalid_request"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 422, "invalid_request"),
+        ({"response_format": {"type": "json_object"}}, 422, "invalid_request"),
+        ({"extra_body": {"hopgraph": {"budget": 10_000_000}}}, 422, "budget_too_large"),  # serve.max_budget
+        ({"extra_body": {"hopgraph": {"nonsense": 1}}}, 422, "invalid_request"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_bad_requests_are_json_errors_the_client_raises(server, change, status, code, stream):
+    with pytest.raises(openai.APIStatusError) as caught:
+        client_for(server).chat.completions.create(**{**ask("guest"), **change}, stream=stream)
+    assert caught.value.status_code == status and caught.value.code == code, caught.value.body
+
+
+def test_harmless_fields_sdks_send_are_accepted(server):
+    # Ignored fields pass validation: the request reaches generation, which fails on the closed LLM port.
+    fields = {
+        "user": "u1",
+        "seed": 3,
+        "stop": ["\n\n"],
+        "max_tokens": 50,
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "presence_penalty": 0,
+        "metadata": {"chat": "1"},
+        "stream_options": {"include_usage": True},
+    }
+    with pytest.raises(openai.InternalServerError) as caught:
+        client_for(server).chat.completions.create(**ask("guest"), **fields)
+    assert caught.value.status_code == 503 and caught.value.code == "llm_unavailable"
+
+
+def test_a_failure_after_the_stream_began_ends_it_with_an_error_event(server):
+    stream = client_for(server).chat.completions.create(**ask("guest"), stream=True)
+    first = next(iter(stream))  # status 200 and the first chunk are out before the LLM is asked
+    assert first.choices[0].delta.role == "assistant"
+    with pytest.raises(openai.APIError) as caught:
+        list(stream)
+    assert caught.value.body["code"] == "llm_unavailable" and "127.0.0.1" not in caught.value.message
+    # Raw: the error event is the project's error body, and no [DONE] follows it.
+    body = ask("guest", stream=True)
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
+        events = [line for line in r.iter_lines() if line]
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "llm_unavailable"
+    assert "data: [DONE]" not in events
+
+
+def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_config):
+    # Scripted: an LLM that takes 15 s before its first token (the stand-in cannot be slowed on demand).
+    # One answer slot: a stream whose reader hung up must give it back at once, not when the LLM ends.
+    from tests.llm.support import ScriptedServer
+
+    with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
+        serve = serve_config.serve.model_copy(update={"answer_concurrency": 1, "answer_timeout": 20.0})
+        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+        config = serve_config.model_copy(update={"serve": serve, "llm": llm_config})
+        with LiveServer(acl_index, config) as live:
+            body = ask("guest", stream=True)
+            with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
+                lines = r.iter_lines()  # one iterator: dropping it would close the connection
+                assert r.status_code == 200 and next(lines).startswith("data: ")
+                wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # the LLM is asked and silent
+            hung_up = time.monotonic()  # the connection is closed here
+            with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
+                assert r.status_code == 200 and next(r.iter_lines()).startswith("data: ")
+                waited = time.monotonic() - hung_up
+                assert live.app.state.service.answer_slots.locked()  # the second stream holds the only slot
+        assert llm.bodies[0]["stream"] is True
+    assert waited < 5, f"the second stream waited {waited:.1f} s for the slot"
+
+
+# ------------------------------------------------------------------------------------ answers from the stand-in
+@pytest.fixture(scope="module")
+def answering(acl_index, serve_config, llm_server, tmp_path_factory):
+    from hopgraph.config import LLMConfig
+
+    llm = LLMConfig(
+        base_url=llm_server.base_url,
+        model="smollm2-135m",
+        cache=str(tmp_path_factory.mktemp("openai-llm") / "llm.sqlite"),
+        max_tokens=96,
+        context_tokens=4096,
+        timeout=300,
+    )
+    serve = serve_config.serve.model_copy(update={"answer_timeout": 300.0})
+    with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm, "serve": serve})) as live:
+        yield live
+
+
+def extra_of(item) -> dict:
+    return (item.model_extra or {})["hopgraph"]
+
+
+def test_streamed_and_plain_answers_carry_sources_and_evidence(answering):
+    client = client_for(answering, timeout=300)
+    request = ask("guest", extra_body={"hopgraph": {"budget": 400}})
+    chunks = list(client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    last = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    usage = chunks[-1].usage
+    assert chunks[0].choices[0].delta.role == "assistant" and last.choices[0].finish_reason == "stop"
+    assert len({c.id for c in chunks}) == 1 and usage.completion_tokens > 0 and not chunks[-1].choices
+    pieces = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 3, "the answer came in one piece: not streamed from the LLM"
+    found = extra_of(last)
+    assert found["method"] == "text" and found["budget"] == 400 and found["evidence"] and found["version"] == ""
+    assert {"answer", "found", "citations", "evidence_dropped"} <= set(found)
+    for citation in found["citations"]:  # each cited item is named with its documents' titles
+        titles = "; ".join(dict.fromkeys(t or d for d, t in zip(citation["doc_ids"], citation["titles"])))
+        assert f"\n[{citation['evidence']}] {titles}" in streamed.split("Sources:")[1]
+    assert ("\n\nSources:\n" in streamed) == bool(found["citations"])
+    assert streamed == streamed.strip() and streamed
+
+    plain = client.chat.completions.create(**request)
+    assert plain.choices[0].message.content == streamed  # the streamed text is the answer (stored whole, reused)
+    assert plain.choices[0].finish_reason == "stop" and plain.model == "hopgraph-text"
+    assert extra_of(plain) == found
+
+
+def test_a_restricted_reader_never_sees_a_forbidden_document(answering):
+    question = "Who pays the Sorvik ferry company, and what did the board plan for its chair Priya Anand?"
+    titles = [d["title"] for d in SECRET_DOCUMENTS]
+    for user, stream in [("guest", True), ("guest", False)]:
+        client = client_for(answering, user, timeout=300)
+        request = ask(user, question, extra_body={"hopgraph": {"budget": 600}})
+        if stream:
+            chunks = list(client.chat.completions.create(**request, stream=True))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            found = extra_of(next(c for c in chunks if c.choices and c.choices[0].finish_reason))
+        else:
+            reply = client.chat.completions.create(**request)
+            content, found = reply.choices[0].message.content, extra_of(reply)
+        seen = json.dumps(found) + content
+        assert found["evidence"] and not [w for w in CODEWORDS.values() if w in seen]
+        assert not [t for t in titles if t in seen]
+        assert not {d for ev in found["evidence"] for d in ev["doc_ids"]} & set(CODEWORDS)
+    # The same question by a reader of both secrets reaches them: the check above is not vacuous.
+    allowed = client_for(answering, "admin", timeout=300).chat.completions.create(
+        **ask("admin", question, extra_body={"hopgraph": {"budget": 600}})
+    )
+    assert {"secret-legal", "secret-board"} & {d for ev in extra_of(allowed)["evidence"] for d in ev["doc_ids"]}
+
+
+def test_langchain_chat_model_streams_and_invokes(answering):
+    langchain_openai = pytest.importorskip("langchain_openai")
+    chat = langchain_openai.ChatOpenAI(
+        base_url=f"{answering.url}/v1",
+        api_key=USERS["guest"]["token"],
+        model="hopgraph-text",
+        timeout=300,
+        max_retries=0,
+        extra_body={"hopgraph": {"budget": 400}},
+    )
+    whole = chat.invoke(QUESTION)
+    parts = [p.content for p in chat.stream(QUESTION)]
+    assert whole.content and "".join(parts) == whole.content
