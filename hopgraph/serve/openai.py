@@ -10,8 +10,9 @@ field ``hopgraph`` of the response (of the last chunk when streamed).
 
 Streaming relays the LLM's tokens as it writes them (not the answer cut up once generated): on a
 CPU model an answer takes seconds to tens of seconds, and a chat window should show it grow. A
-stream holds its answer slot until it ends; a reader that hangs up ends it, and closing the
-connection to the LLM stops the generation there too.
+stream holds its answer slot until it ends; a reader that hangs up ends it at once, and its
+connection to the LLM is closed, which stops the generation there (llama.cpp and vLLM stop a
+request whose connection closes).
 """
 
 from __future__ import annotations
