@@ -184,6 +184,16 @@ def _read_inputs(paths: tuple[str, ...], root: str | None, index_dir: str | None
     corpus = read_corpus(paths, root=root, known_ids=known, progress=progress)
     for problem in corpus.problems:
         click.secho(f"skipped: {problem}", fg="yellow", err=True)
+    if index_dir is not None:
+        from hopgraph.index.catalog import namesakes  # noqa: PLC0415
+
+        for new, old in namesakes(index_dir, [d.id for d in corpus.documents]):
+            click.secho(
+                f"note: {new!r} is a new id beside {old!r}; to replace {old!r}, give --root (the folder its path is "
+                "relative to)",
+                fg="yellow",
+                err=True,
+            )
     return corpus
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from hopgraph.index.versions import read_documents
@@ -43,3 +43,20 @@ def file_ids(index_dir: str | Path) -> dict[str, str]:
         for doc in documents
         if doc.source and per_source[doc.source] == 1 and "line" not in doc.metadata
     }
+
+
+def namesakes(index_dir: str | Path, ids: list[str]) -> list[tuple[str, str]]:
+    """(new id, existing id) where an id to add is new but a document of the same file name exists.
+
+    The usual cause is a file passed without the ``--root`` its original was indexed under, which
+    adds a second document instead of replacing the first.
+    """
+    existing = [doc.id for doc in read_documents(live_root(index_dir))]
+    known = set(existing)
+    return [
+        (new, old)
+        for new in ids
+        if new not in known
+        for old in existing
+        if PurePosixPath(old).name == PurePosixPath(new).name
+    ]

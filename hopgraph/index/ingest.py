@@ -74,7 +74,8 @@ class IngestResult:
         more = f" … and {len(ids) - len(shown)} more (--verbose lists all)" if len(ids) > len(shown) else ""
         lines = [f"read {len(ids)} documents: {', '.join(shown)}{more}"]
         if self.problems:
-            lines.append(f"skipped {len(self.problems)} inputs (each named above with its reason)")
+            count = len(self.problems)
+            lines.append(f"skipped {count} input{'s' if count > 1 else ''} (each named above with its reason)")
         return lines
 
 
