@@ -159,7 +159,8 @@ def index(
 
         if reset_to_root(out):
             click.echo(
-                f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)"
+                f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)",
+                err=as_json,
             )
     counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
     seconds = sum(s["seconds"] for s in manifest["stages"].values())

@@ -110,7 +110,6 @@ def place(metadata: dict[str, Any], offset: int) -> str:
 def read_pdf(data: bytes) -> Extracted:
     """Pages joined by blank lines; ``pages`` holds each page's start offset."""
     from pypdf import PdfReader  # noqa: PLC0415
-    from pypdf.errors import PdfReadError  # noqa: PLC0415
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -121,14 +120,14 @@ def read_pdf(data: bytes) -> Extracted:
         title = str(info.title).strip() if info is not None and info.title else ""
     except Unreadable:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
-        raise Unreadable(f"PDF could not be read ({error})") from None
+    except Exception as error:  # a parser's failure on a malformed file is that file's problem, not the run's
+        raise Unreadable(f"PDF could not be read ({type(error).__name__}: {error})") from None
     if not any(texts):
         raise Unreadable(f"PDF has no text layer in its {len(texts)} page(s) (a scan needs OCR first)")
     text, starts = "", []
     for page in texts:
-        text += "\n\n" if text else ""
-        starts.append(len(text))
+        text += "\n\n" if text and page else ""
+        starts.append(len(text))  # an empty page starts where the next one does
         text += page
     return Extracted(text, title, {"format": "pdf", "pages": starts})
 
@@ -149,26 +148,25 @@ def _with_sections(blocks: list[tuple[int, str]]) -> tuple[str, list[list[Any]]]
 
 def read_docx(data: bytes) -> Extracted:
     """Paragraphs and tables in document order; "Heading N" and "Title" paragraphs become ``sections``."""
-    import zipfile  # noqa: PLC0415
-
     import docx  # noqa: PLC0415
     from docx.table import Table  # noqa: PLC0415
 
+    blocks: list[tuple[int, str]] = []
     try:
         document = docx.Document(io.BytesIO(data))
-    except (zipfile.BadZipFile, KeyError, ValueError) as error:
-        raise Unreadable(f"DOCX could not be read ({error})") from None
-    blocks: list[tuple[int, str]] = []
-    for item in document.iter_inner_content():
-        if isinstance(item, Table):
-            rows = (" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows)
-            blocks.append((0, "\n".join(rows)))
-            continue
-        style = (item.style.name if item.style is not None else "") or ""
-        level = 1 if style == "Title" else int(style[8:]) if re.fullmatch(r"Heading [1-9]", style) else 0
-        blocks.append((level, item.text))
+        for item in document.iter_inner_content():
+            if isinstance(item, Table):
+                rows = (" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows)
+                blocks.append((0, "\n".join(rows)))
+                continue
+            style = (item.style.name if item.style is not None else "") or ""
+            level = 1 if style == "Title" else int(style[8:]) if re.fullmatch(r"Heading [1-9]", style) else 0
+            blocks.append((level, item.text))
+        given_title = (document.core_properties.title or "").strip()
+    except Exception as error:  # as for PDF: a malformed file is skipped with the parser's reason
+        raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
     text, sections = _with_sections(blocks)
-    title = (document.core_properties.title or "").strip() or next((s[2] for s in sections), "")
+    title = given_title or next((s[2] for s in sections), "")
     return Extracted(text, title, {"format": "docx", "sections": sections})
 
 
@@ -178,8 +176,10 @@ def read_html(data: bytes) -> Extracted:
     The page's declared charset is honoured; without one its encoding is detected.
     """
     from bs4 import BeautifulSoup  # noqa: PLC0415
+    from bs4.dammit import EncodingDetector  # noqa: PLC0415
 
-    soup = BeautifulSoup(data, "html.parser")
+    declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
+    soup = BeautifulSoup(data if declared else decode(data)[0], "html.parser")
     title_tag = soup.find("title")
     title = tidy(title_tag.get_text(" ")) if title_tag else ""
     for tag in soup.find_all(_HTML_DROPPED):
@@ -193,14 +193,18 @@ def read_html(data: bytes) -> Extracted:
         tag.append(marker)
     for tag in soup.find_all(("td", "th")):
         tag.append(" ")  # cells of a row stay on the row's line, apart
-    pending = [(int(h.name[1]), tidy(h.get_text(" "))) for h in soup.find_all(re.compile(r"^h[1-6]$"))]
+    headings = ((int(h.name[1]), tidy(h.get_text(" "))) for h in soup.find_all(re.compile(r"^h[1-6]$")))
+    pending = [(level, heading) for level, heading in headings if heading]
     for piece in soup.get_text("").split(marker):
         piece = tidy(piece)
         if not piece:
             continue
         level = 0
-        if pending and piece == pending[0][1]:
-            level = pending.pop(0)[0]
+        for i, (heading_level, heading) in enumerate(pending[:4]):  # a heading split by inner blocks is passed
+            if piece == heading:
+                level = heading_level
+                del pending[: i + 1]
+                break
         blocks.append((level, piece))
     text, sections = _with_sections(blocks)
     return Extracted(text, title or next((s[2] for s in sections), ""), {"format": "html", "sections": sections})

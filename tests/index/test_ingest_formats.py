@@ -71,6 +71,10 @@ def test_pdf_is_read_page_by_page_with_page_offsets(tmp_path: Path) -> None:
     assert doc.text == "Tomas Reyes leads the harbour team.\n\nOmar Haddad is the geologist."
     assert doc.metadata["format"] == "pdf" and doc.metadata["pages"] == [0, 37]
     assert place(doc.metadata, doc.text.index("Omar")) == "p. 2" and place(doc.metadata, 3) == "p. 1"
+    path.write_bytes(pdf_bytes(["Cover.", "", "Body text."]))  # a blank page adds no text and keeps its number
+    (doc,) = read_corpus([path]).documents
+    assert doc.text == "Cover.\n\nBody text." and doc.metadata["pages"] == [0, 6, 8] and doc.title == "report"
+    assert place(doc.metadata, doc.text.index("Body")) == "p. 3"
 
 
 def test_docx_keeps_headings_as_sections_and_tables_as_rows(tmp_path: Path) -> None:
@@ -88,13 +92,19 @@ def test_docx_keeps_headings_as_sections_and_tables_as_rows(tmp_path: Path) -> N
 
 def test_html_gives_visible_text_by_blocks_in_its_declared_encoding(tmp_path: Path) -> None:
     (tmp_path / "safety.html").write_bytes(HTML.encode("cp1252"))
-    (doc,) = read_corpus([tmp_path]).documents
+    (doc,) = read_corpus([tmp_path / "safety.html"]).documents
     assert doc.title == "Site safety \u2013 wiki"
     assert doc.text == (
         "Site safety\n\nHelmets are worn by Omar Haddad and every caf\u00e9 visitor.\n\nNight shifts\n\n"
         "Two people\nat least.\n\nLamp\n\nRadio\n\nGate North"
     )
     assert "secret" not in doc.text and "Home" not in doc.text and "color" not in doc.text
+    bare = "<h1>\u00c6r\u00f8 caf\u00e9</h1><p>J\u00f6rg's na\u00efve r\u00e9sum\u00e9</p>"  # no declared charset
+    (tmp_path / "bare.htm").write_bytes(bare.encode("latin-1"))
+    assert (
+        read_corpus([tmp_path / "bare.htm"]).documents[0].text
+        == "\u00c6r\u00f8 caf\u00e9\n\nJ\u00f6rg's na\u00efve r\u00e9sum\u00e9"
+    )
     sections = doc.metadata["sections"]
     assert [(level, heading) for _, level, heading in sections] == [(1, "Site safety"), (2, "Night shifts")]
     assert doc.text[sections[1][0] :].startswith("Night shifts")
