@@ -12,7 +12,7 @@ import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +27,9 @@ from hopgraph.config import (
     validate_config,
 )
 from hopgraph.errors import HopgraphError
+
+if TYPE_CHECKING:
+    from hopgraph.index.ingest import IngestResult
 
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
 ENGINE = click.option(
@@ -173,7 +176,7 @@ def index(
     _echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
 
 
-def _read_inputs(paths: tuple[str, ...], root: str | None, index_dir: str | None, *, progress: bool) -> Any:
+def _read_inputs(paths: tuple[str, ...], root: str | None, index_dir: str | None, *, progress: bool) -> IngestResult:
     """Read PATHS (an update reuses the ids of files INDEX already holds), naming every skipped input on stderr."""
     from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
 
