@@ -1,13 +1,14 @@
 """Text out of the files people have: plain text in any encoding, Markdown, PDF, DOCX and HTML.
 
-Library choice (base dependencies, all from PyPI wheels, nothing fetched at run time):
-pypdf (0.4 MB wheel, pure Python) for PDF, python-docx (0.25 MB, with lxml 5.2 MB) for DOCX and
-BeautifulSoup (0.1 MB, stdlib ``html.parser``) for HTML: about 6 MB downloaded in all. markitdown
-with its PDF and DOCX extras downloads about 86 MB (onnxruntime and magika for file-type guessing,
-pdfminer.six, pdfplumber, pypdfium2, mammoth, cryptography), and converts to Markdown without page
-numbers, which citations need; trafilatura (19 MB with its dependencies) removes boilerplate of
-crawled web pages, while an exported wiki or intranet page needs its headings kept more than its
-navigation removed, which dropping ``nav``/``aside``/``script``/``style`` elements does.
+Library choice (base dependencies, all from PyPI wheels, nothing fetched at run time): pypdf (0.4 MB
+wheel, pure Python) for PDF, python-docx (0.25 MB, with lxml 5.2 MB) for DOCX and BeautifulSoup
+(0.1 MB, stdlib ``html.parser``) for HTML: 6.1 MB downloaded, 21 MB installed into an empty folder.
+markitdown with its PDF and DOCX extras: 90 MB downloaded, 268 MB installed the same way (onnxruntime,
+magika for guessing file types, pdfminer.six, pdfplumber, pypdfium2, mammoth, numpy); on the same files it joins a
+PDF's pages without their numbers or title, and keeps an HTML page's navigation and every link's
+URL in the text (``[Omar Haddad](/p/omar)``), which would become keywords. trafilatura (19 MB with
+its dependencies) strips the boilerplate of crawled pages; an exported wiki or intranet page needs
+its headings kept more than that, and dropping ``nav``/``aside``/``script``/``style`` does the rest.
 
 Where a citation should point inside a document, metadata keeps it: ``pages`` (PDF) is the
 character offset at which each page starts, ``sections`` (DOCX, HTML) is ``[offset, level,
