@@ -73,9 +73,9 @@ class AnswerResult:
         return self.answer.found
 
 
-def _documents(sources: Iterable[Source]) -> tuple[list[Document], list[str]]:
-    """Documents given as objects plus those read from paths (files, folders, JSONL, benchmark
-    files), and the problems of skipped inputs."""
+def _documents(sources: Iterable[Source], root: str | Path | None = None) -> tuple[list[Document], list[str]]:
+    """Documents given as objects plus those read from paths (files, folders, JSONL, PDF, DOCX, HTML,
+    benchmark files; ids relative to ``root`` where given), and the problems of skipped inputs."""
     given = list(sources)
     documents = [s for s in given if isinstance(s, Document)]
     paths = [s for s in given if not isinstance(s, Document)]
@@ -83,7 +83,7 @@ def _documents(sources: Iterable[Source]) -> tuple[list[Document], list[str]]:
     if paths:
         from hopgraph.index.ingest import read_corpus  # noqa: PLC0415  (build side only)
 
-        corpus = read_corpus(paths)
+        corpus = read_corpus(paths, root=root)
         documents += corpus.documents
         problems = [str(p) for p in corpus.problems]
     return documents, problems
@@ -121,8 +121,11 @@ class Index:
         *,
         overwrite: bool = False,
         progress: bool = False,
+        root: str | Path | None = None,
     ) -> Index:
         """Index ``sources`` (paths and/or :class:`Document` objects) into ``path`` and open it.
+
+        A file's id is its path relative to ``root`` (default: the folder given, or a lone file's folder).
 
         An interrupted build resumes when called again with the same corpus and settings; an index
         of another corpus or settings is replaced only with ``overwrite``.
@@ -130,7 +133,7 @@ class Index:
         from hopgraph.index.pipeline import build_index  # noqa: PLC0415
         from hopgraph.index.versions import reset_to_root  # noqa: PLC0415
 
-        documents, problems = _documents(sources)
+        documents, problems = _documents(sources, root)
         build_index(documents, path, config or HopgraphConfig(), progress=progress, overwrite=overwrite)
         if overwrite:
             reset_to_root(path)
@@ -209,8 +212,11 @@ class Index:
         keep: int = 2,
         llm: LLMConfig | None = None,
         progress: bool = False,
+        root: str | Path | None = None,
     ) -> Index | Job:
         """Add (an existing id is replaced) and delete documents as one job.
+
+        Files added get ids relative to ``root``, so an edited copy elsewhere replaces its original.
 
         With ``wait`` (default) the job runs now and the returned :class:`Index` reads the new live
         version; old versions beyond ``keep`` are deleted. Without it the job is only queued and
@@ -218,7 +224,7 @@ class Index:
         """
         from hopgraph.index import versions  # noqa: PLC0415
 
-        documents, problems = _documents(add)
+        documents, problems = _documents(add, root)
         deletes = list(delete)
         job = None
         if documents or deletes:

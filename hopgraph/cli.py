@@ -1,4 +1,4 @@
-"""Command line: ``hopgraph index | update | jobs | query | eval | inspect``.
+"""Command line: ``hopgraph index | update | jobs | documents | query | eval | inspect``.
 
 Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named by its TOML key
 (``--chunking.size 150``), generated from the config model so help text and defaults live in one
@@ -12,7 +12,7 @@ import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,6 +28,9 @@ from hopgraph.config import (
 )
 from hopgraph.errors import HopgraphError
 
+if TYPE_CHECKING:
+    from hopgraph.index.ingest import IngestResult
+
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
 ENGINE = click.option(
     "--engine",
@@ -37,6 +40,16 @@ ENGINE = click.option(
     "--cluster.address joins one, none starts one here). The setting cluster.engine in a --config file.",
 )
 QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
+ROOT = click.option(
+    "--root",
+    type=click.Path(file_okay=False),
+    help="Folder that document ids are relative to (default: each folder given; for a file given alone, its "
+    "folder). `update --add copy/people/x.md --root copy` replaces the document `people/x.md`.",
+)
+VERBOSE = click.option("--verbose", "-v", is_flag=True, help="List every document id read (default: the first 10).")
+SUMMARY_JSON = click.option(
+    "--json", "as_json", is_flag=True, help="Print the summary as JSON: ids read, skipped inputs with reasons, counts."
+)
 
 
 def _click_type(annotation: Any) -> tuple[Any, bool]:
@@ -111,6 +124,9 @@ def main() -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Rebuild even if OUT holds an index of another corpus or settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@ROOT
+@VERBOSE
+@SUMMARY_JSON
 @ENGINE
 @config_options(BUILD_SECTIONS, exclude=("cluster.engine",))
 def index(
@@ -119,10 +135,16 @@ def index(
     config_file: str | None,
     overwrite: bool,
     quiet: bool,
+    root: str | None,
+    verbose: bool,
+    as_json: bool,
     engine: str | None,
     **options: Any,
 ) -> None:
     """Index PATHS (files, folders, JSONL, or benchmark data) into OUT.
+
+    Read: .txt, .md, .pdf, .docx, .html and .jsonl files (text in any encoding); every file left
+    out is listed with its reason.
 
     Without --extraction.* options no LLM is used. --extraction.kg adds an LLM knowledge graph and
     --extraction.cue_alpha a CUE-RAG graph, through the OpenAI-compatible server at --llm.base_url;
@@ -130,25 +152,53 @@ def index(
     cached. A run that is interrupted resumes from its last finished stage when the same command is
     run again.
     """
-    from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
     from hopgraph.index.pipeline import build_index  # noqa: PLC0415
 
     config = build_config(config_file, {**options, "cluster__engine": engine})
-    corpus = read_corpus(paths)
-    for problem in corpus.problems:
-        click.secho(f"skipped: {problem}", fg="yellow", err=True)
+    corpus = _read_inputs(paths, root, None, progress=not quiet)
     manifest = build_index(corpus.documents, out, config, progress=not quiet, overwrite=overwrite)
     if overwrite:
         from hopgraph.index.versions import reset_to_root  # noqa: PLC0415
 
         if reset_to_root(out):
             click.echo(
-                f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)"
+                f"{out}: the rebuilt root index is live again (versions from `hopgraph update` are no longer served)",
+                err=as_json,
             )
     counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
     seconds = sum(s["seconds"] for s in manifest["stages"].values())
+    if as_json:
+        click.echo(json.dumps({**corpus.summary(), "index": out, "counts": manifest["counts"]}, indent=2))
+        return
+    for line in corpus.describe(verbose=verbose):
+        click.echo(line)
     click.echo(f"indexed {len(corpus.documents)} documents into {out} ({counts}; {seconds:.1f} s of stages)")
     _echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
+
+
+def _read_inputs(paths: tuple[str, ...], root: str | None, index_dir: str | None, *, progress: bool) -> IngestResult:
+    """Read PATHS (an update reuses the ids of files INDEX already holds), naming every skipped input on stderr."""
+    from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
+
+    known = None
+    if index_dir is not None and root is None:
+        from hopgraph.index.catalog import file_ids  # noqa: PLC0415
+
+        known = file_ids(index_dir)
+    corpus = read_corpus(paths, root=root, known_ids=known, progress=progress)
+    for problem in corpus.problems:
+        click.secho(f"skipped: {problem}", fg="yellow", err=True)
+    if index_dir is not None:
+        from hopgraph.index.catalog import namesakes  # noqa: PLC0415
+
+        for new, old in namesakes(index_dir, [d.id for d in corpus.documents]):
+            click.secho(
+                f"note: {new!r} is a new id beside {old!r}; to replace {old!r}, give --root (the folder its path is "
+                "relative to)",
+                fg="yellow",
+                err=True,
+            )
+    return corpus
 
 
 def _cluster_cost(record: dict[str, Any]) -> str:
@@ -186,6 +236,9 @@ def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
     help="Newest finished versions kept on disk (the live one always is); older ones are deleted after the update.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+@ROOT
+@VERBOSE
+@SUMMARY_JSON
 @ENGINE
 @config_options((*(f"llm.{name}" for name in LLM_CONNECTION_FIELDS), "cluster."), exclude=("cluster.engine",))
 def update(
@@ -195,6 +248,9 @@ def update(
     resume: bool,
     keep: int,
     quiet: bool,
+    root: str | None,
+    verbose: bool,
+    as_json: bool,
     engine: str | None,
     **options: Any,
 ) -> None:
@@ -204,7 +260,8 @@ def update(
     graphs are recomputed, so the result equals a rebuild of the final corpus. Queries keep
     reading the old version until the new one is complete. A killed update leaves the old
     version live and is finished by `hopgraph update INDEX --resume`. The index's own settings
-    are used; --llm.* options only say how to reach the LLM server.
+    are used; --llm.* options only say how to reach the LLM server. A file INDEX already holds keeps
+    its id however its path is given; an edited copy elsewhere takes the original's id with --root.
     """
     from hopgraph.config import ClusterConfig, LLMConfig, validate_section  # noqa: PLC0415
     from hopgraph.index import versions  # noqa: PLC0415
@@ -223,21 +280,24 @@ def update(
         cluster_overrides["engine"] = engine
     # How to build is this run's choice (never the stored one): the engine is not part of the index.
     cluster = validate_section(ClusterConfig, cluster_overrides, "--cluster options")
+    corpus = None
     if not resume:
         documents = []
         if add_paths:
-            from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
-
-            corpus = read_corpus(add_paths)
-            for problem in corpus.problems:
-                click.secho(f"skipped: {problem}", fg="yellow", err=True)
+            corpus = _read_inputs(add_paths, root, index_dir, progress=not quiet)
             documents = corpus.documents
         job = versions.submit_update(index_dir, documents, delete_ids)
-        click.echo(f"submitted job {job['id']}: add {len(job['add'])}, delete {len(job['delete'])}")
+        if not as_json:
+            click.echo(f"submitted job {job['id']}: add {len(job['add'])}, delete {len(job['delete'])}")
+            for line in corpus.describe(verbose=verbose) if corpus else ():
+                click.echo(line)
     done = versions.run_pending(index_dir, llm=llm, cluster=cluster, progress=not quiet)
-    if not done:
+    if as_json:
+        summary = corpus.summary() if corpus else {"documents": 0, "ids": [], "skipped": []}
+        click.echo(json.dumps({**summary, "jobs": done}, indent=2, default=str))
+    elif not done:
         click.echo("no pending jobs")
-    for job in done:
+    for job in [] if as_json else done:
         d, counts = job.get("documents", {}), ", ".join(f"{k}={v}" for k, v in sorted(job.get("counts", {}).items()))
         seconds = f"{job['seconds']:.1f} s" if "seconds" in job else "finished earlier"
         click.echo(
@@ -247,7 +307,7 @@ def update(
         )
         _echo_llm_usage(job.get("llm", {}))
     removed = versions.collect_garbage(index_dir, keep=keep)
-    if removed:
+    if removed and not as_json:
         click.echo(f"removed old versions: {', '.join(removed)}")
 
 
@@ -272,6 +332,24 @@ def jobs(index_dir: str, as_json: bool) -> None:
             f"{job['id']}  {job['status']:<8} created {job['created']}  +{len(job['add'])} "
             f"-{len(job['delete'])}{took}{error}"
         )
+
+
+@main.command()
+@click.argument("index_dir", metavar="INDEX", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the version and its documents as JSON.")
+def documents(index_dir: str, as_json: bool) -> None:
+    """List the documents of INDEX's live version: id, title, source, ACL and timestamp."""
+    from hopgraph.index.catalog import list_documents  # noqa: PLC0415
+
+    listing = list_documents(index_dir)
+    if as_json:
+        click.echo(json.dumps(listing, indent=2, ensure_ascii=False))
+        return
+    rows = listing["documents"]
+    click.echo(f"{len(rows)} documents in version {listing['version']}")
+    for row in rows:
+        acl = ",".join(row["acl"]) if row["acl"] is not None else "-"
+        click.echo(f"{row['id']}\t{row['title']}\t{row['source']}\tacl={acl}\t{row['timestamp'] or '-'}")
 
 
 @main.command()

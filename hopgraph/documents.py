@@ -25,6 +25,15 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+def strip_control(text: str) -> str:
+    """``text`` with the control characters :func:`text_problem` refuses replaced by spaces.
+
+    For text taken out of a layout (PDF, DOCX, HTML), where such characters are artefacts of the
+    format rather than signs of a corrupted file.
+    """
+    return _CONTROL.sub(" ", text)
+
+
 @dataclass
 class Document:
     """One source document.

@@ -1,28 +1,41 @@
-"""Reading a user's corpus: text, Markdown and JSONL files, folders of them, and benchmark data.
+"""Reading a user's corpus: text, Markdown, PDF, DOCX, HTML and JSONL files, folders of them, and benchmark data.
 
 Bad input is the normal case with real corpora, so one broken file or record never stops the run
-and never costs the other files: it becomes an :class:`InputProblem` and reading goes on. Only a
-run that yields no document at all is an error.
+and never costs the other files: it becomes an :class:`InputProblem` and reading goes on, and every
+file left out is listed with its reason (an unsupported type, unreadable, empty, too large,
+undecodable). Only a run that yields no document at all is an error. How each format becomes text
+is :mod:`hopgraph.index.formats`.
+
+A file's document id is its path relative to a root: the root given (``--root``), else the folder
+named, else, for a file named alone, its own folder. Paths are compared as absolute paths first and
+then with symlinks resolved, so the same file has the same id however it is reached, and an edited
+copy in another tree (``update --add wiki2/people/x.md --root wiki2``) gets the id of the original
+(``people/x.md``) and replaces it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from tqdm import tqdm
 
 from hopgraph.documents import Document, text_problem
 from hopgraph.errors import InputError
 from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
+from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
 
-TEXT_SUFFIXES = (".txt", ".md")
-_BINARY_PROBE = 8192
+_MARKDOWN = (".md", ".markdown")
 _MARKDOWN_HEADING = re.compile(r"^ {0,3}#[ \t]+(.*\S)[ \t]*$", re.MULTILINE)
 _MAX_LISTED = 20
+_IDS_SHOWN = 10
+_KINDS = ", ".join(DOCUMENT_SUFFIXES + (".jsonl",))
 
 
 @dataclass
@@ -37,39 +50,122 @@ class InputProblem:
         where = self.path if self.line is None else f"{self.path}:{self.line}"
         return f"{where}: {self.reason}"
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "reason": self.reason}
+
 
 @dataclass
 class IngestResult:
     documents: list[Document]
     problems: list[InputProblem]
 
+    def summary(self) -> dict[str, Any]:
+        """What was read and what was skipped (why), for ``--json`` output and the server."""
+        return {
+            "documents": len(self.documents),
+            "ids": [d.id for d in self.documents],
+            "skipped": [problem.to_dict() for problem in self.problems],
+        }
+
+    def describe(self, *, verbose: bool = False) -> list[str]:
+        """Summary lines for a person: the ids read (the first few, or all) and the count skipped."""
+        ids = [d.id for d in self.documents]
+        shown = ids if verbose else ids[:_IDS_SHOWN]
+        more = f" … and {len(ids) - len(shown)} more (--verbose lists all)" if len(ids) > len(shown) else ""
+        lines = [f"read {len(ids)} documents: {', '.join(shown)}{more}"]
+        if self.problems:
+            count = len(self.problems)
+            lines.append(f"skipped {count} input{'s' if count > 1 else ''} (each named above with its reason)")
+        return lines
+
 
 def read_corpus(
-    paths: Sequence[str | Path], *, max_file_bytes: int = 200_000_000, default_metadata: dict[str, Any] | None = None
+    paths: Sequence[str | Path],
+    *,
+    root: str | Path | None = None,
+    known_ids: Mapping[str, str] | None = None,
+    max_file_bytes: int = 200_000_000,
+    default_metadata: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> IngestResult:
-    """Read every file, folder and benchmark in ``paths``; raise InputError only if nothing is usable."""
+    """Read every file, folder and benchmark in ``paths``; raise InputError only if nothing is usable.
+
+    ``root``: ids are paths relative to it (a file outside it is skipped); by default each folder
+    named is its own root and a file named alone is relative to its folder. ``known_ids`` maps a
+    resolved source path to the id it was indexed under: without ``root``, a file read before keeps
+    its id (an update of a file edited in place replaces it). ``progress`` shows one bar over the
+    bytes of the whole corpus, with documents read and an estimate of the time left.
+    """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
         raise InputError("no input paths given")
-    base = dict(default_metadata or {})
-    try:
-        normalise_metadata(base)
-    except ValueError as error:
-        raise InputError(f"default metadata: {error}") from None
-    reader = _Reader(max_file_bytes, base)
+    if root is not None and not Path(root).is_dir():
+        raise InputError(f"root {root}: not a folder")
+    reader = _Reader(max_file_bytes, _base_metadata(default_metadata), dict(known_ids or {}) if root is None else {})
     for raw in paths:
-        reader.add_argument(Path(raw))
+        path = Path(raw)
+        reader.plan(path, Path(root) if root is not None else path if path.is_dir() else _absolute(path).parent)
+    reader.run(progress)
     if not reader.documents:
         listed = "\n".join(f"  {problem}" for problem in reader.problems[:_MAX_LISTED])
         more = len(reader.problems) - _MAX_LISTED
         detail = (
             listed + (f"\n  ... and {more} more" if more > 0 else "")
             if listed
-            else "  no .txt, .md, .jsonl or benchmark files were found"
+            else f"  no files of the kinds read ({_KINDS}) or benchmark data were found"
         )
         raise InputError(f"no document could be read from {', '.join(str(p) for p in paths)}:\n{detail}")
     return IngestResult(reader.documents, reader.problems)
+
+
+def read_upload(
+    name: str, data: bytes, *, default_metadata: dict[str, Any] | None = None, source: str | None = None
+) -> IngestResult:
+    """One uploaded file (its name and bytes) as documents, by the rules of :func:`read_corpus`.
+
+    The id is the name as a relative path (no leading ``/``, ``.`` or ``..`` parts); a JSONL upload
+    gives its records. Nothing usable raises :class:`InputError` naming the file and the reason.
+    """
+    parts = [p for p in PurePosixPath(name.replace("\\", "/")).parts if p not in ("/", ".", "..")]
+    if not parts:
+        raise InputError(f"upload {name!r}: the file needs a name")
+    doc_id = "/".join(parts)
+    reader = _Reader(len(data), _base_metadata(default_metadata), {})
+    stamp = datetime.now(tz=UTC).isoformat(timespec="seconds")
+    reader.add_data(name, doc_id, data, source or doc_id, stamp)
+    if not reader.documents:
+        raise InputError("; ".join(str(p) for p in reader.problems) or f"upload {name!r}: nothing to index")
+    return IngestResult(reader.documents, reader.problems)
+
+
+def document_id(path: Path, root: Path) -> str | None:
+    """``path`` relative to ``root`` as a POSIX path, or None when it is not under it.
+
+    Absolute paths are compared first (a link inside the tree keeps its name there), then the
+    resolved ones (a file reached through a linked folder has the id of its place in the tree).
+    """
+    for inner, outer in ((_absolute(path), _absolute(root)), (path.resolve(), root.resolve())):
+        try:
+            relative = inner.relative_to(outer)
+        except ValueError:
+            continue
+        return relative.as_posix() if relative.parts else None
+    return None
+
+
+def _absolute(path: Path) -> Path:
+    """The absolute, normalised path (``./``, ``..`` and trailing slashes gone), links not followed."""
+    return Path(os.path.abspath(path))
+
+
+def _base_metadata(default_metadata: dict[str, Any] | None) -> dict[str, Any]:
+    base = dict(default_metadata or {})
+    try:
+        normalise_metadata(base)
+    except ValueError as error:
+        raise InputError(f"default metadata: {error}") from None
+    return base
 
 
 def normalise_metadata(metadata: dict[str, Any]) -> None:
@@ -108,32 +204,47 @@ def _modified(path: Path) -> str:
 
 
 class _Reader:
-    """Collects documents and problems across all arguments, rejecting duplicate ids."""
+    """Plans the files of every argument, then reads them, collecting documents and problems.
 
-    def __init__(self, max_file_bytes: int, base_metadata: dict[str, Any]) -> None:
+    Planning first lets one progress bar cover the whole corpus; duplicate ids and a file reached
+    twice are reported, not read twice.
+    """
+
+    def __init__(self, max_file_bytes: int, base_metadata: dict[str, Any], known_ids: dict[str, str]) -> None:
         self.max_file_bytes = max_file_bytes
         self.base = base_metadata
+        self.known_ids = known_ids
         self.documents: list[Document] = []
         self.problems: list[InputProblem] = []
         self._first_source: dict[str, str] = {}
         self._visited: set[Path] = set()
+        self._files: dict[Path, str] = {}  # resolved file -> how it was first reached
+        self._tasks: list[tuple[int, Callable[[], None]]] = []  # (bytes, read it)
 
-    def problem(self, path: Path, line: int | None, reason: str) -> None:
+    def problem(self, path: Path | str, line: int | None, reason: str) -> None:
         self.problems.append(InputProblem(str(path), line, reason))
 
-    def add_argument(self, path: Path) -> None:
+    def plan(self, path: Path, root: Path) -> None:
         if not path.exists():
             self.problem(path, None, "no such file or directory")
         elif path.is_dir():
             if detect_format(path) == KETRAG:
-                self.add_benchmark(path)
+                self.plan_benchmark(path)
             else:
-                self.walk(path, path)
+                self.walk(path, root)
         else:
-            self.add_file(path, path.name, named=True)
+            self.plan_file(path, root, named=True)
+
+    def run(self, progress: bool) -> None:
+        total = sum(size for size, _ in self._tasks)
+        with tqdm(total=total, desc="read", unit="B", unit_scale=True, disable=not progress) as bar:
+            for size, task in self._tasks:
+                task()
+                bar.update(size)
+                bar.set_postfix(documents=len(self.documents), skipped=len(self.problems), refresh=False)
 
     def walk(self, folder: Path, root: Path) -> None:
-        """Recurse in sorted order (deterministic ids and order), skipping hidden entries."""
+        """Recurse in sorted order (deterministic ids and order); hidden entries are listed as skipped."""
         real = folder.resolve()
         if real in self._visited:  # a symlink loop, or the same folder named twice
             return
@@ -145,18 +256,26 @@ class _Reader:
             return
         for entry in entries:
             if entry.name.startswith("."):
-                continue
-            if entry.is_dir():
+                self.problem(entry, None, "hidden (its name starts with '.'; name it to read it)")
+            elif entry.is_dir():
                 if detect_format(entry) == KETRAG:
-                    self.add_benchmark(entry)
+                    self.plan_benchmark(entry)
                 else:
                     self.walk(entry, root)
             elif entry.is_file():
-                self.add_file(entry, entry.relative_to(root).as_posix(), named=False)
+                self.plan_file(entry, root, named=False)
+            else:
+                self.problem(entry, None, "not a regular file (a broken link, a device or a pipe)")
 
-    def add_file(self, path: Path, name: str, *, named: bool) -> None:
-        if not self.size_ok(path):
+    def plan_file(self, path: Path, root: Path, *, named: bool) -> None:
+        size = self.size(path)
+        if size is None:
             return
+        real = path.resolve()
+        if real in self._files:
+            self.problem(path, None, f"the same file as {self._files[real]}, read once")
+            return
+        self._files[real] = str(path)
         suffix = path.suffix.lower()
         kind = detect_format(path)
         if (
@@ -167,32 +286,37 @@ class _Reader:
         ):
             return  # a HippoRAG questions file: its corpus file beside it is read on its own
         if kind is not None or (suffix == ".json" and (named or path.name.endswith("_corpus.json"))):
-            self.add_benchmark(path)  # an unrecognised .json named here gets the loader's reason
-        elif suffix in TEXT_SUFFIXES:
-            self.add_text(path, name)
-        elif suffix == ".jsonl":
-            self.add_jsonl(path, name)
-        elif named:
-            self.problem(
-                path,
-                None,
-                f"unsupported file type {suffix or '(none)'!r}: expected .txt, .md, .jsonl or benchmark data",
-            )
+            self._tasks.append((size, lambda: self.add_benchmark(path)))  # an unrecognised .json gets the reason
+            return
+        if suffix not in DOCUMENT_SUFFIXES and suffix != ".jsonl":
+            what = "not benchmark data" if suffix == ".json" else "expected"
+            self.problem(path, None, f"unsupported file type {suffix or '(none)'!r} ({what}: {_KINDS})")
+            return
+        name = document_id(path, root)
+        if name is None:
+            self.problem(path, None, f"outside the root {root} (ids are paths relative to it)")
+            return
+        if suffix != ".jsonl":
+            name = self.known_ids.get(str(real), name)
+        self._tasks.append((size, lambda: self.read_file(path, name)))
 
-    def size_ok(self, path: Path) -> bool:
+    def size(self, path: Path) -> int | None:
         try:
             size = path.stat().st_size
         except OSError as error:
             self.problem(path, None, f"cannot be read ({error.strerror or error})")
-            return False
+            return None
         if size > self.max_file_bytes:
             self.problem(path, None, f"file is {size:,} bytes, over the {self.max_file_bytes:,}-byte limit")
-            return False
-        return True
+            return None
+        return size
+
+    def plan_benchmark(self, path: Path) -> None:
+        sizes = [self.size(path / n) for n in ("document.txt", "qa-pairs.json")]
+        if all(size is not None for size in sizes):
+            self._tasks.append((sum(s or 0 for s in sizes), lambda: self.add_benchmark(path)))
 
     def add_benchmark(self, path: Path) -> None:
-        if path.is_dir() and not all(self.size_ok(path / n) for n in ("document.txt", "qa-pairs.json")):
-            return
         try:
             documents = load_benchmark(path).documents
         except InputError as error:
@@ -203,60 +327,64 @@ class _Reader:
             document.metadata = {**self.base, "source_path": source, **document.metadata}
             self.add_document(document, path, None)
 
-    def read_text(self, path: Path) -> str | None:
-        """The file as text, or None after reporting why it is not usable text."""
+    def read_file(self, path: Path, name: str) -> None:
         try:
             data = path.read_bytes()
+            modified = _modified(path)
         except OSError as error:
             self.problem(path, None, f"cannot be read ({error.strerror or error})")
-            return None
-        if b"\0" in data[:_BINARY_PROBE]:
-            self.problem(path, None, "binary file (NUL byte in the first 8 KiB)")
-            return None
-        bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+            return
+        self.add_data(path, name, data, str(path.resolve()), modified)
+
+    def add_data(self, where: Path | str, name: str, data: bytes, source: str, modified: str) -> None:
+        """The bytes of one file (read from disk or uploaded) as its document or JSONL records."""
+        suffix = PurePosixPath(name).suffix.lower()
+        if suffix not in DOCUMENT_SUFFIXES and suffix != ".jsonl":
+            self.problem(where, None, f"unsupported file type {suffix or '(none)'!r} (expected: {_KINDS})")
+            return
+        if not data.strip():
+            self.problem(where, None, "empty file")
+            return
+        metadata: dict[str, Any] = {}
         try:
-            text = data[bom:].decode("utf-8")
-        except UnicodeDecodeError as error:
-            offset = bom + error.start
-            self.problem(path, data.count(b"\n", 0, offset) + 1, f"not valid UTF-8 at byte offset {offset}")
-            return None
-        if not text.strip():
-            self.problem(path, None, "empty file")
-            return None
-        return text
-
-    def add_text(self, path: Path, name: str) -> None:
-        text = self.read_text(path)
-        if text is None:
+            if suffix in READERS:
+                extracted = READERS[suffix](data)
+                text, title, metadata = extracted.text, extracted.title, extracted.metadata
+            else:
+                text, encoding = decode(data)
+                title = (_markdown_title(text) if suffix in _MARKDOWN else None) or ""
+                if encoding != "utf-8":
+                    metadata["encoding"] = encoding
+        except Unreadable as error:
+            self.problem(where, None, str(error))
             return
-        problem = text_problem(text)
+        if suffix == ".jsonl":
+            self.add_jsonl(where, name, text, source, metadata)
+            return
+        problem = "no text in it" if not text.strip() else text_problem(text)
         if problem:
-            self.problem(path, None, problem)
+            self.problem(where, None, problem)
             return
-        title = (_markdown_title(text) if path.suffix.lower() == ".md" else None) or path.stem
-        source = str(path.resolve())
-        metadata = {**self.base, "source_path": source, "modified": _modified(path)}
-        self.add_document(Document(id=name, text=text, title=title, source=source, metadata=metadata), path, None)
+        stem = PurePosixPath(name).stem
+        metadata = {**self.base, **metadata, "source_path": source, "modified": modified}
+        self.add_document(Document(id=name, text=text, title=title or stem, source=source, metadata=metadata), where)
 
-    def add_jsonl(self, path: Path, name: str) -> None:
-        text = self.read_text(path)
-        if text is None:
-            return
-        source = str(path.resolve())
+    def add_jsonl(self, where: Path | str, name: str, text: str, source: str, extra: dict[str, Any]) -> None:
         for lineno, line in enumerate(text.split("\n"), start=1):
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                self.problem(path, lineno, f"invalid JSON ({error.msg} at column {error.colno})")
+                self.problem(where, lineno, f"invalid JSON ({error.msg} at column {error.colno})")
                 continue
             try:
                 document = self.record_document(record, f"{name}:{lineno}", source, lineno)
             except ValueError as error:
-                self.problem(path, lineno, str(error))
+                self.problem(where, lineno, str(error))
                 continue
-            self.add_document(document, path, lineno)
+            document.metadata.update(extra)
+            self.add_document(document, where, lineno)
 
     def record_document(self, record: Any, default_id: str, source: str, lineno: int) -> Document:
         """One JSONL record as a Document; ValueError says what is wrong with it."""
@@ -282,10 +410,10 @@ class _Reader:
         normalise_metadata(metadata)
         return Document(id=str(doc_id), text=text, title=title, source=source, metadata=metadata)
 
-    def add_document(self, document: Document, path: Path, line: int | None) -> None:
+    def add_document(self, document: Document, where: Path | str, line: int | None = None) -> None:
         first = self._first_source.get(document.id)
         if first is not None:
-            self.problem(path, line, f"duplicate document id {document.id!r} (first read from {first}); dropped")
+            self.problem(where, line, f"duplicate document id {document.id!r} (first read from {first}); dropped")
             return
-        self._first_source[document.id] = str(path)
+        self._first_source[document.id] = str(where)
         self.documents.append(document)

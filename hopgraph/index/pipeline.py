@@ -129,6 +129,9 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     return {"keywords": len(vocabulary)}
 
 
+EMBED_SLICE = 1024  # texts per call of the embedder while one progress bar runs over a stage
+
+
 def embed_texts(
     config: HopgraphConfig, texts: list[str], progress: bool = False, embedder: Embedder | None = None
 ) -> np.ndarray:
@@ -137,9 +140,17 @@ def embed_texts(
     embedder = embedder or load_embedder(cfg, cached=True)
     if not texts:
         return np.zeros((0, embedder.dim), np.float32)
-    return embed_long_texts(
-        embedder, texts, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding, progress=progress
-    )
+    # One bar over all the stage's texts, with an estimate of the time left: the model's own bar
+    # would restart for every slice. Slices are the same with and without the bar (same vectors).
+    parts = []
+    with tqdm(total=len(texts), desc="embed", unit="text", disable=not progress, leave=False) as bar:
+        for start in range(0, len(texts), EMBED_SLICE):
+            part = texts[start : start + EMBED_SLICE]
+            parts.append(
+                embed_long_texts(embedder, part, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding)
+            )
+            bar.update(len(part))
+    return np.concatenate(parts)
 
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:

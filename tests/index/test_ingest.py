@@ -55,11 +55,11 @@ def test_txt_md_and_jsonl_with_metadata(tmp_path: Path) -> None:
     assert by_id["records.jsonl:3"].acl == ["public"]
 
 
-def test_folder_walk_is_recursive_sorted_and_skips_hidden(tmp_path: Path) -> None:
+def test_folder_walk_is_recursive_sorted_and_lists_what_it_skips(tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "deep.md").write_text("# Deep\ntext", encoding="utf-8")
     (tmp_path / "a.txt").write_text("alpha", encoding="utf-8")
-    (tmp_path / "image.png").write_bytes(b"\x89PNG")  # unknown extension: skipped silently in a folder
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")  # unknown extension: listed as skipped
     (tmp_path / "config.json").write_text('{"not": "a benchmark"}', encoding="utf-8")
     (tmp_path / ".hidden.txt").write_text("secret", encoding="utf-8")
     (tmp_path / ".git").mkdir()
@@ -67,7 +67,10 @@ def test_folder_walk_is_recursive_sorted_and_skips_hidden(tmp_path: Path) -> Non
     result = read_corpus([tmp_path])
     assert [d.id for d in result.documents] == ["a.txt", "b/deep.md"]
     assert result.documents[1].title == "Deep"
-    assert result.problems == []
+    skipped = {Path(p.path).name: p.reason for p in result.problems}
+    assert sorted(skipped) == [".git", ".hidden.txt", "config.json", "image.png"]
+    assert skipped["image.png"].startswith("unsupported file type '.png'")
+    assert "not benchmark data" in skipped["config.json"] and "hidden" in skipped[".git"]
 
 
 def test_unknown_extension_named_directly_is_a_problem(tmp_path: Path) -> None:
@@ -105,12 +108,11 @@ def test_every_bad_input_is_reported_and_good_files_survive(tmp_path: Path) -> N
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     result = read_corpus([tmp_path, tmp_path / "missing.txt"], max_file_bytes=1000)
-    assert sorted(d.id for d in result.documents) == ["good.txt", "ok"]
+    assert sorted(d.id for d in result.documents) == ["good.txt", "latin.txt", "ok"]
     found = {(Path(p.path).name, p.line): p.reason for p in result.problems}
     assert found[("empty.txt", None)] == "empty file"
     assert found[("blank.md", None)] == "empty file"
     assert "binary" in found[("binary.txt", None)]
-    assert found[("latin.txt", 2)] == "not valid UTF-8 at byte offset 12"
     assert "over the 1,000-byte limit" in found[("big.txt", None)]
     assert "no such file" in found[("missing.txt", None)]
     assert "invalid JSON" in found[("records.jsonl", 2)]
@@ -120,7 +122,7 @@ def test_every_bad_input_is_reported_and_good_files_survive(tmp_path: Path) -> N
     assert "ISO-8601" in found[("records.jsonl", 8)]
     assert "'metadata'" in found[("records.jsonl", 9)]
     assert "not a JSON object" in found[("records.jsonl", 10)]
-    assert len(result.problems) == 15
+    assert len(result.problems) == 14
     assert str(InputProblem("f.jsonl", 3, "why")) == "f.jsonl:3: why"
 
 
@@ -143,7 +145,7 @@ def test_nothing_readable_raises_input_error_listing_problems(tmp_path: Path) ->
     assert "no document could be read" in message
     assert "bad.jsonl:1: invalid JSON" in message and "empty.txt: empty file" in message
     (tmp_path / "void").mkdir()
-    with pytest.raises(InputError, match="no .txt, .md, .jsonl or benchmark files"):
+    with pytest.raises(InputError, match=r"no files of the kinds read \(.txt, .md, .+, .pdf, .docx, .html"):
         read_corpus([tmp_path / "void"])
 
 

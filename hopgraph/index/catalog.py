@@ -1,0 +1,62 @@
+"""The documents of an index's live version, as a person or a script lists them, and the ids of its files."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from hopgraph.index.versions import read_documents
+from hopgraph.store import IndexStore, live_root, live_version
+
+
+def list_documents(index_dir: str | Path) -> dict[str, Any]:
+    """``{"version", "documents": [{id, title, source, acl, timestamp}]}`` of the live version, in index order.
+
+    ``timestamp`` is the document's own (metadata ``timestamp``), else its file's modification time.
+    """
+    root = live_root(index_dir)
+    IndexStore(root).require_complete()
+    rows = [
+        {
+            "id": doc.id,
+            "title": doc.title,
+            "source": doc.source,
+            "acl": doc.acl,
+            "timestamp": doc.metadata.get("timestamp") or doc.metadata.get("modified"),
+        }
+        for doc in read_documents(root)
+    ]
+    return {"version": live_version(index_dir) or "root", "documents": rows}
+
+
+def file_ids(index_dir: str | Path) -> dict[str, str]:
+    """Source file → id of every document that is a whole file (not a JSONL record or benchmark passage).
+
+    Reading the same file again for an update then gives it the id it was indexed under, however
+    the path is passed this time.
+    """
+    documents = read_documents(live_root(index_dir))
+    per_source = Counter(doc.source for doc in documents)
+    return {
+        doc.source: doc.id
+        for doc in documents
+        if doc.source and per_source[doc.source] == 1 and "line" not in doc.metadata
+    }
+
+
+def namesakes(index_dir: str | Path, ids: list[str]) -> list[tuple[str, str]]:
+    """(new id, existing id) where an id to add is new but a document of the same file name exists.
+
+    The usual cause is a file passed without the ``--root`` its original was indexed under, which
+    adds a second document instead of replacing the first.
+    """
+    existing = [doc.id for doc in read_documents(live_root(index_dir))]
+    known = set(existing)
+    return [
+        (new, old)
+        for new in ids
+        if new not in known
+        for old in existing
+        if PurePosixPath(old).name == PurePosixPath(new).name
+    ]

@@ -1,0 +1,219 @@
+"""Text out of the files people have: plain text in any encoding, Markdown, PDF, DOCX and HTML.
+
+Library choice (base dependencies, all from PyPI wheels, nothing fetched at run time): pypdf (0.4 MB
+wheel, pure Python) for PDF, python-docx (0.25 MB, with lxml 5.2 MB) for DOCX and BeautifulSoup
+(0.1 MB, stdlib ``html.parser``) for HTML: 6.1 MB downloaded, 21 MB installed into an empty folder.
+markitdown with its PDF and DOCX extras: 90 MB downloaded, 268 MB installed the same way (onnxruntime,
+magika for guessing file types, pdfminer.six, pdfplumber, pypdfium2, mammoth, numpy); on the same files it joins a
+PDF's pages without their numbers or title, and keeps an HTML page's navigation and every link's
+URL in the text (``[Omar Haddad](/p/omar)``), which would become keywords. trafilatura (19 MB with
+its dependencies) strips the boilerplate of crawled pages; an exported wiki or intranet page needs
+its headings kept more than that, and dropping ``nav``/``aside``/``script``/``style`` does the rest.
+
+Where a citation should point inside a document, metadata keeps it: ``pages`` (PDF) is the
+character offset at which each page starts, ``sections`` (DOCX, HTML) is ``[offset, level,
+heading]`` per heading; :func:`place` turns an offset into "p. 3" or "Heading". A PDF stays one
+document (its id is its file's), so replacing or deleting the file by id takes all its pages.
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import io
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hopgraph.documents import strip_control
+
+PDF, DOCX, HTML = (".pdf",), (".docx",), (".html", ".htm", ".xhtml")
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text", ".rst")
+_BINARY_PROBE = 8192
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"))
+_BOMS16 = ((codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+# Ties among single-byte code pages are ranked arbitrarily by charset-normalizer (Latin-1 text
+# often comes out as cp1250, turning "Æ" into "Ć"); Windows-1252, a superset of Latin-1's printable
+# characters, is by far the most common of them, so it wins a tie.
+_PREFERRED_ON_TIE = "cp1252"
+_HTML_DROPPED = ("script", "style", "noscript", "template", "svg", "nav", "aside", "head")
+_HTML_BLOCKS = (
+    "p", "div", "section", "article", "main", "header", "footer", "li", "ul", "ol", "table", "tr", "pre",
+    "blockquote", "h1", "h2", "h3", "h4", "h5", "h6", "dt", "dd", "dl", "figure", "figcaption", "hr", "form",
+)  # fmt: skip
+_SPACES = re.compile(r"[ \t\u00a0\u200b]+")
+_BLANK_LINES = re.compile(r"\n{3,}")
+
+
+class Unreadable(Exception):
+    """The file cannot give text; the message says why (it becomes the skipped file's reason)."""
+
+
+@dataclass
+class Extracted:
+    """Text read from one file, its title if the file names one, and format metadata."""
+
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def decode(data: bytes) -> tuple[str, str]:
+    """(text, encoding): UTF-8 (or a byte-order mark's encoding) first, else charset-normalizer's guess.
+
+    A legacy-encoded file (Latin-1, Windows-1252, Shift-JIS, ...) is read, not dropped; bytes that
+    fit no encoding raise :class:`Unreadable`.
+    """
+    for bom, encoding in _BOMS + _BOMS16:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding), encoding.removesuffix("-sig")
+            except UnicodeDecodeError as error:
+                raise Unreadable(f"not valid {encoding} at byte offset {error.start}") from None
+    if b"\0" in data[:_BINARY_PROBE]:
+        raise Unreadable("binary file (NUL byte in the first 8 KiB)")
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    from charset_normalizer import from_bytes  # noqa: PLC0415  (only legacy-encoded files need it)
+
+    matches = list(from_bytes(data))
+    if not matches:
+        raise Unreadable("not UTF-8, and no other text encoding fits its bytes")
+    best = matches[0]
+    tied = [m for m in matches if (m.chaos, m.coherence) == (best.chaos, best.coherence)]
+    chosen = next((m for m in tied if m.encoding == _PREFERRED_ON_TIE), best)
+    return str(chosen), chosen.encoding
+
+
+def tidy(text: str) -> str:
+    """Text from a layout (PDF, HTML, DOCX): control characters as spaces, runs of spaces and blank lines cut."""
+    lines = (_SPACES.sub(" ", line).strip() for line in strip_control(text.replace("\r\n", "\n")).split("\n"))
+    return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
+
+
+def place(metadata: dict[str, Any], offset: int) -> str:
+    """Where character ``offset`` of a document lies, for a citation: "p. 3", a heading, both, or ""."""
+    parts = []
+    pages = metadata.get("pages")
+    if pages:
+        parts.append(f"p. {bisect.bisect_right(pages, offset)}")
+    sections = metadata.get("sections")
+    if sections:
+        at = bisect.bisect_right([s[0] for s in sections], offset)
+        if at:
+            parts.append(str(sections[at - 1][2]))
+    return ", ".join(parts)
+
+
+def read_pdf(data: bytes) -> Extracted:
+    """Pages joined by blank lines; ``pages`` holds each page's start offset."""
+    from pypdf import PdfReader  # noqa: PLC0415
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise Unreadable("encrypted PDF (a password is needed)")
+        texts = [tidy(page.extract_text() or "") for page in reader.pages]
+        info = reader.metadata
+        title = str(info.title).strip() if info is not None and info.title else ""
+    except Unreadable:
+        raise
+    except Exception as error:  # a parser's failure on a malformed file is that file's problem, not the run's
+        raise Unreadable(f"PDF could not be read ({type(error).__name__}: {error})") from None
+    if not any(texts):
+        raise Unreadable(f"PDF has no text layer in its {len(texts)} page(s) (a scan needs OCR first)")
+    text, starts = "", []
+    for page in texts:
+        text += "\n\n" if text and page else ""
+        starts.append(len(text))  # an empty page starts where the next one does
+        text += page
+    return Extracted(text, title, {"format": "pdf", "pages": starts})
+
+
+def _with_sections(blocks: list[tuple[int, str]]) -> tuple[str, list[list[Any]]]:
+    """Blocks of (heading level or 0, text) joined by blank lines, with each heading's offset."""
+    text, sections = "", []
+    for level, block in blocks:
+        block = tidy(block)
+        if not block:
+            continue
+        text += "\n\n" if text else ""
+        if level:
+            sections.append([len(text), level, block])
+        text += block
+    return text, sections
+
+
+def read_docx(data: bytes) -> Extracted:
+    """Paragraphs and tables in document order; "Heading N" and "Title" paragraphs become ``sections``."""
+    import docx  # noqa: PLC0415
+    from docx.table import Table  # noqa: PLC0415
+
+    blocks: list[tuple[int, str]] = []
+    try:
+        document = docx.Document(io.BytesIO(data))
+        for item in document.iter_inner_content():
+            if isinstance(item, Table):
+                rows = (" | ".join(cell.text.strip() for cell in row.cells) for row in item.rows)
+                blocks.append((0, "\n".join(rows)))
+                continue
+            style = (item.style.name if item.style is not None else "") or ""
+            level = 1 if style == "Title" else int(style[8:]) if re.fullmatch(r"Heading [1-9]", style) else 0
+            blocks.append((level, item.text))
+        given_title = (document.core_properties.title or "").strip()
+    except Exception as error:  # as for PDF: a malformed file is skipped with the parser's reason
+        raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
+    text, sections = _with_sections(blocks)
+    title = given_title or next((s[2] for s in sections), "")
+    return Extracted(text, title, {"format": "docx", "sections": sections})
+
+
+def read_html(data: bytes) -> Extracted:
+    """Visible text by blocks (navigation, scripts and styles left out); h1-h6 become ``sections``.
+
+    The page's declared charset is honoured; without one its encoding is detected.
+    """
+    from bs4 import BeautifulSoup  # noqa: PLC0415
+    from bs4.dammit import EncodingDetector  # noqa: PLC0415
+
+    declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
+    soup = BeautifulSoup(data if declared else decode(data)[0], "html.parser")
+    title_tag = soup.find("title")
+    title = tidy(title_tag.get_text(" ")) if title_tag else ""
+    for tag in soup.find_all(_HTML_DROPPED):
+        tag.decompose()
+    for tag in soup.find_all("br"):
+        tag.replace_with("\n")
+    blocks: list[tuple[int, str]] = []
+    marker = "\x1e"  # a block boundary: record separator, removed again by the split below
+    for tag in soup.find_all(_HTML_BLOCKS):
+        tag.insert_before(marker)
+        tag.append(marker)
+    for tag in soup.find_all(("td", "th")):
+        tag.append(" ")  # cells of a row stay on the row's line, apart
+    headings = ((int(h.name[1]), tidy(h.get_text(" "))) for h in soup.find_all(re.compile(r"^h[1-6]$")))
+    pending = [(level, heading) for level, heading in headings if heading]
+    for piece in soup.get_text("").split(marker):
+        piece = tidy(piece)
+        if not piece:
+            continue
+        level = 0
+        for i, (heading_level, heading) in enumerate(pending[:4]):  # a heading split by inner blocks is passed
+            if piece == heading:
+                level = heading_level
+                del pending[: i + 1]
+                break
+        blocks.append((level, piece))
+    text, sections = _with_sections(blocks)
+    return Extracted(text, title or next((s[2] for s in sections), ""), {"format": "html", "sections": sections})
+
+
+READERS: dict[str, Callable[[bytes], Extracted]] = {
+    **dict.fromkeys(PDF, read_pdf),
+    **dict.fromkeys(DOCX, read_docx),
+    **dict.fromkeys(HTML, read_html),
+}
+DOCUMENT_SUFFIXES = TEXT_SUFFIXES + tuple(READERS)

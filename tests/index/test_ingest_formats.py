@@ -1,0 +1,225 @@
+"""Documents people have: PDF, DOCX, HTML and legacy-encoded text read into text with page and
+section metadata, every skipped file named, and ids that do not depend on how a path is written."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import docx
+import pytest
+
+from hopgraph.errors import InputError
+from hopgraph.index.formats import decode, place
+from hopgraph.index.ingest import read_corpus, read_upload
+
+
+def pdf_bytes(pages: list[str], title: str = "") -> bytes:
+    """A real PDF 1.4 file: one Helvetica text line per page, with an xref table and an Info title."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b""]  # the page tree is filled in below
+    objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    kids = []
+    for text in pages:
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+        objects.append(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+            b"/Contents %d 0 R >>" % (len(objects))
+        )
+        kids.append(len(objects))
+    objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
+    objects.append(f"<< /Title ({title}) >>".encode("latin-1"))
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R /Info %d 0 R >>\n" % (len(objects) + 1, len(objects))
+    out += b"startxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
+
+
+def write_docx(path: Path) -> None:
+    document = docx.Document()
+    document.core_properties.title = "Onboarding handbook"
+    document.add_heading("Harbour team", level=1)
+    document.add_paragraph("Tomas Reyes leads the harbour team since 2021.")
+    document.add_heading("Tools", level=2)
+    table = document.add_table(rows=2, cols=2)
+    for r, row in enumerate((("Tool", "Owner"), ("Crane log", "Omar Haddad"))):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    document.add_paragraph("Ask the owner before use.")
+    document.save(str(path))
+
+
+HTML = """<!DOCTYPE html><html><head><meta charset="windows-1252"><title>Site safety \u2013 wiki</title>
+<style>p { color: red }</style><script>var secret = "not text";</script></head>
+<body><nav><a href="/">Home</a> | <a href="/people">People</a></nav>
+<h1>Site safety</h1><p>Helmets are worn by <a href="/p/omar">Omar Haddad</a> and every caf\xe9 visitor.</p>
+<h2>Night shifts</h2><p>Two people<br>at least.</p><ul><li>Lamp</li><li>Radio</li></ul>
+<table><tr><td>Gate</td><td>North</td></tr></table></body></html>"""
+
+
+def test_pdf_is_read_page_by_page_with_page_offsets(tmp_path: Path) -> None:
+    path = tmp_path / "report.pdf"
+    path.write_bytes(pdf_bytes(["Tomas Reyes leads the harbour team.", "Omar Haddad is the geologist."], "Harbour"))
+    (doc,) = read_corpus([path]).documents
+    assert doc.id == "report.pdf" and doc.title == "Harbour"
+    assert doc.text == "Tomas Reyes leads the harbour team.\n\nOmar Haddad is the geologist."
+    assert doc.metadata["format"] == "pdf" and doc.metadata["pages"] == [0, 37]
+    assert place(doc.metadata, doc.text.index("Omar")) == "p. 2" and place(doc.metadata, 3) == "p. 1"
+    path.write_bytes(pdf_bytes(["Cover.", "", "Body text."]))  # a blank page adds no text and keeps its number
+    (doc,) = read_corpus([path]).documents
+    assert doc.text == "Cover.\n\nBody text." and doc.metadata["pages"] == [0, 6, 8] and doc.title == "report"
+    assert place(doc.metadata, doc.text.index("Body")) == "p. 3"
+
+
+def test_docx_keeps_headings_as_sections_and_tables_as_rows(tmp_path: Path) -> None:
+    write_docx(tmp_path / "handbook.docx")
+    (doc,) = read_corpus([tmp_path]).documents
+    assert doc.title == "Onboarding handbook"
+    assert doc.text == (
+        "Harbour team\n\nTomas Reyes leads the harbour team since 2021.\n\nTools\n\n"
+        "Tool | Owner\nCrane log | Omar Haddad\n\nAsk the owner before use."
+    )
+    assert doc.metadata["sections"] == [[0, 1, "Harbour team"], [62, 2, "Tools"]]
+    assert place(doc.metadata, doc.text.index("Crane")) == "Tools"
+    assert place(doc.metadata, doc.text.index("Tomas")) == "Harbour team"
+
+
+def test_html_gives_visible_text_by_blocks_in_its_declared_encoding(tmp_path: Path) -> None:
+    (tmp_path / "safety.html").write_bytes(HTML.encode("cp1252"))
+    (doc,) = read_corpus([tmp_path / "safety.html"]).documents
+    assert doc.title == "Site safety \u2013 wiki"
+    assert doc.text == (
+        "Site safety\n\nHelmets are worn by Omar Haddad and every caf\u00e9 visitor.\n\nNight shifts\n\n"
+        "Two people\nat least.\n\nLamp\n\nRadio\n\nGate North"
+    )
+    assert "secret" not in doc.text and "Home" not in doc.text and "color" not in doc.text
+    bare = "<h1>\u00c6r\u00f8 caf\u00e9</h1><p>J\u00f6rg's na\u00efve r\u00e9sum\u00e9</p>"  # no declared charset
+    (tmp_path / "bare.htm").write_bytes(bare.encode("latin-1"))
+    assert (
+        read_corpus([tmp_path / "bare.htm"]).documents[0].text
+        == "\u00c6r\u00f8 caf\u00e9\n\nJ\u00f6rg's na\u00efve r\u00e9sum\u00e9"
+    )
+    sections = doc.metadata["sections"]
+    assert [(level, heading) for _, level, heading in sections] == [(1, "Site safety"), (2, "Night shifts")]
+    assert doc.text[sections[1][0] :].startswith("Night shifts")
+
+
+@pytest.mark.parametrize(
+    "text, encoding",
+    [
+        ("Caf\u00e9 on the quay. \u00dcbergr\u00f6\u00dfen f\u00fcr J\u00f6rg, se\u00f1or.", "latin-1"),
+        (
+            "\u00c6r\u00f8 and T\u00f3rshavn caf\u00e9 \u2014 na\u00efve r\u00e9sum\u00e9\nline two fa\u00e7ade",
+            "cp1252",
+        ),
+        (
+            "Zażółć gęślą jaźń, łódź. Świętokrzyskie.",
+            "cp1250",
+        ),
+        (
+            "Привет, как дела? Это тест.",
+            "cp1251",
+        ),
+        ("UTF-16 with its byte-order mark: caf\u00e9", "utf-16"),
+    ],
+)
+def test_legacy_encodings_are_decoded_not_dropped(tmp_path: Path, text: str, encoding: str) -> None:
+    assert decode(text.encode(encoding))[0] == text
+    path = tmp_path / "note.txt"
+    path.write_bytes(text.encode(encoding))
+    result = read_corpus([path])
+    assert result.problems == [] and result.documents[0].text == text
+    assert result.documents[0].metadata["encoding"] != "utf-8"
+
+
+def test_every_skipped_file_is_listed_with_its_reason(tmp_path: Path) -> None:
+    (tmp_path / "good.md").write_text("# Good\nkept", encoding="utf-8")
+    (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4\nthis is no pdf at all")
+    (tmp_path / "scan.pdf").write_bytes(pdf_bytes([""]))
+    (tmp_path / "broken.docx").write_bytes(b"PK not a zip")
+    (tmp_path / "empty.html").write_bytes(b"<html><body><script>x()</script></body></html>")
+    (tmp_path / "big.txt").write_bytes(b"x" * 5000)
+    noise = random.Random(0)
+    (tmp_path / "noise.txt").write_bytes(bytes(noise.randrange(1, 256) for _ in range(400)))
+    result = read_corpus([tmp_path], max_file_bytes=4000)
+    assert [d.id for d in result.documents] == ["good.md"]
+    reasons = {Path(p.path).name: p.reason for p in result.problems}
+    assert reasons["photo.png"].startswith("unsupported file type '.png'")
+    assert reasons["broken.pdf"].startswith("PDF could not be read")
+    assert "no text layer" in reasons["scan.pdf"]
+    assert reasons["broken.docx"].startswith("DOCX could not be read")
+    assert reasons["empty.html"] == "no text in it"
+    assert "over the 4,000-byte limit" in reasons["big.txt"]
+    assert reasons["noise.txt"] == "not UTF-8, and no other text encoding fits its bytes"
+    assert set(reasons) == {"photo.png", "broken.pdf", "scan.pdf", "broken.docx", "empty.html", "big.txt", "noise.txt"}
+    summary = result.summary()
+    assert summary["ids"] == ["good.md"] and len(summary["skipped"]) == 7
+    assert {"path": str(tmp_path / "photo.png"), "line": None, "reason": reasons["photo.png"]} in summary["skipped"]
+
+
+def test_one_file_has_one_id_however_its_path_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wiki = tmp_path / "wiki"
+    (wiki / "people").mkdir(parents=True)
+    (wiki / "people" / "tomas-reyes.md").write_text("# Tomas Reyes\nHarbour lead.", encoding="utf-8")
+    (tmp_path / "link").symlink_to(wiki, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    folders = ["wiki", "./wiki", "wiki/", str(wiki), str(wiki) + "/", "link", "link/", "wiki/people/.."]
+    for folder in folders:
+        assert [d.id for d in read_corpus([folder]).documents] == ["people/tomas-reyes.md"], folder
+    files = ["wiki/people/tomas-reyes.md", "./wiki/people/../people/tomas-reyes.md", "link/people/tomas-reyes.md"]
+    for file in [*files, str(wiki / "people" / "tomas-reyes.md")]:
+        for root in ("wiki", "./wiki/", str(wiki), "link"):
+            assert [d.id for d in read_corpus([file], root=root).documents] == ["people/tomas-reyes.md"], (file, root)
+        assert [d.id for d in read_corpus([file]).documents] == ["tomas-reyes.md"], file
+    assert [d.id for d in read_corpus(["wiki/people"], root="wiki").documents] == ["people/tomas-reyes.md"]
+    # Named twice (a folder and a file in it): read once, the second named as skipped.
+    result = read_corpus(["wiki", "link/people/tomas-reyes.md"], root="wiki")
+    assert len(result.documents) == 1 and "the same file as" in result.problems[0].reason
+
+
+def test_root_gives_an_edited_copy_the_original_id(tmp_path: Path) -> None:
+    (tmp_path / "wiki2" / "people").mkdir(parents=True)
+    copy = tmp_path / "wiki2" / "people" / "tomas-reyes.md"
+    copy.write_text("# Tomas Reyes\nNow port director.", encoding="utf-8")
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text("not under the root", encoding="utf-8")
+    result = read_corpus([copy, outside], root=tmp_path / "wiki2")
+    assert [d.id for d in result.documents] == ["people/tomas-reyes.md"]
+    assert "outside the root" in result.problems[0].reason
+    # A file indexed before keeps its id when passed alone, without --root.
+    known = {str(copy.resolve()): "people/tomas-reyes.md"}
+    assert [d.id for d in read_corpus([copy], known_ids=known).documents] == ["people/tomas-reyes.md"]
+    with pytest.raises(InputError, match="not a folder"):
+        read_corpus([copy], root=copy)
+
+
+def test_an_upload_is_read_by_the_same_rules(tmp_path: Path) -> None:
+    write_docx(tmp_path / "h.docx")
+    (doc,) = read_upload("../team/handbook.docx", (tmp_path / "h.docx").read_bytes()).documents
+    assert doc.id == "team/handbook.docx" and doc.title == "Onboarding handbook" and doc.metadata["sections"]
+    (latin,) = read_upload(
+        "notes.txt", "caf\u00e9 cr\u00e8me".encode("latin-1"), default_metadata={"acl": "ops"}
+    ).documents
+    assert latin.text == "caf\u00e9 cr\u00e8me" and latin.acl == ["ops"]
+    records = read_upload("batch.jsonl", b'{"id": "a", "text": "one"}\n{"text": "two"}\n').documents
+    assert [d.id for d in records] == ["a", "batch.jsonl:2"]
+    with pytest.raises(InputError, match="unsupported file type '.png'"):
+        read_upload("photo.png", b"\x89PNG\r\n")
+
+
+def test_progress_is_one_bar_over_the_whole_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for n in range(30):
+        (tmp_path / f"d{n:02d}.txt").write_text(f"document {n} " * 50, encoding="utf-8")
+    total = sum(p.stat().st_size for p in tmp_path.iterdir())
+    read_corpus([tmp_path], progress=True)
+    err = capsys.readouterr().err
+    final = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert err.count("read:   0%") == 1 and "100%" in final and "documents=30" in final, final
+    assert f"{total / 1000:.1f}k/{total / 1000:.1f}k" in final, (total, final)
