@@ -182,9 +182,9 @@ class Replica:
 
     def stop(self) -> None:
         self._stop.set()
+        self.jobs.stop()  # first: a running build ends, so the following thread is not kept waiting
         for thread in self._threads:
             thread.join(timeout=10)
-        self.jobs.stop()
         self.lock.release()
         self.heartbeats.remove()
 
@@ -212,13 +212,15 @@ class Replica:
                 _log(f"heartbeat or leader lock failed (retrying): {exc}")
 
     def _follow(self) -> None:
-        """Load a version published by anyone, completely, before switching to it."""
+        """Load a version published by anyone, completely, before switching to it. On the leader, not
+        during a pass of the job loop: the pass switches to what it published itself."""
         while not self._stop.wait(self.serve.refresh_seconds):
             try:
-                live = versions.live_version(self.root)
-                if live == self.holder.current.version:
-                    continue
-                self._beat(live)  # named before it is loaded: the leader spares it meanwhile
-                self.holder.refresh()
+                with self.jobs.busy:
+                    live = versions.live_version(self.root)
+                    if live == self.holder.current.version:
+                        continue
+                    self._beat(live)  # named before it is loaded: the leader spares it meanwhile
+                    self.holder.refresh()
             except Exception as exc:  # noqa: BLE001 - keep serving the old version; CURRENT moving retries
                 _log(f"cannot load the new index version (serving {self.holder.current.version or 'root'}): {exc}")

@@ -156,6 +156,7 @@ class JobRunner:
         # versions every serving process still uses when several serve this directory.
         self.protect: Callable[[], set[str]] = holder.versions_in_use
         self._lock = threading.Lock()
+        self.busy = threading.Lock()  # held through each pass: others wait for its own switch to the new version
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._child: subprocess.Popen | None = None
@@ -210,7 +211,8 @@ class JobRunner:
             if self._stop.is_set():
                 break
             try:
-                self._pass()
+                with self.busy:
+                    self._pass()
             except Exception:  # noqa: BLE001 - the loop must outlive any one failure; the next pass retries
                 print(
                     "hopgraph serve: update job loop error (retrying):\n" + traceback.format_exc(),
@@ -227,7 +229,7 @@ class JobRunner:
             if self.queue_depth():
                 self._wake.set()  # more batches (or a retry) follow without waiting
         try:
-            self.holder.refresh()  # or the following thread (hopgraph.serve.replicas) got there first
+            self.holder.refresh()
             if exited is not None and self.holder.current.version != serving:
                 self.publish_seconds.append({"exit_to_switch": round(time.monotonic() - exited, 3)})
         except Exception as exc:  # keep serving the old snapshot; the next pass tries again
