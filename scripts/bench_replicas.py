@@ -32,7 +32,7 @@ from hopgraph import Index, load_config
 from hopgraph.evaluate import report
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import free_port
-from hopgraph.serve.replicas import read_leader
+from hopgraph.serve.replicas import read_heartbeats, read_leader
 from hopgraph.store import CURRENT
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +44,9 @@ async def load_phase(urls: list[str], tokens: list[str], questions: list[str], a
     samples: list = []
     until = time.monotonic() + args.seconds
     tasks = [
-        client_loop(urls[i % len(urls)], tokens[i % len(tokens)], questions, i * 7, args.method, args.budget, until, samples)
+        client_loop(
+            urls[i % len(urls)], tokens[i % len(tokens)], questions, i * 7, args.method, args.budget, until, samples
+        )
         for i in range(args.clients)
     ]
     started = time.perf_counter()
@@ -86,9 +88,8 @@ def workers_memory(index: Path, env: dict[str, str], workers: int) -> dict[str, 
     server = start_server(index, port, env, "--serve.workers", str(workers), "--serve.jobs", "never")
     try:
         deadline = time.monotonic() + 300  # /healthz answers once the first process is up: wait for all
-        while len(psutil.Process(server.pid).children(recursive=True)) < workers and time.monotonic() < deadline:
+        while len(read_heartbeats(index)) < workers and time.monotonic() < deadline:
             time.sleep(0.5)
-        time.sleep(5 if workers > 1 else 0)
         url = f"http://127.0.0.1:{port}"
         for _ in range(20):  # every process answers a few queries (fresh connections spread over them)
             httpx.post(
@@ -115,7 +116,9 @@ def main() -> None:
     parser.add_argument("--method", default="ppr")
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--refresh", type=float, default=2.0, help="serve.refresh_seconds of both replicas")
-    parser.add_argument("--index", type=Path, help="index directory to use; built there if missing (else a temporary one)")
+    parser.add_argument(
+        "--index", type=Path, help="index directory to use; built there if missing (else a temporary one)"
+    )
     parser.add_argument("--no-workers-memory", action="store_true", help="skip the serve.workers 1 vs 2 memory check")
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "serve_replicas.json")
     args = parser.parse_args()
@@ -163,9 +166,7 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=60)
         servers = []
-        workers = (
-            [] if args.no_workers_memory else [workers_memory(index, env, n) for n in (1, 2)]
-        )
+        workers = [] if args.no_workers_memory else [workers_memory(index, env, n) for n in (1, 2)]
     finally:
         for server in servers:
             server.kill()

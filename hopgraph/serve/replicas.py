@@ -212,15 +212,14 @@ class Replica:
                 _log(f"heartbeat or leader lock failed (retrying): {exc}")
 
     def _follow(self) -> None:
-        """Load a version published by anyone, completely, before switching to it. On the leader, not
-        during a pass of the job loop: the pass switches to what it published itself."""
+        """Load a version published by anyone (on the leader too: its worker may take a while to exit
+        after publishing), completely, before switching to it."""
         while not self._stop.wait(self.serve.refresh_seconds):
             try:
-                with self.jobs.busy:
-                    live = versions.live_version(self.root)
-                    if live == self.holder.current.version:
-                        continue
-                    self._beat(live)  # named before it is loaded: the leader spares it meanwhile
-                    self.holder.refresh()
+                live = versions.live_version(self.root)
+                if live == self.holder.current.version:
+                    continue
+                self._beat(live)  # named before it is loaded: the leader spares it meanwhile
+                self.holder.refresh()
             except Exception as exc:  # noqa: BLE001 - keep serving the old version; CURRENT moving retries
                 _log(f"cannot load the new index version (serving {self.holder.current.version or 'root'}): {exc}")

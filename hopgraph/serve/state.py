@@ -80,6 +80,7 @@ class IndexHolder:
         self._state = threading.Lock()  # the live snapshot and the reader counts, changed together
         self._readers: Counter[str] = Counter()
         self._failed: Path | None = None  # a published version that could not be loaded
+        self.switched = time.monotonic()  # when the live snapshot was last replaced (monotonic seconds)
         self._snapshot = self._open()
 
     def _open(self) -> Snapshot:
@@ -130,6 +131,7 @@ class IndexHolder:
             self._failed = None
             with self._state:
                 self._snapshot = fresh
+            self.switched = time.monotonic()
             return True
 
 
@@ -156,7 +158,6 @@ class JobRunner:
         # versions every serving process still uses when several serve this directory.
         self.protect: Callable[[], set[str]] = holder.versions_in_use
         self._lock = threading.Lock()
-        self.busy = threading.Lock()  # held through each pass: others wait for its own switch to the new version
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._child: subprocess.Popen | None = None
@@ -211,8 +212,7 @@ class JobRunner:
             if self._stop.is_set():
                 break
             try:
-                with self.busy:
-                    self._pass()
+                self._pass()
             except Exception:  # noqa: BLE001 - the loop must outlive any one failure; the next pass retries
                 print(
                     "hopgraph serve: update job loop error (retrying):\n" + traceback.format_exc(),
@@ -229,15 +229,13 @@ class JobRunner:
             if self.queue_depth():
                 self._wake.set()  # more batches (or a retry) follow without waiting
         try:
-            self.holder.refresh()
-            if exited is not None and self.holder.current.version != serving:
-                self.publish_seconds.append({"exit_to_switch": round(time.monotonic() - exited, 3)})
+            self.holder.refresh()  # unless the following thread (hopgraph.serve.replicas) switched already
+            if exited is not None and self.holder.current.version != serving:  # 0: switched before the exit
+                self.publish_seconds.append({"exit_to_switch": round(max(0.0, self.holder.switched - exited), 3)})
         except Exception as exc:  # keep serving the old snapshot; the next pass tries again
             print(f"hopgraph serve: cannot load the new index version: {exc}", file=sys.stderr, flush=True)
             return
-        removed = versions.collect_garbage(
-            self.root, keep=self.config.serve.keep_versions, protect=self.protect
-        )
+        removed = versions.collect_garbage(self.root, keep=self.config.serve.keep_versions, protect=self.protect)
         if removed:
             print(f"hopgraph serve: removed old index versions {', '.join(removed)}", file=sys.stderr, flush=True)
 

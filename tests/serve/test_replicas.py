@@ -28,7 +28,10 @@ from tests.serve.support import USERS, auth
 REFRESH = 0.5  # serve.refresh_seconds of the servers below
 SWITCH_BOUND = 20.0  # seconds: REFRESH plus loading the small test index, with room for a busy 2-core machine
 TOKENS = json.dumps(
-    [{"token": u["token"], "user": name, "groups": u["groups"], "admin": u.get("admin", False)} for name, u in USERS.items()]
+    [
+        {"token": u["token"], "user": name, "groups": u["groups"], "admin": u.get("admin", False)}
+        for name, u in USERS.items()
+    ]
 )
 
 
@@ -65,7 +68,10 @@ class ServeProcess:
 
     def retrieve(self, query: str, user: str = "admin") -> dict[str, Any]:
         response = httpx.post(
-            f"{self.url}/v1/retrieve", json={"query": query, "method": "ppr", "budget": 600}, headers=auth(user), timeout=60
+            f"{self.url}/v1/retrieve",
+            json={"query": query, "method": "ppr", "budget": 600},
+            headers=auth(user),
+            timeout=60,
         )
         assert response.status_code == 200, response.text
         return dict(response.json())
@@ -147,7 +153,9 @@ def test_two_replicas_one_leader_every_one_serves_new_versions_and_a_dead_leader
         first.process.send_signal(signal.SIGKILL)
         first.process.wait()
         until(lambda: read_leader(index_copy)["pid"] == second.pid, SWITCH_BOUND)
-        later = insert(second.url, "aster-bridge", "The Aster Bridge in Castel Brun was rebuilt in 1958 of grey granite.")
+        later = insert(
+            second.url, "aster-bridge", "The Aster Bridge in Castel Brun was rebuilt in 1958 of grey granite."
+        )
         after = job_done(second.url, later["id"])
         assert after["status"] == "done" and after["attempts"] == 1
         assert "aster-bridge" in doc_ids(second.retrieve("Aster Bridge Castel Brun granite"))
