@@ -468,15 +468,15 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     where = f"http://{config.serve.host}:{config.serve.port}"
     # On SIGTERM, in-flight requests get a few seconds to finish; any retrieval still computing
     # stops at its deadline (serve.request_deadline), so the process exits within both bounds.
-    options: dict[str, Any] = {"log_level": "warning", "timeout_graceful_shutdown": 5}
+    server_options: dict[str, Any] = {"log_level": "warning", "timeout_graceful_shutdown": 5}
     if workers > 1:
         click.echo(f"serving {index_dir} at {where} with {workers} processes, each loading it (docs at /docs)")
-        run_workers(index_dir, config, tokens, **options)
+        run_workers(index_dir, config, tokens, **server_options)
         return
     click.echo(f"loading {index_dir} …")
     app = create_app(index_dir, config, tokens)
     click.echo(f"serving {index_dir} at {where} (docs at /docs; Ctrl-C stops)")
-    uvicorn.run(app, host=config.serve.host, port=config.serve.port, **options)
+    uvicorn.run(app, host=config.serve.host, port=config.serve.port, **server_options)
 
 
 @main.command()
