@@ -524,10 +524,14 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     token, user, groups, admin) or the JSON list in $HOPGRAPH_TOKENS. A reader only ever retrieves
     chunks of documents whose acl names one of their groups (serve.unrestricted_documents decides for
     documents without acl); inserting and deleting documents needs admin. OpenAPI docs at /docs.
+
+    Several processes may serve one index directory (serve.workers on one port, or replicas on other
+    machines over shared storage): one of them runs the update jobs, and each serves a newly
+    published version within serve.refresh_seconds plus the time to load it.
     """
     import uvicorn  # noqa: PLC0415
 
-    from hopgraph.serve.app import create_app  # noqa: PLC0415
+    from hopgraph.serve.app import create_app, run_workers  # noqa: PLC0415
     from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
     from hopgraph.store import IndexStore, live_root  # noqa: PLC0415
 
@@ -536,12 +540,21 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
     config = validate_config(apply_overrides(merged, overrides), "serve settings")
     tokens = TokenBook.load(config.serve.tokens_file, config.serve.tokens_env)
-    click.echo(f"loading {index_dir} …")
-    app = create_app(index_dir, config, tokens)
-    click.echo(f"serving {index_dir} at http://{config.serve.host}:{config.serve.port} (docs at /docs; Ctrl-C stops)")
+    workers = config.serve.workers
+    if workers > 1 and config.serve.jobs == "always":
+        raise click.UsageError("serve.jobs = 'always' runs jobs in every process: use it with serve.workers = 1")
+    where = f"http://{config.serve.host}:{config.serve.port}"
     # On SIGTERM, in-flight requests get a few seconds to finish; any retrieval still computing
     # stops at its deadline (serve.request_deadline), so the process exits within both bounds.
-    uvicorn.run(app, host=config.serve.host, port=config.serve.port, log_level="warning", timeout_graceful_shutdown=5)
+    server_options: dict[str, Any] = {"log_level": "warning", "timeout_graceful_shutdown": 5}
+    if workers > 1:
+        click.echo(f"serving {index_dir} at {where} with {workers} processes, each loading it (docs at /docs)")
+        run_workers(index_dir, config, tokens, **server_options)
+        return
+    click.echo(f"loading {index_dir} …")
+    app = create_app(index_dir, config, tokens)
+    click.echo(f"serving {index_dir} at {where} (docs at /docs; Ctrl-C stops)")
+    uvicorn.run(app, host=config.serve.host, port=config.serve.port, **server_options)
 
 
 @main.command()

@@ -111,4 +111,31 @@ class ServeConfig(Section):
     max_filter_values: int = Field(
         256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter."
     )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Server processes on this machine sharing the port; each loads the index (vectors are "
+        "memory-mapped, so their pages are shared) and follows the live version on its own.",
+    )
+    jobs: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="Who runs update jobs: auto = the one process (of every worker and replica over this index "
+        "directory) holding the lock INDEX/jobs/.leader, taken over when its holder dies; always / never for "
+        "storage whose file locks do not work (give exactly one replica 'always', with workers = 1).",
+    )
+    refresh_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=600,
+        description="Seconds between looks at INDEX/CURRENT (a version published elsewhere is served within this "
+        "plus its load time), at the job queue (jobs submitted to another replica) and at the leader lock.",
+    )
+    replica_timeout: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="Seconds after which a replica whose heartbeat (INDEX/replicas/) stopped changing counts as "
+        "gone: garbage collection no longer spares the versions it served (at least 3 x refresh_seconds).",
+    )
     request_limits: RequestLimits = RequestLimits()

@@ -1,4 +1,5 @@
-"""A built index opened for querying: tables, vectors and graphs, loaded once and kept in memory."""
+"""A built index opened for querying: tables, vectors and graphs, loaded once and kept in memory
+(arrays memory-mapped, shared by every process that serves the same version)."""
 
 from __future__ import annotations
 
@@ -109,7 +110,9 @@ class LoadedIndex:
         return self.memo("table", name, lambda: self.store.read_table(name))
 
     def array(self, name: str) -> np.ndarray:
-        return self.memo("array", name, lambda: self.store.read_array(name))
+        """A stored array, memory-mapped read-only: processes serving the same version share its pages,
+        and a version's files never change once written (an update writes a new version)."""
+        return self.memo("array", name, lambda: np.asarray(self.store.read_array(name, mmap=True)))
 
     def graph(self, name: str) -> sp.csr_matrix:
         return self.memo("graph", name, lambda: self.store.read_graph(name))

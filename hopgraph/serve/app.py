@@ -9,32 +9,40 @@ in ``middleware``, who-may-do-what and retrieval/answer bounds in ``service``, t
 from __future__ import annotations
 
 import contextlib
+import inspect
+import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import FastAPI
 
-from hopgraph.config import HopgraphConfig
+from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.serve import openai
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.errors import install_error_handlers
 from hopgraph.serve.middleware import GuardMiddleware
+from hopgraph.serve.replicas import Replica
 from hopgraph.serve.routes import router
 from hopgraph.serve.service import Service
 from hopgraph.version import __version__
 
 
 def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, start_jobs: bool = True) -> FastAPI:
-    """The ASGI app over index ``root``; loads the live version (all of it) before returning."""
+    """The ASGI app over index ``root``; loads the live version (all of it) before returning.
+
+    While it runs, it follows the live version and runs update jobs when it leads (see
+    ``hopgraph.serve.replicas``); ``start_jobs=False`` does neither (a fixed snapshot)."""
     service = Service(Path(root), config, tokens)
+    replica = Replica(service.root, service.holder, service.jobs, config.serve)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if start_jobs:
-            service.jobs.start()
+            replica.start()
         yield
         if start_jobs:
-            service.jobs.stop()
+            replica.stop()
         service.close()
 
     app = FastAPI(
@@ -48,10 +56,48 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         "/docs and /openapi.json (this API description, which holds no index data). "
         "Index counts and /metrics need the admin scope.",
     )
-    app.state.service = service
+    app.state.service, app.state.replica = service, replica
     app.state.holder, app.state.jobs, app.state.metrics = service.holder, service.jobs, service.metrics
     install_error_handlers(app)
     app.include_router(router)
     app.include_router(openai.router)
     app.add_middleware(GuardMiddleware, metrics=service.metrics, max_body_bytes=config.serve.max_body_bytes)
     return app
+
+
+# ---------------------------------------------------------------------- several worker processes
+SPEC_ENV = "HOPGRAPH_SERVE_SPEC"  # what the worker processes of one `hopgraph serve` are handed
+
+
+def app_from_environment() -> FastAPI:
+    """The app factory each worker process calls: index, settings and token digests from its parent."""
+    raw = os.environ.pop(SPEC_ENV, "")  # not inherited further (by the update worker)
+    if not raw:
+        raise RuntimeError(f"${SPEC_ENV} is not set: this factory is for the worker processes of `hopgraph serve`")
+    spec = json.loads(raw)
+    config = validate_config(spec["config"], "serve settings (from the parent `hopgraph serve` process)")
+    tokens = TokenBook.from_records(spec["tokens"], "tokens (from the parent `hopgraph serve` process)")
+    return create_app(spec["root"], config, tokens)
+
+
+def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **options: object) -> None:
+    """Serve with ``serve.workers`` processes on one port (uvicorn's supervisor binds the socket once,
+    every process accepts from it, a dead one is replaced).
+
+    The processes are spawned fresh, so each is handed the settings and the tokens in an environment
+    variable (only this user may read it): token SHA-256 digests, never the tokens themselves, and
+    never on a command line that `ps` shows to everyone."""
+    import uvicorn  # noqa: PLC0415
+
+    spec = {"root": str(root), "config": config.model_dump(mode="json"), "tokens": tokens.digest_records()}
+    os.environ[SPEC_ENV] = json.dumps(spec)
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
+        options.setdefault("timeout_worker_healthcheck", 30)  # a process loading a large index answers slowly
+    uvicorn.run(
+        f"{__name__}:app_from_environment",
+        factory=True,
+        workers=config.serve.workers,
+        host=config.serve.host,
+        port=config.serve.port,
+        **options,  # type: ignore[arg-type]
+    )

@@ -144,6 +144,13 @@ class TokenBook:
             sources.append(f"${tokens_env}")
         return cls.from_records(records, " + ".join(sources) or "tokens")
 
+    def digest_records(self) -> list[dict[str, Any]]:
+        """The book as ``sha256`` token records (no token in clear): how worker processes receive it."""
+        return [
+            {"sha256": digest.hex(), "user": who.user, "groups": sorted(who.groups), "admin": who.admin}
+            for digest, who in self._entries
+        ]
+
     def lookup(self, token: str) -> Principal | None:
         presented = _digest(token)
         found = None

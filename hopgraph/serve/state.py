@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import subprocess
 import sys
 import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.index import versions
@@ -41,11 +44,18 @@ def warm(index: LoadedIndex | PartitionedIndex) -> None:
     for path in sorted((root / "tables").glob("*.parquet")):
         index.table(path.stem)
     for path in sorted((root / "arrays").glob("*.npy")):
-        index.array(path.stem)
+        touch(index.array(path.stem))
     for path in sorted((root / "graphs").glob("*.npz")):
         index.graph(path.stem)
     for name in ("documents", "chunks", "units", "keywords", "keyword_lookup", "sentence_runs", "keyword_units"):
         getattr(index, name)
+
+
+def touch(array: np.ndarray) -> None:
+    """Read one byte of every page of a memory-mapped array: its file is read at load, and the pages
+    stay in the page cache that every process mapping the same file shares."""
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    int(flat[:: mmap.PAGESIZE].sum())
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class IndexHolder:
         self._state = threading.Lock()  # the live snapshot and the reader counts, changed together
         self._readers: Counter[str] = Counter()
         self._failed: Path | None = None  # a published version that could not be loaded
+        self.switched = time.monotonic()  # when the live snapshot was last replaced (monotonic seconds)
         self._snapshot = self._open()
 
     def _open(self) -> Snapshot:
@@ -120,12 +131,17 @@ class IndexHolder:
             self._failed = None
             with self._state:
                 self._snapshot = fresh
+            self.switched = time.monotonic()
             return True
 
 
 class JobRunner:
     """Starts the worker child when jobs are queued, switches the holder to what it published,
     then collects old versions.
+
+    Only one process among all that serve an index directory runs this loop (the leader, see
+    ``hopgraph.serve.replicas``); it looks at the queue on disk every ``serve.refresh_seconds``, so
+    jobs submitted to another process are picked up within that time.
 
     The worker runs one batch (all jobs queued when it starts) and exits, so the holder switches
     after every build, not after a queue that keeps growing. A job is reported 'publishing' until
@@ -134,11 +150,13 @@ class JobRunner:
     end 'failed' with the reason. Every error in the loop is logged and the loop goes on.
     """
 
-    IDLE_WAIT = 5.0  # seconds between looks at the queue when nobody wakes the loop
-
     def __init__(self, root: Path, holder: IndexHolder, config: HopgraphConfig, *, backoff: float = 1.0):
         self.root, self.holder, self.config = root, holder, config
         self.backoff = backoff
+        self.idle_wait = config.serve.refresh_seconds  # seconds between looks at the queue when nobody wakes the loop
+        # Versions garbage collection spares besides the live one and the newest kept: replaced by the
+        # versions every serving process still uses when several serve this directory.
+        self.protect: Callable[[], set[str]] = holder.versions_in_use
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -147,6 +165,11 @@ class JobRunner:
         self.publish_seconds: list[dict[str, float]] = []  # per build: worker run, worker exit → switch
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
 
+    @property
+    def running(self) -> bool:
+        """Whether this process runs the job loop."""
+        return self._thread.is_alive()
+
     def start(self) -> None:
         self._thread.start()
         self._wake.set()  # jobs left by a previous server run are resumed at once
@@ -154,7 +177,8 @@ class JobRunner:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
         with self._lock:
             if self._child and self._child.poll() is None:
                 self._child.terminate()  # the job resumes from its finished stages next time
@@ -183,7 +207,7 @@ class JobRunner:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=self.IDLE_WAIT)
+            self._wake.wait(timeout=self.idle_wait)
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -199,20 +223,19 @@ class JobRunner:
 
     def _pass(self) -> None:
         """One round: run the next batch if any, switch to what is live, collect old versions."""
-        exited = None
+        exited, serving = None, self.holder.current.version
         if self.queue_depth():
             exited = self._run_child()
             if self.queue_depth():
                 self._wake.set()  # more batches (or a retry) follow without waiting
         try:
-            if self.holder.refresh() and exited is not None:
-                self.publish_seconds.append({"exit_to_switch": round(time.monotonic() - exited, 3)})
+            self.holder.refresh()  # unless the following thread (hopgraph.serve.replicas) switched already
+            if exited is not None and self.holder.current.version != serving:  # 0: switched before the exit
+                self.publish_seconds.append({"exit_to_switch": round(max(0.0, self.holder.switched - exited), 3)})
         except Exception as exc:  # keep serving the old snapshot; the next pass tries again
             print(f"hopgraph serve: cannot load the new index version: {exc}", file=sys.stderr, flush=True)
             return
-        removed = versions.collect_garbage(
-            self.root, keep=self.config.serve.keep_versions, protect=self.holder.versions_in_use
-        )
+        removed = versions.collect_garbage(self.root, keep=self.config.serve.keep_versions, protect=self.protect)
         if removed:
             print(f"hopgraph serve: removed old index versions {', '.join(removed)}", file=sys.stderr, flush=True)
 
