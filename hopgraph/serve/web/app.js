@@ -104,6 +104,7 @@ async function ask(withAnswer) {
   const buttons = [$("ask-button"), $("retrieve-button")];
   buttons.forEach((b) => (b.disabled = true));
   $("result").hidden = false;
+  $("result").setAttribute("aria-busy", "true");
   show($("ask-error"), "");
   $("answer").textContent = withAnswer ? "Thinking…" : "";
   $("citations").replaceChildren();
@@ -127,6 +128,7 @@ async function ask(withAnswer) {
     show($("ask-error"), error.message);
   } finally {
     buttons.forEach((b) => (b.disabled = false));
+    $("result").setAttribute("aria-busy", "false");
   }
 }
 
