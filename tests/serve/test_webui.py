@@ -80,8 +80,14 @@ def browser():
         launched.close()
 
 
+@pytest.fixture(scope="module")
+def site(browser, server):
+    """The page's server, asked for once a browser is known to be there (no browser: skip before building)."""
+    return server
+
+
 @pytest.fixture()
-def page(browser, server):
+def page(browser, site):
     """A fresh tab (its own session storage); fails the test if anything is fetched from elsewhere."""
     context = browser.new_context(viewport={"width": 1100, "height": 800})
     elsewhere: list[str] = []
@@ -112,27 +118,27 @@ def sign_in(page, url: str, user: str) -> None:
 
 
 # ------------------------------------------------------------------------------------ a reader
-def test_sign_in_keeps_the_token_for_the_tab_and_refuses_a_wrong_one(page, server, tmp_path):
-    page.goto(server.url + "/")
+def test_sign_in_keeps_the_token_for_the_tab_and_refuses_a_wrong_one(page, site, tmp_path):
+    page.goto(site.url + "/")
     shot(page, "signin", tmp_path)
     page.fill("#token", "not-a-token-of-anyone-here")
     page.click("#signin button[type=submit]")
     page.wait_for_selector("#signin-error", state="visible")
     assert "not accepted" in page.text_content("#signin-error") and page.is_hidden("#app")
-    sign_in(page, server.url, "bo")
+    sign_in(page, site.url, "bo")
     assert page.evaluate("sessionStorage.getItem('hopgraph.token')") == USERS["bo"]["token"]
     page.reload()  # the session survives a reload of the tab
     page.wait_for_selector("#app", state="visible")
     methods = page.eval_on_selector_all("#method option", "options => options.map(o => o.value)")
-    info = httpx.get(server.url + "/v1/index", headers=auth("bo")).json()
+    info = httpx.get(site.url + "/v1/index", headers=auth("bo")).json()
     assert methods == info["methods"] and page.input_value("#method") == info["default_method"]
     page.click("#signout")
     page.wait_for_selector("#signin-panel", state="visible")
     assert page.evaluate("sessionStorage.getItem('hopgraph.token')") is None
 
 
-def test_without_the_llm_the_page_shows_the_error_and_the_evidence_with_provenance(page, server, tmp_path):
-    sign_in(page, server.url, "bo")
+def test_without_the_llm_the_page_shows_the_error_and_the_evidence_with_provenance(page, site, tmp_path):
+    sign_in(page, site.url, "bo")
     page.fill("#question", "Who chairs the Orrin Basin Water Board?")
     page.select_option("#method", "ppr")
     page.fill("#budget", "600")
@@ -143,7 +149,7 @@ def test_without_the_llm_the_page_shows_the_error_and_the_evidence_with_provenan
     used = page.text_content("#used")
     assert "method ppr" in used and "budget 600 tokens" in used
     expected = httpx.post(
-        server.url + "/v1/retrieve",
+        site.url + "/v1/retrieve",
         json={"query": "Who chairs the Orrin Basin Water Board?", "method": "ppr", "budget": 600},
         headers=auth("bo"),
     ).json()["evidence"]
@@ -158,8 +164,8 @@ def test_without_the_llm_the_page_shows_the_error_and_the_evidence_with_provenan
     shot(page, "evidence", tmp_path)
 
 
-def test_markup_in_a_document_is_shown_as_text_never_run(page, server, tmp_path):
-    sign_in(page, server.url, "admin")
+def test_markup_in_a_document_is_shown_as_text_never_run(page, site, tmp_path):
+    sign_in(page, site.url, "admin")
     page.fill("#question", LANTERN_QUESTION)
     page.select_option("#method", "text")
     page.click("#retrieve-button")
@@ -175,11 +181,11 @@ def test_markup_in_a_document_is_shown_as_text_never_run(page, server, tmp_path)
     assert page.query_selector_all("main img, main script, #passage img, #passage script") == []
     assert page.evaluate("window.pwned") is None
     # And the page forbids inline script outright, should markup ever get through.
-    assert "script-src 'self'" in httpx.get(server.url + "/").headers["content-security-policy"]
+    assert "script-src 'self'" in httpx.get(site.url + "/").headers["content-security-policy"]
 
 
-def test_a_reader_sees_no_admin_controls_and_the_admin_endpoints_refuse_them(page, server, tmp_path):
-    sign_in(page, server.url, "guest")
+def test_a_reader_sees_no_admin_controls_and_the_admin_endpoints_refuse_them(page, site, tmp_path):
+    sign_in(page, site.url, "guest")
     assert page.is_hidden("#admin") and page.is_hidden("#upload") and page.is_hidden("#documents")
     assert page.text_content("#who") == "signed in"
     shot(page, "reader", tmp_path)
@@ -202,8 +208,8 @@ def test_a_reader_sees_no_admin_controls_and_the_admin_endpoints_refuse_them(pag
 
 # ------------------------------------------------------------------------------------ an admin
 @pytest.mark.slow  # an update job: a worker process loads the models and builds the next version (~30 s)
-def test_an_admin_uploads_a_file_and_finds_it_listed_after_the_job(page, server, tmp_path):
-    sign_in(page, server.url, "admin")
+def test_an_admin_uploads_a_file_and_finds_it_listed_after_the_job(page, site, tmp_path):
+    sign_in(page, site.url, "admin")
     page.wait_for_selector("#stats b")
     assert "documents" in page.inner_text("#stats")
     before = int(page.text_content("#doc-count").split(" of ")[1])
@@ -289,8 +295,8 @@ def test_an_answer_from_the_standin_llm_is_shown_with_its_evidence(
 
 
 # ------------------------------------------------------------------------------------ API description pages
-def test_swagger_and_redoc_load_from_the_server_and_authorize_sends_the_token(page, server, tmp_path):
-    page.goto(server.url + "/docs")
+def test_swagger_and_redoc_load_from_the_server_and_authorize_sends_the_token(page, site, tmp_path):
+    page.goto(site.url + "/docs")
     page.wait_for_selector("button.authorize")
     page.click("button.authorize")
     page.fill(".auth-container input", USERS["admin"]["token"])
@@ -302,7 +308,7 @@ def test_swagger_and_redoc_load_from_the_server_and_authorize_sends_the_token(pa
         page.click("#operations-index-index_info_v1_index_get button.execute")
     assert answer.value.status == 200 and "counts" in answer.value.json()
     shot(page, "swagger", tmp_path)
-    page.goto(server.url + "/redoc")
+    page.goto(site.url + "/redoc")
     page.wait_for_selector("text=Multi-hop retrieval")
 
 
