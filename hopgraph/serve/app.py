@@ -3,7 +3,8 @@
 
 Where things live: request bodies in ``schemas``, errors in ``errors``, the body guard and timing
 in ``middleware``, who-may-do-what and retrieval/answer bounds in ``service``, the endpoints in
-``routes``.
+``routes`` (file upload and the document list in ``documents``), the web page and API description
+pages in ``docs``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from fastapi import FastAPI
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.serve import openai
 from hopgraph.serve.auth import TokenBook
+from hopgraph.serve.docs import install_pages
+from hopgraph.serve.documents import router as documents_router
 from hopgraph.serve.errors import install_error_handlers
 from hopgraph.serve.middleware import GuardMiddleware
 from hopgraph.serve.replicas import Replica
@@ -49,18 +52,22 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         lifespan=lifespan,
         title="hopgraph",
         version=__version__,
+        docs_url=None,  # /docs and /redoc come from docs.install_pages, with their assets served locally
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
         description="Multi-hop retrieval and answers with provenance over a private index. "
-        "Every endpoint needs `Authorization: Bearer <token>` except /healthz (liveness and live version) and "
-        "/docs and /openapi.json (this API description, which holds no index data). "
+        "Every endpoint needs `Authorization: Bearer <token>` except /healthz (liveness and live version), "
+        "/docs, /redoc and /openapi.json (this API description, which holds no index data) and / with its "
+        "assets under /static/ (the web page, which asks the API with the token one signs in with). "
         "Index counts and /metrics need the admin scope.",
     )
     app.state.service, app.state.replica = service, replica
     app.state.holder, app.state.jobs, app.state.metrics = service.holder, service.jobs, service.metrics
     install_error_handlers(app)
     app.include_router(router)
+    app.include_router(documents_router)
     app.include_router(openai.router)
+    install_pages(app)
     app.add_middleware(GuardMiddleware, metrics=service.metrics, max_body_bytes=config.serve.max_body_bytes)
     return app
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from hopgraph.config import HopgraphConfig, dotted_keys
@@ -215,7 +216,16 @@ def service_of(request: Request) -> Service:
     return service
 
 
-def principal(request: Request) -> Principal:
+# Declares the bearer scheme in the OpenAPI schema (so "Authorize" in /docs sends the token); it never
+# refuses by itself: :meth:`Service.authenticate` does, with the server's own JSON errors.
+bearer = HTTPBearer(
+    scheme_name="bearer",
+    description="A token from serve.tokens_file or $HOPGRAPH_TOKENS, sent as `Authorization: Bearer <token>`.",
+    auto_error=False,
+)
+
+
+def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
     """Dependency: the authenticated caller (see :meth:`Service.authenticate`)."""
     return service_of(request).authenticate(request)
 

@@ -289,26 +289,44 @@ def test_llm_errors_name_no_internal_address(client, server):
     assert "127.0.0.1" not in text and "http://" not in text and llm_url not in text
 
 
-def test_only_health_and_the_api_description_are_open(client, server):
+def test_only_health_the_api_description_and_the_web_page_are_open(client, server):
     from tests.conftest import REPO
 
-    open_paths = {"/healthz", "/docs", "/openapi.json"}
-    for path in sorted(open_paths):
+    # The README's table rows, and a path each stands for (the page's assets live under /static/).
+    open_rows = {
+        "/healthz": "/healthz",
+        "/docs": "/docs",
+        "/redoc": "/redoc",
+        "/openapi.json": "/openapi.json",
+        "/": "/",
+        "/static/...": "/static/web/app.js",
+    }
+    assets = ["/static/web/index.html", "/static/web/app.css", "/static/docs/swagger-ui-bundle.js"]
+    assets += ["/static/docs/swagger-ui.css", "/static/docs/redoc.standalone.js"]
+    for path in [*open_rows.values(), *assets]:
         assert client.get(path).status_code == 200, path
+    for path in ["/", "/docs", "/redoc", "/openapi.json"]:  # no index data in what anyone may read
+        assert not any(word in client.get(path).text for word in CODEWORDS.values()), path
     spec = client.get("/openapi.json").json()
-    assert not any(word in client.get("/openapi.json").text for word in CODEWORDS.values())  # no index data in it
-    # Every operation the API describes (routers included) refuses a caller without a token.
+    assert spec["components"]["securitySchemes"]["bearer"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": spec["components"]["securitySchemes"]["bearer"]["description"],
+    }
+    # Every operation the API describes (routers included) refuses a caller without a token, and says
+    # so in the schema (so "Authorize" in /docs sends the token).
     for path, operations in spec["paths"].items():
-        if path in open_paths:
+        if path in open_rows:
             continue
-        for verb in operations:
+        for verb, operation in operations.items():
+            assert operation.get("security") == [{"bearer": []}], (verb, path)
             assert client.request(verb.upper(), re.sub(r"\{[^}]+\}", "x", path)).status_code == 401, (verb, path)
-    assert client.get("/redoc").status_code in (401, 404)
+    assert "/healthz" in spec["paths"] and "security" not in spec["paths"]["/healthz"]["get"]
     description = spec["info"]["description"]
-    assert all(p in description for p in open_paths)
+    assert all(p.rstrip(".") in description for p in open_rows)
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     server_section = readme[readme.index("## Query server") : readme.index("## Incremental updates")]
-    for p in open_paths:
+    for p in open_rows:
         assert f"`GET {p}` | nobody needs a token" in server_section, p
 
 
