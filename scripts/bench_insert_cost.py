@@ -19,9 +19,14 @@ starts); the built index and its caches are kept under ``--work/<label>/<size>``
 every insert starts from a copy of them, so a repeated insert finds the caches as the build left
 them. ``--label before`` / ``after`` names the code under test (run the script with PYTHONPATH on
 another checkout for "before"); results of other labels already in ``--out`` are kept.
-``--vectors-from LABEL`` starts a build with the vector cache that LABEL's build left (embedding
-is the same in both, and it is most of a build's time): that build's seconds are then not those
-of a cold build, and the result says so (``build_vectors_warm``).
+``--vectors-from LABEL`` starts a build with the vector and entity caches that LABEL's build left
+(embedding and spaCy are the same in both, and they are most of a build's time): that build's
+seconds are then not those of a cold build, and the result says so (``build_vectors_warm``).
+
+``--stand-in-embedder`` replaces the embedding model by unit vectors drawn from a hash of each text,
+for machines where building with the model takes too long: everything else an insert does is
+unchanged (it embeds only the inserted document's few texts), but build seconds then leave out
+embedding, and the result says so (``embedder``).
 
     python3 scripts/bench_insert_cost.py --label after                     # 10k only
     python3 scripts/bench_insert_cost.py --label after --sizes 10k,100k
@@ -78,6 +83,35 @@ def settings(size: str, cache: Path) -> dict[str, Any]:
     }
 
 
+class HashEmbedder:
+    """Stand-in model: a unit vector per text drawn from its hash (see ``--stand-in-embedder``)."""
+
+    name, dim, max_length = "hash-stand-in", 384, 256
+
+    def encode(self, texts: Any, *, progress: bool = False) -> Any:
+        import hashlib  # noqa: PLC0415
+
+        import numpy as np  # noqa: PLC0415
+
+        rows = [
+            np.random.default_rng(int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")).standard_normal(
+                self.dim
+            )
+            for t in texts
+        ]
+        out = np.asarray(rows, dtype=np.float32).reshape(len(rows), self.dim)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+    encode_queries = encode
+
+
+def use_embedder(stand_in: bool) -> None:
+    if stand_in:
+        import hopgraph.models  # noqa: PLC0415
+
+        hopgraph.models._load_embedder = lambda *args: HashEmbedder()
+
+
 def warm_up(config: Any) -> None:
     """Load every model an insert uses, so the timed run measures work, not loading."""
     from hopgraph.models import count_tokens, load_embedder, sentence_spans  # noqa: PLC0415
@@ -89,10 +123,11 @@ def warm_up(config: Any) -> None:
     entity_names(["Paris is in France."])
 
 
-def child_build(size: str, folder: str, queue: Any) -> None:
+def child_build(size: str, folder: str, stand_in: bool, queue: Any) -> None:
     from hopgraph.config import load_config  # noqa: PLC0415
     from hopgraph.index.pipeline import build_index  # noqa: PLC0415
 
+    use_embedder(stand_in)
     work = Path(folder)
     config = load_config(None, settings(size, work / "cache"))
     documents = corpus(size)[:-1]
@@ -103,10 +138,11 @@ def child_build(size: str, folder: str, queue: Any) -> None:
     queue.put({"seconds": round(seconds, 3), "manifest": manifest})
 
 
-def child_insert(size: str, folder: str, profile: str | None, queue: Any) -> None:
+def child_insert(size: str, folder: str, profile: str | None, stand_in: bool, queue: Any) -> None:
     from hopgraph.config import load_config  # noqa: PLC0415
     from hopgraph.index import versions  # noqa: PLC0415
 
+    use_embedder(stand_in)
     work = Path(folder)
     config = load_config(None, settings(size, work / "cache"))
     warm_up(config)
@@ -137,15 +173,18 @@ def in_child(target: Any, *args: Any) -> dict[str, Any]:
     return result
 
 
-def measure(size: str, work: Path, profile: str | None, vectors_from: Path | None) -> dict[str, Any]:
+def measure(size: str, work: Path, profile: str | None, vectors_from: Path | None, stand_in: bool) -> dict[str, Any]:
     """Build (or reuse) the index of ``size`` under ``work`` and time one insert into a copy of it."""
     built = work / "built.json"
     if not built.is_file():
         if vectors_from is not None:
             (work / "cache").mkdir(parents=True, exist_ok=True)
-            for path in (vectors_from / "cache.built").glob("vectors.sqlite*"):
+            for path in [
+                *(vectors_from / "cache.built").glob("vectors.sqlite*"),
+                *(vectors_from / "cache.built").glob("entities.sqlite*"),
+            ]:
                 shutil.copy(path, work / "cache" / path.name)
-        build = in_child(child_build, size, str(work))
+        build = in_child(child_build, size, str(work), stand_in)
         build["vectors_warm"] = vectors_from is not None
         if vectors_from is not None:  # the seconds of the cold build whose vectors it started from
             build["cold_seconds"] = json.loads((vectors_from / "built.json").read_text(encoding="utf-8"))["seconds"]
@@ -157,9 +196,12 @@ def measure(size: str, work: Path, profile: str | None, vectors_from: Path | Non
         shutil.rmtree(work / name, ignore_errors=True)
     shutil.copytree(work / "cache.built", work / "cache")  # the caches exactly as the build left them
     shutil.copytree(work / "index", work / "trial")
-    insert = in_child(child_insert, size, str(work), profile)
+    insert = in_child(child_insert, size, str(work), profile, stand_in)
     job = insert["job"]
     return {
+        "embedder": "hash stand-in (build seconds leave out embedding)"
+        if stand_in
+        else manifest["models"]["embedding"],
         "documents": job["documents"],
         "inserted": insert["document"],
         "chunks": manifest["counts"]["chunks"],
@@ -183,7 +225,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="10k", help=f"comma-separated, of {', '.join(SIZES)}")
     parser.add_argument("--label", default="after", help="name of the code under test (before/after)")
     parser.add_argument("--profile", help="write cProfile stats of the (last) insert here")
-    parser.add_argument("--vectors-from", help="label whose build's vector cache a new build starts from")
+    parser.add_argument("--vectors-from", help="label whose build's vector and entity caches a new build starts from")
+    parser.add_argument("--stand-in-embedder", action="store_true", help="hash vectors instead of the model")
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args()
     from hopgraph.evaluate.report import provenance, write_json  # noqa: PLC0415
@@ -194,10 +237,14 @@ def main() -> None:
         raise SystemExit(f"unknown size(s) {', '.join(unknown)}; known: {', '.join(SIZES)}")
     payload = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {"sizes": {}}
     for size in sizes:
-        work = args.work / args.label / size
+        work = args.work / f"{args.label}{'-stand-in' if args.stand_in_embedder else ''}" / size
         work.mkdir(parents=True, exist_ok=True)
-        source = args.work / args.vectors_from / size if args.vectors_from else None
-        figures = measure(size, work, args.profile, source)
+        source = (
+            args.work / f"{args.vectors_from}{'-stand-in' if args.stand_in_embedder else ''}" / size
+            if args.vectors_from
+            else None
+        )
+        figures = measure(size, work, args.profile, source, args.stand_in_embedder)
         payload["sizes"].setdefault(size, {})[args.label] = {**figures, "provenance": provenance()}
         print(
             f"{size} [{args.label}]: {figures['chunks']} chunks, build {figures['build_seconds']:.1f}s, "

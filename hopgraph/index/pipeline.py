@@ -120,12 +120,18 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
 def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.keywords
     chunks = ctx.store.read_table("chunks")["text"]
-    vocabulary = keywords.build_vocabulary(chunks, cfg)
-    lookup = {w: i for i, w in enumerate(vocabulary)}
-    chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
+    if cfg.method == "tokens":  # the vocabulary is every chunk word: one pass over the chunks gives both
+        vocabulary, chunk_postings = keywords.vocabulary_and_incidence(chunks, cfg.min_length)
+        lookup = {w: i for i, w in enumerate(vocabulary)}
+    else:
+        vocabulary = keywords.build_vocabulary(chunks, cfg)
+        lookup = {w: i for i, w in enumerate(vocabulary)}
+        chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
     ctx.store.write_graph("postings_chunks", chunk_postings)
+    units = ctx.store.read_table("units")["text"]
+    same = units == chunks  # one sub-chunk per chunk (τ=0): the same texts have the same postings
     ctx.store.write_graph(
-        "postings_units", keywords.incidence(ctx.store.read_table("units")["text"], lookup, cfg.min_length)
+        "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
     )
     ctx.store.write_graph(
         "postings_sentences", keywords.incidence(ctx.store.read_table("sentences")["text"], lookup, cfg.min_length)
