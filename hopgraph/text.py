@@ -7,7 +7,6 @@ They sit below the index, retrieval and evaluation layers so that none needs to 
 from __future__ import annotations
 
 import functools
-import hashlib
 import re
 import string
 from importlib import resources
@@ -48,13 +47,3 @@ def normalise_entity(name: str) -> str:
     Harbor Institute" and "Halvern Harbor Institute's" meet as one)."""
     text = " ".join(WORD.findall(_POSSESSIVE.sub("", name.lower())))
     return _ARTICLE.sub("", text)
-
-
-KEYWORD_RULES = "v1"  # bump when ``words`` changes: cached keyword tokens are keyed by it
-
-
-@functools.lru_cache(maxsize=1)
-def keyword_rules() -> str:
-    """What keyword tokens depend on besides the text: the rules' version and the stop-word list."""
-    listed = hashlib.sha256(" ".join(sorted(stop_words())).encode()).hexdigest()[:12]
-    return f"{KEYWORD_RULES}:{listed}"

@@ -1,10 +1,11 @@
-"""Per-text analysis (tokens, sentences, keywords) behind a content-keyed cache.
+"""Per-text analysis (token offsets, punkt sentences) behind a content-keyed cache.
 
 An update rebuilds the index of the whole corpus (see :mod:`hopgraph.index.versions`), so every
-per-text result that is not cached is recomputed for every old text on every insert: tokenising and
-punkt splitting cost seconds per 10k chunks, spaCy far more. Results are keyed by (what computed
-them, text), as vectors are, so an insert analyses only the texts it brings and the rest of the
-build is arithmetic over cached results.
+per-text result that is not cached is recomputed for every old text on every insert: tokenising
+with offsets and punkt splitting took ~30 s of a ~100 s insert at 10k chunks. Results are keyed by
+(what computed them, text), as vectors and spaCy entities are, so an insert analyses only the texts
+it brings. Cheaper per-text work (a token count, keyword tokens: ~50 µs a text) is not cached: a
+lookup in SQLite costs about as much.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from hopgraph.cache import IntArrayCache, JsonCache, TextKeyedCache
+from hopgraph.cache import IntArrayCache, TextKeyedCache
 from hopgraph.config import HopgraphConfig
 from hopgraph.index.chunking import Analyse, TextAnalysis, analyse_texts
-from hopgraph.models import count_tokens, sentence_spans
-from hopgraph.text import keyword_rules, words
+from hopgraph.models import sentence_spans
 
 
 @functools.lru_cache(maxsize=8)
@@ -47,7 +47,7 @@ def _pairs(flat: np.ndarray) -> list[tuple[int, int]]:
 
 
 class TextAnalyser:
-    """Tokens, sentences and keywords of texts, each text computed once per cache file.
+    """Token offsets and sentences of texts, each text computed once per cache file.
 
     Without a path the results live in memory for the analyser's life (one build), so a result
     reads the same whether it was computed or looked up. ``hits``/``misses`` add up the lookups of
@@ -95,16 +95,6 @@ class TextAnalyser:
         model = f"sentences:punkt-{_version('punkt')}"
         found = self._lookup(IntArrayCache, model, texts, lambda m: [_spans_array(sentence_spans(t)) for t in m])
         return [_pairs(flat) for flat in found]
-
-    def token_counts(self, texts: Sequence[str], encoding: str = "cl100k_base") -> list[int]:
-        model = f"tokens:{encoding}:tiktoken-{_version('tiktoken')}"
-        found = self._lookup(IntArrayCache, model, texts, lambda m: [[count_tokens(t, encoding)] for t in m])
-        return [int(flat[0]) for flat in found]
-
-    def words(self, texts: Sequence[str], min_length: int) -> list[list[str]]:
-        """Keyword tokens of each text, in order (:func:`hopgraph.text.words`)."""
-        model = f"words:{min_length}:{keyword_rules()}"
-        return self._lookup(JsonCache, model, texts, lambda m: [words(t, min_length) for t in m])
 
     def close(self) -> None:
         for cache in self._caches.values():
