@@ -28,7 +28,7 @@ for machines where building with the model takes too long: everything else an in
 unchanged (it embeds only the inserted document's few texts), but build seconds then leave out
 embedding, and the result says so (``embedder``).
 
-    python3 scripts/bench_insert_cost.py --label after                     # 10k only
+    python3 scripts/bench_insert_cost.py --label after                     # 10k only, median of 3 inserts
     python3 scripts/bench_insert_cost.py --label after --sizes 10k,100k
     python3 scripts/bench_insert_cost.py --label after --profile /tmp/insert.prof
 """
@@ -173,8 +173,11 @@ def in_child(target: Any, *args: Any) -> dict[str, Any]:
     return result
 
 
-def measure(size: str, work: Path, profile: str | None, vectors_from: Path | None, stand_in: bool) -> dict[str, Any]:
-    """Build (or reuse) the index of ``size`` under ``work`` and time one insert into a copy of it."""
+def measure(
+    size: str, work: Path, profile: str | None, vectors_from: Path | None, stand_in: bool, repeat: int
+) -> dict[str, Any]:
+    """Build (or reuse) the index of ``size`` under ``work`` and time ``repeat`` inserts, each into a
+    fresh copy of it; the median one is reported, every run's seconds beside it."""
     built = work / "built.json"
     if not built.is_file():
         if vectors_from is not None:
@@ -192,11 +195,14 @@ def measure(size: str, work: Path, profile: str | None, vectors_from: Path | Non
         built.write_text(json.dumps(build, default=str), encoding="utf-8")
     build = json.loads(built.read_text(encoding="utf-8"))
     manifest = build["manifest"]
-    for name in ("trial", "cache"):
-        shutil.rmtree(work / name, ignore_errors=True)
-    shutil.copytree(work / "cache.built", work / "cache")  # the caches exactly as the build left them
-    shutil.copytree(work / "index", work / "trial")
-    insert = in_child(child_insert, size, str(work), profile, stand_in)
+    runs = []
+    for _ in range(repeat):
+        for name in ("trial", "cache"):
+            shutil.rmtree(work / name, ignore_errors=True)
+        shutil.copytree(work / "cache.built", work / "cache")  # the caches exactly as the build left them
+        shutil.copytree(work / "index", work / "trial")
+        runs.append(in_child(child_insert, size, str(work), profile, stand_in))
+    insert = sorted(runs, key=lambda run: run["seconds"])[(len(runs) - 1) // 2]  # the median run
     job = insert["job"]
     return {
         "embedder": "hash stand-in (build seconds leave out embedding)"
@@ -212,6 +218,7 @@ def measure(size: str, work: Path, profile: str | None, vectors_from: Path | Non
         "build_vectors_warm": build.get("vectors_warm", False),
         "build_stage_seconds": {name: rec["seconds"] for name, rec in manifest["stages"].items()},
         "insert_seconds": insert["seconds"],
+        "insert_runs_seconds": [run["seconds"] for run in runs],
         "insert_job_seconds": job["seconds"],
         "insert_share_of_build": round(insert["seconds"] / build["seconds"], 4),
         "insert_share_of_cold_build": round(insert["seconds"] / build.get("cold_seconds", build["seconds"]), 4),
@@ -226,6 +233,7 @@ def main() -> None:
     parser.add_argument("--label", default="after", help="name of the code under test (before/after)")
     parser.add_argument("--profile", help="write cProfile stats of the (last) insert here")
     parser.add_argument("--vectors-from", help="label whose build's vector and entity caches a new build starts from")
+    parser.add_argument("--repeat", type=int, default=3, help="inserts timed per size (the median is reported)")
     parser.add_argument("--stand-in-embedder", action="store_true", help="hash vectors instead of the model")
     parser.add_argument("--out", type=Path, default=RESULT)
     args = parser.parse_args()
@@ -244,7 +252,7 @@ def main() -> None:
             if args.vectors_from
             else None
         )
-        figures = measure(size, work, args.profile, source, args.stand_in_embedder)
+        figures = measure(size, work, args.profile, source, args.stand_in_embedder, max(args.repeat, 1))
         payload["sizes"].setdefault(size, {})[args.label] = {**figures, "provenance": provenance()}
         print(
             f"{size} [{args.label}]: {figures['chunks']} chunks, build {figures['build_seconds']:.1f}s, "
