@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ class TextKeyedCache:
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.model = model
+        self.hits = 0  # texts answered from the cache by :meth:`get_or_compute`
+        self.misses = 0  # distinct texts it computed
         self._db = sqlite3.connect(self.path, timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
@@ -55,9 +57,29 @@ class TextKeyedCache:
         return [found.get(k) for k in keys]
 
     def put_many(self, texts: Sequence[str], values: Sequence[Any] | np.ndarray) -> None:
-        rows = [(self._key(t), self.encode(v)) for t, v in zip(texts, values)]
+        self._put_encoded(texts, [self.encode(v) for v in values])
+
+    def _put_encoded(self, texts: Sequence[str], encoded: Sequence[Any]) -> None:
+        rows = [(self._key(t), e) for t, e in zip(texts, encoded)]
         with self._db:
             self._db.executemany(f"INSERT OR REPLACE INTO {self.TABLE} (key, {self.COLUMN}) VALUES (?, ?)", rows)
+
+    def get_or_compute(self, texts: Sequence[str], compute: Callable[[list[str]], Sequence[Any]]) -> list[Any]:
+        """The value per text: stored ones from the cache, the others computed (each distinct text
+        once) and stored. A computed value is returned as it reads back from the cache, so a hit and
+        a miss give equal values (JSON turns tuples into lists, for example)."""
+        found = self.get_many(texts)
+        missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
+        fresh: dict[str, Any] = {}
+        if missing:
+            encoded = [self.encode(v) for v in compute(missing)]
+            if len(encoded) != len(missing):
+                raise ValueError(f"{self.path}: computed {len(encoded)} values for {len(missing)} texts")
+            self._put_encoded(missing, encoded)
+            fresh = {t: self.decode(e) for t, e in zip(missing, encoded)}
+        self.hits += len(texts) - sum(f is None for f in found)
+        self.misses += len(missing)
+        return [f if f is not None else fresh[t] for t, f in zip(texts, found)]
 
     def close(self) -> None:
         self._db.close()
@@ -73,6 +95,18 @@ class VectorCache(TextKeyedCache):
 
     def decode(self, stored: bytes) -> np.ndarray:
         return np.frombuffer(stored, dtype=np.float32)
+
+
+class IntArrayCache(TextKeyedCache):
+    """Integer arrays keyed by (model, text): per-text analyses such as token offsets or sentence spans."""
+
+    TABLE, COLUMN, SQL_TYPE = "int_arrays", "value", "BLOB"
+
+    def encode(self, value: Sequence[int] | np.ndarray) -> bytes:
+        return np.ascontiguousarray(value, dtype=np.int64).tobytes()
+
+    def decode(self, stored: bytes) -> np.ndarray:
+        return np.frombuffer(stored, dtype=np.int64)
 
 
 class JsonCache(TextKeyedCache):

@@ -27,3 +27,28 @@ def test_long_texts_are_windowed_not_truncated(tmp_path):
     # The tail influences the vector (truncation would make it identical to the head's).
     assert whole @ only_tail > only_head @ only_tail + 0.05
     assert abs(np.linalg.norm(whole) - 1) < 1e-4
+
+
+def test_a_second_analysis_of_the_same_texts_comes_from_the_cache(tmp_path):
+    from hopgraph.index.analysis import TextAnalyser
+    from hopgraph.index.chunking import analyse_texts
+
+    texts = ["Sorvik lies on Lake Orrin. Its mill closed in 1931.", "The Aster Bridge was rebuilt in 1958."]
+    analysed: list[str] = []
+
+    def counting(batch, encoding):  # the real analysis, recording which texts it was given
+        analysed.extend(batch)
+        return analyse_texts(batch, encoding)
+
+    first = TextAnalyser(tmp_path / "analysis.sqlite", counting)
+    results = first.analyse([*texts, texts[0]], "cl100k_base")
+    spans = first.sentence_spans(texts)
+    assert analysed == texts and (first.misses, first.hits) == (4, 0)  # each distinct text analysed once
+    assert results == analyse_texts([*texts, texts[0]], "cl100k_base")
+    assert spans[0] == [(0, 26), (27, 51)]
+    again = TextAnalyser(tmp_path / "analysis.sqlite", counting)  # another build reading the same file
+    assert again.analyse(texts, "cl100k_base") == results[:2] and again.sentence_spans(texts) == spans
+    assert analysed == texts and (again.misses, again.hits) == (0, 4)
+    new = again.analyse([texts[1], "A new text."], "cl100k_base")[1]
+    assert new == analyse_texts(["A new text."], "cl100k_base")[0]
+    assert analysed == [*texts, "A new text."] and again.misses == 1

@@ -229,13 +229,10 @@ def _entities(texts: Sequence[str], cache: str | Path | None = None) -> list[lis
         return entity_names(texts)
     store = JsonCache(cache, ner_model_key())
     try:
-        found = store.get_many(texts)
-        missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
-        fresh = dict(zip(missing, entity_names(missing))) if missing else {}
-        store.put_many(list(fresh), list(fresh.values()))
+        found = store.get_or_compute(texts, entity_names)
     finally:
         store.close()
-    return [[(name, label) for name, label in (f if f is not None else fresh[t])] for t, f in zip(texts, found)]
+    return [[(name, label) for name, label in per_text] for per_text in found]
 
 
 def write_cue_graph(

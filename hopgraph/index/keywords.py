@@ -30,6 +30,31 @@ def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int 
     )
 
 
+def vocabulary_and_incidence(texts: Sequence[str], min_length: int = 2) -> tuple[list[str], sp.csr_matrix]:
+    """Every keyword of ``texts`` (sorted, as :func:`build_vocabulary` with method=tokens) and their
+    postings (as :func:`incidence`), tokenising each text once instead of twice: words get ids in
+    order of first sight, renumbered in sorted order at the end."""
+    first_seen: dict[str, int] = {}
+    indptr = [0]
+    indices: list[int] = []
+    for text in texts:
+        indices.extend({first_seen.setdefault(w, len(first_seen)) for w in words(text, min_length)})
+        indptr.append(len(indices))
+    vocabulary = sorted(first_seen)
+    rank = np.empty(len(vocabulary), dtype=np.int64)
+    rank[[first_seen[w] for w in vocabulary]] = np.arange(len(vocabulary))
+    matrix = sp.csr_matrix(
+        (
+            np.ones(len(indices), dtype=np.float32),
+            rank[np.asarray(indices, dtype=np.int64)].astype(np.int32),
+            np.asarray(indptr, dtype=np.int64),
+        ),
+        shape=(len(texts), len(vocabulary)),
+    )
+    matrix.sort_indices()
+    return vocabulary, matrix
+
+
 def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[str]:
     """Keywords of the corpus, sorted; with method=tfidf only each chunk's top TF-IDF terms.
 

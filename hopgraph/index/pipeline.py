@@ -25,12 +25,13 @@ from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import cue, graphs, keywords, kg
+from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
 from hopgraph.index.chunking import analyse_texts, build_layers
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm
 from hopgraph.llm.extract import extract
-from hopgraph.models import Embedder, embed_long_texts, load_embedder, sentence_spans
+from hopgraph.models import Embedder, embed_long_texts, load_embedder
 from hopgraph.store import PARTITIONS, IndexStore
 
 
@@ -52,6 +53,11 @@ class BuildContext:
         """Index-time embedder: the vector cache in front of the local model or the engine's actors."""
         model = self.engine.embedder(self.config.embedding) if self.engine else None
         return load_embedder(self.config.embedding, cached=True, model=model)
+
+    @functools.cached_property
+    def analyser(self) -> TextAnalyser:
+        """Per-text tokens and sentences, cached beside the vector cache (on the engine's workers if any)."""
+        return TextAnalyser(analysis_cache_path(self.config), self.engine.analyse if self.engine else analyse_texts)
 
 
 def corpus_fingerprint(documents: Sequence[Document]) -> str:
@@ -80,7 +86,7 @@ def stage_documents(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_chunks(ctx: BuildContext) -> dict[str, int]:
-    layers = build_layers(ctx.documents, ctx.config.chunking, ctx.engine.analyse if ctx.engine else analyse_texts)
+    layers = build_layers(ctx.documents, ctx.config.chunking, ctx.analyser.analyse)
     acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
     ctx.store.write_table(
         "chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl}
@@ -114,12 +120,18 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
 def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.keywords
     chunks = ctx.store.read_table("chunks")["text"]
-    vocabulary = keywords.build_vocabulary(chunks, cfg)
-    lookup = {w: i for i, w in enumerate(vocabulary)}
-    chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
+    if cfg.method == "tokens":  # the vocabulary is every chunk word: one pass over the chunks gives both
+        vocabulary, chunk_postings = keywords.vocabulary_and_incidence(chunks, cfg.min_length)
+        lookup = {w: i for i, w in enumerate(vocabulary)}
+    else:
+        vocabulary = keywords.build_vocabulary(chunks, cfg)
+        lookup = {w: i for i, w in enumerate(vocabulary)}
+        chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
     ctx.store.write_graph("postings_chunks", chunk_postings)
+    units = ctx.store.read_table("units")["text"]
+    same = units == chunks  # one sub-chunk per chunk (τ=0): the same texts have the same postings
     ctx.store.write_graph(
-        "postings_units", keywords.incidence(ctx.store.read_table("units")["text"], lookup, cfg.min_length)
+        "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
     )
     ctx.store.write_graph(
         "postings_sentences", keywords.incidence(ctx.store.read_table("sentences")["text"], lookup, cfg.min_length)
@@ -287,18 +299,20 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         if len(chosen)
         else ([], Usage())
     )
-    chunk_units: list[list[str]] = [
-        [chunks["text"][c][a:b] for a, b in sentence_spans(chunks["text"][c])] for c in range(len(chunks["text"]))
-    ]
+    spans = ctx.analyser.sentence_spans(chunks["text"])
+    chunk_units: list[list[str]] = [[text[a:b] for a, b in pieces] for text, pieces in zip(chunks["text"], spans)]
     sources = [["sentence"] * len(u) for u in chunk_units]
     for c, found in zip(chosen, units):
         if found:
             chunk_units[c], sources[c] = found, ["llm"] * len(found)
         else:
             sources[c] = ["fallback"] * len(chunk_units[c])
-    entity_cache = Path(cfg.embedding.cache).expanduser().with_name("entities.sqlite") if cfg.embedding.cache else None
     counts = cue.write_cue_graph(
-        ctx.store, chunk_units, [s for per in sources for s in per], lambda texts: _embed(ctx, texts), entity_cache
+        ctx.store,
+        chunk_units,
+        [s for per in sources for s in per],
+        lambda texts: _embed(ctx, texts),
+        analysis_cache_path(cfg, "entities.sqlite"),
     )
     ctx.usage = usage.to_dict()
     return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
@@ -450,10 +464,17 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     return manifest
 
 
-def _embedding_work(ctx: BuildContext) -> tuple[int, int]:
-    """(texts embedded, texts found in the vector cache) so far in this build, through its cache."""
+def _model_work(ctx: BuildContext) -> tuple[int, int, int, int]:
+    """(texts embedded, texts found in the vector cache, texts analysed, analyses found in the
+    analysis cache) so far in this build, through the caches this build created."""
     cache = getattr(ctx.__dict__.get("embedder"), "inner", None)  # only an embedder this build created
-    return (getattr(cache, "misses", 0), getattr(cache, "hits", 0))
+    analyser = ctx.__dict__.get("analyser")
+    return (
+        getattr(cache, "misses", 0),
+        getattr(cache, "hits", 0),
+        analyser.misses if analyser else 0,
+        analyser.hits if analyser else 0,
+    )
 
 
 def peak_memory_mb() -> float:
@@ -511,14 +532,16 @@ def build_index(
         bar.set_postfix_str(name)
         started = time.perf_counter()
         ctx.usage = {}
-        embedded_before = _embedding_work(ctx)
+        work_before = _model_work(ctx)
         counts = stage(ctx)
         for key, value in counts.items():
             manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
         record = {"done": True, "seconds": round(time.perf_counter() - started, 3)}
-        embedded = [after - before for after, before in zip(_embedding_work(ctx), embedded_before)]
-        if any(embedded):
-            record.update(embedded_new=embedded[0], embedded_cached=embedded[1])
+        work = [after - before for after, before in zip(_model_work(ctx), work_before)]
+        if any(work[:2]):
+            record.update(embedded_new=work[0], embedded_cached=work[1])
+        if any(work[2:]):
+            record.update(analysed_new=work[2], analysed_cached=work[3])
         if engine is not None:
             record.update(engine.costs())  # worker_seconds and gpu_seconds this stage spent on the cluster
         if ctx.usage:

@@ -2,8 +2,9 @@
 
 An update builds a whole new version of the index over the final corpus with the same pipeline
 and settings as the live version, then switches a pointer. That is cheap because the expensive
-work is cached by content (vectors by (model, text), LLM completions by request), so only new
-texts cost model time; the graph stages (vocabulary, KNN graph, concept graph, PageRank) are
+work is cached by content (vectors by (model, text), LLM completions by request, tokens, sentences
+and spaCy entities per text: :mod:`hopgraph.index.analysis`), so only new texts cost model or
+analysis time; the graph stages (vocabulary, KNN graph, concept graph, PageRank) are
 global quantities that are cheap kernels and are simply recomputed. Results therefore equal a
 rebuild of the same corpus by construction, and a killed job resumes through the pipeline's own
 stage records.
