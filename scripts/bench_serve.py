@@ -1,15 +1,24 @@
-"""The query server under load: ≥ 50 concurrent clients on loopback for 60 s against /v1/retrieve
-with an LLM-free method, then the same load while documents are being inserted (update jobs run in
-the server's worker process beside the readers).
+"""Query-server throughput: 50 concurrent clients on loopback for 60 s per phase against
+/v1/retrieve with an LLM-free method, on this checkout and on a baseline commit, side by side in
+one run on one machine.
 
-The server is a real `hopgraph serve` child process; the clients are asyncio tasks with one
-keep-alive HTTP connection each, every client with its own token (the per-token rate limit is set
-above what one client can send, so it never throttles this test). Questions are the benchmark's,
-round robin. The mixed phase passes when readers see no errors and their p50 and p95 latency stay
-within ``--bound`` times the read-only phase (update jobs run at ``serve.job_niceness``).
+Phases (each a real `hopgraph serve` child process, clients as asyncio tasks with one keep-alive
+connection and their own token each; the per-token rate limit is lifted):
 
-    python3 scripts/bench_serve.py                         # MuSiQue kag_dev100 corpus, ppr, 50 clients, 60 s per phase
-    python3 scripts/bench_serve.py --clients 100 --seconds 30 --method text
+1. **baseline**: the baseline commit's server (default 4cd2298, one process), read-only, readers
+   who may read the whole corpus;
+2. **open**: this checkout's server (``--serve`` options, e.g. ``--serve.workers 2``), same load;
+3. **restricted**: the same server, readers whose groups let them read half the corpus (every
+   other document carries ``acl = ["team-b"]``, readers of this phase have no group);
+4. **with inserts**: phase 2's load while insert jobs of ``--insert-batch`` held-out documents run
+   back to back in the update worker.
+
+Top-level results: ``baseline_rps``, ``rps``, ``p99_ms``, ``errors`` (phase 2),
+``restricted_over_open`` and ``with_insert_over_read_only`` (p50 latency ratios to phase 2;
+under a closed-loop load these are also the throughput ratios, both are recorded).
+
+    python3 scripts/bench_serve.py                              # 50 clients, 60 s per phase
+    python3 scripts/bench_serve.py --seconds 10 --serve "--serve.workers 2"
 """
 
 from __future__ import annotations
@@ -29,7 +38,6 @@ from typing import Any
 import httpx
 import numpy as np
 
-from hopgraph import Index, load_config
 from hopgraph.evaluate import report
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import free_port
@@ -113,11 +121,15 @@ async def phase(
     return result
 
 
-def start_server(index: Path, port: int, env: dict[str, str], *options: str) -> subprocess.Popen:
+def start_server(
+    index: Path, port: int, env: dict[str, str], *options: str, cwd: Path | None = None
+) -> subprocess.Popen:
     """A real `hopgraph serve` child process on 127.0.0.1:``port`` (rate limits lifted for load
     tests, ``options`` as more `--key value` settings); returns once /healthz answers."""
     command = [sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(port)]
-    server = subprocess.Popen([*command, "--serve.rate_limit", "1000", "--serve.rate_burst", "1000", *options], env=env)
+    server = subprocess.Popen(
+        [*command, "--serve.rate_limit", "1000", "--serve.rate_burst", "1000", *options], env=env, cwd=cwd
+    )
     give_up = time.monotonic() + 300
     while True:
         try:
@@ -131,6 +143,43 @@ def start_server(index: Path, port: int, env: dict[str, str], *options: str) -> 
         time.sleep(0.5)
 
 
+def build(corpus: Path, out: Path, env: dict[str, str], cwd: Path) -> None:
+    """Index ``corpus`` with the code under ``cwd`` (its own CLI, so each side reads what it wrote)."""
+    subprocess.run(
+        [sys.executable, "-m", "hopgraph.cli", "index", str(corpus), "--out", str(out), "--quiet"],
+        env={**env, "PYTHONPATH": str(cwd)},
+        cwd=cwd,
+        check=True,
+    )
+
+
+def measured(
+    index: Path,
+    env: dict[str, str],
+    cwd: Path,
+    options: list[str],
+    runs: list[tuple[str, list[str], list | None]],
+    args: argparse.Namespace,
+    questions: list[str],
+) -> dict[str, dict[str, Any]]:
+    """Start one server, run each (name, tokens, insert batches) phase after a warm-up, stop it."""
+    port = free_port()
+    server = start_server(index, port, {**env, "PYTHONPATH": str(cwd)}, *options, cwd=cwd)
+    url = f"http://127.0.0.1:{port}"
+    results = {}
+    try:
+        for name, tokens, batches in runs:
+            warm = argparse.Namespace(**{**vars(args), "seconds": args.warmup})
+            asyncio.run(phase(url, tokens, questions, warm, None))
+            print(f"{name}: {args.clients} clients, {args.seconds:g} s", flush=True)
+            results[name] = asyncio.run(phase(url, tokens, questions, args, batches))
+            print(json.dumps(results[name]), flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -140,80 +189,118 @@ def main() -> None:
     )
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each phase, not counted")
     parser.add_argument("--method", default="ppr")
     parser.add_argument("--budget", type=int, default=2000)
-    parser.add_argument("--insert-batch", type=int, default=20, help="documents per insert job in the mixed phase")
-    parser.add_argument(
-        "--bound", type=float, default=1.5, help="allowed mixed / read-only ratio of reader p50 and p95 latency"
-    )
-    parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "serve_load.json")
+    parser.add_argument("--insert-batch", type=int, default=20, help="documents per insert job in the insert phase")
+    parser.add_argument("--baseline", default="4cd2298", help="commit whose server is the baseline ('' to skip)")
+    parser.add_argument("--serve", default="", help="extra `--serve.*` options of this checkout's server")
+    parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "serve_throughput.json")
     args = parser.parse_args()
     bench = load_benchmark(args.dataset)
-    held_out = 200  # documents kept back for the insert jobs of the mixed phase
+    held_out = 200  # documents kept back for the insert jobs
     documents, extra = bench.documents[:-held_out], bench.documents[-held_out:]
     questions = [q.text for q in bench.questions]
     work = Path(tempfile.mkdtemp(prefix="hopgraph-serve-"))
-    users = [{"token": f"reader-token-bench-{i:06d}", "user": f"reader{i}", "groups": []} for i in range(args.clients)]
-    users.append({"token": "admin-token-bench-000000", "user": "admin", "groups": [], "admin": True})
-    port = free_port()
-    env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(users)}
+    everyone = [
+        {"token": f"reader-token-open-{i:06d}", "user": f"open{i}", "groups": ["team-b"]} for i in range(args.clients)
+    ]
+    half = [{"token": f"reader-token-half-{i:06d}", "user": f"half{i}", "groups": []} for i in range(args.clients)]
+    admin = {"token": "admin-token-bench-000000", "user": "admin", "groups": ["team-b"], "admin": True}
+    env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps([*everyone, *half, admin])}
+    open_tokens, half_tokens = [u["token"] for u in everyone], [u["token"] for u in half]
+    corpus = work / "corpus.jsonl"
+    with corpus.open("w", encoding="utf-8") as out:
+        for i, d in enumerate(documents):
+            metadata = {"acl": ["team-b"]} if i % 2 else {}
+            out.write(json.dumps({"id": d.id, "title": d.title, "text": d.text, "metadata": metadata}) + "\n")
+    batches = [
+        [{"id": d.id, "title": d.title, "text": d.text} for d in extra[i : i + args.insert_batch]]
+        for i in range(0, len(extra), args.insert_batch)
+    ]
+    options = args.serve.split()
+    phases: dict[str, dict[str, Any]] = {}
     try:
-        Index.build(documents, work / "index", load_config(None, {}), progress=True)
-        server = start_server(work / "index", port, env)
-        url = f"http://127.0.0.1:{port}"
-        tokens = [u["token"] for u in users[:-1]]
-        print(f"read-only phase: {args.clients} clients, {args.seconds:g} s", flush=True)
-        readers = asyncio.run(phase(url, tokens, questions, args, None))
-        print(json.dumps(readers), flush=True)
-        batches = [
-            [{"id": d.id, "title": d.title, "text": d.text} for d in extra[i : i + args.insert_batch]]
-            for i in range(0, len(extra), args.insert_batch)
-        ]
-        print(
-            f"mixed phase: the same load while insert jobs of {args.insert_batch} documents run back to back",
-            flush=True,
+        if args.baseline:
+            base = work / "baseline"
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True
+            )
+            build(corpus, work / "index-baseline", env, base)
+            phases["baseline"] = measured(
+                work / "index-baseline", env, base, [], [("baseline", open_tokens, None)], args, questions
+            )["baseline"]
+        build(corpus, work / "index", env, REPO)
+        phases.update(
+            measured(
+                work / "index",
+                env,
+                REPO,
+                options,
+                [
+                    ("open", open_tokens, None),
+                    ("restricted", half_tokens, None),
+                    ("with_inserts", open_tokens, batches),
+                ],
+                args,
+                questions,
+            )
         )
-        mixed = asyncio.run(phase(url, tokens, questions, args, batches))
-        print(json.dumps(mixed), flush=True)
-        server.terminate()
-        server.wait(timeout=60)
     finally:
+        if args.baseline:
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(work / "baseline")], check=False
+            )
         shutil.rmtree(work, ignore_errors=True)
-    ratios = {f"p{q}": round(mixed[f"latency_ms_p{q}"] / readers[f"latency_ms_p{q}"], 2) for q in (50, 95, 99)}
+    after = phases["open"]
+
+    def ratio(name: str) -> float:
+        return round(phases[name]["latency_ms_p50"] / after["latency_ms_p50"], 2)
+
     payload = {
-        "benchmark": "server load",
-        "dataset": f"{args.dataset} ({len(documents)} documents indexed, {held_out} held out for inserts)",
+        "benchmark": "server throughput",
+        "dataset": f"{args.dataset} ({len(documents)} documents indexed, every other one with acl [team-b]; "
+        f"{held_out} held out for inserts)",
         "clients": args.clients,
         "seconds_per_phase": args.seconds,
         "method": args.method,
         "budget": args.budget,
-        "read_only": readers,
-        "mixed_with_inserts": mixed,
-        "mixed_over_read_only": ratios,
-        "bound": args.bound,
-        "job_niceness": load_config(None, {}).serve.job_niceness,
-        "readers_within_bound": mixed["errors"] == 0 and ratios["p50"] <= args.bound and ratios["p95"] <= args.bound,
+        "baseline_commit": args.baseline,
+        "serve_options": args.serve,
+        "baseline_rps": phases.get("baseline", {}).get("throughput_rps"),
+        "rps": after["throughput_rps"],
+        "p99_ms": after["latency_ms_p99"],
+        "errors": after["errors"],
+        "rps_over_baseline": round(after["throughput_rps"] / phases["baseline"]["throughput_rps"], 2)
+        if "baseline" in phases
+        else None,
+        "restricted_over_open": ratio("restricted"),
+        "with_insert_over_read_only": ratio("with_inserts"),
+        "throughput_ratios": {
+            "open_over_restricted": round(after["throughput_rps"] / phases["restricted"]["throughput_rps"], 2),
+            "read_only_over_with_inserts": round(after["throughput_rps"] / phases["with_inserts"]["throughput_rps"], 2),
+        },
+        "phases": phases,
         **report.provenance(),
     }
     report.write_json(args.out, payload)
+    rows = [{"phase": name, **{k: v for k, v in p.items() if k != "insert_jobs"}} for name, p in phases.items()]
     lines = [
-        f"# Server load ({args.clients} clients, {args.seconds:g} s per phase, method {args.method}, λ={args.budget})",
+        f"# Server throughput ({args.clients} clients, {args.seconds:g} s per phase, {args.method}, λ={args.budget})",
         "",
         f"Command: `{payload['command']}`  ",
-        f"Machine: {report.machine_line(payload['machine'])}, commit {payload['git_commit']}.",
+        f"Machine: {report.machine_line(payload['machine'])}, commit {payload['git_commit']}; baseline "
+        f"{args.baseline}; server options `{args.serve or '(defaults)'}`.",
         "",
         report.markdown_table(
-            [
-                {"phase": "read-only", **readers},
-                {"phase": "with inserts", **{k: v for k, v in mixed.items() if k != "insert_jobs"}},
-            ],
+            rows,
             ["phase", "requests", "errors", "throughput_rps", "latency_ms_p50", "latency_ms_p95", "latency_ms_p99"],
         ),
         "",
-        f"Mixed / read-only latency: {ratios}; bound {args.bound}× on p50 and p95 with 0 errors: "
-        f"{'met' if payload['readers_within_bound'] else 'NOT met'}.",
+        f"Requests/s over the baseline: {payload['rps_over_baseline']}; restricted / open p50: "
+        f"{payload['restricted_over_open']}; with inserts / read-only p50: {payload['with_insert_over_read_only']}.",
         "",
-        f"Insert jobs during the mixed phase: {mixed['insert_jobs']}",
+        f"Insert jobs during the insert phase: {phases['with_inserts'].get('insert_jobs')}",
         "",
     ]
     report.atomic_write(args.out.with_suffix(".md"), lambda tmp: tmp.write_text("\n".join(lines), encoding="utf-8"))
