@@ -111,11 +111,14 @@ async def phase(
         client_loop(url, tokens[i % len(tokens)], questions, i * 7, args.method, args.budget, until, samples)
         for i in range(args.clients)
     ]
-    if batches:
-        tasks.append(writer_loop(url, "admin-token-bench-000000", batches, until, jobs))
+    writer = (
+        asyncio.ensure_future(writer_loop(url, "admin-token-bench-000000", batches, until, jobs)) if batches else None
+    )
     started = time.perf_counter()
     await asyncio.gather(*tasks)
-    result = summarise(samples, time.perf_counter() - started)
+    result = summarise(samples, time.perf_counter() - started)  # the readers' time only
+    if writer is not None:
+        await writer  # the job under way when the readers stop is waited for, not timed with them
     if batches is not None:
         result["insert_jobs"] = jobs
     return result
