@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,13 +29,16 @@ class Scope:
     """Boolean masks of usable pieces (after metadata/ACL filtering).
 
     ``derived`` caches what is recomputed per reader from readable material only (keyword vectors,
-    entity vectors): computed once per reader's scope, which the Retriever keeps for the reader's
-    next requests, however many channels use it.
+    entity vectors, the random walk cut to readable pieces): computed once per reader's scope,
+    which the Retriever keeps for the reader's next requests, however many channels use it.
     """
 
     units: np.ndarray
     chunks: np.ndarray
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Re-entrant: one derived value may be computed from another. Concurrent first requests of a
+    # reader wait for one computation instead of each doing it.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def full(self) -> bool:
@@ -42,9 +46,15 @@ class Scope:
         return bool(self.units.all() and self.chunks.all())
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:
-        if key not in self.derived:
-            self.derived[key] = compute()
-        return self.derived[key]
+        """``compute()`` once per scope (thread-safe)."""
+        try:
+            return self.derived[key]
+        except KeyError:
+            pass
+        with self._lock:
+            if key not in self.derived:
+                self.derived[key] = compute()
+            return self.derived[key]
 
 
 def make_query(index: LoadedIndex, text: str, vector: np.ndarray, device: str = "cpu") -> Query:

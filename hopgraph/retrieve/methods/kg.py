@@ -91,7 +91,9 @@ def candidates(
     require_kg(index)
     cfg = config.kg
     entity_chunks = index.graph("kg_entity_chunks")
-    visible = np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
+    visible = scope.cached(
+        "kg_visible", lambda: np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
+    )
     if not visible.any():
         return
     entity_vectors, names = _entity_view(index, scope)
