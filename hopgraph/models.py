@@ -92,6 +92,18 @@ class FairLock:
         self._turn.notify_all()
 
 
+def set_torch_threads(threads: int) -> None:
+    """Intra-op threads of torch in this process (0 leaves torch's default, one per core).
+
+    Several server processes on few cores each want one thread: torch's default of one per core
+    in every process oversubscribes the cores and its spinning threads slow every call.
+    """
+    if threads > 0:
+        import torch  # noqa: PLC0415
+
+        torch.set_num_threads(threads)
+
+
 class Embedder(Protocol):
     name: str
     dim: int

@@ -111,4 +111,32 @@ class ServeConfig(Section):
     max_filter_values: int = Field(
         256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter."
     )
+    batch_wait_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="Milliseconds the query embedder waits, once a question arrives, for others to share its model "
+        "call (dynamic batching; it stops early at batch_max); questions arriving during a call join the next one. "
+        "An idle server adds at most this to a request.",
+    )
+    batch_max: int = Field(
+        32, ge=1, le=1024, description="Most questions embedded in one model call (1 = no batching)."
+    )
+    torch_threads: int = Field(
+        1,
+        ge=0,
+        le=256,
+        description="Intra-op threads of torch (the query embedder) per server process, set at start; 0 = torch's "
+        "default of one per core. Keep 1 with several processes on few cores.",
+    )
+    request_log: str = Field(
+        "",
+        description="Where one JSON line per request goes (user, endpoint, status, latency, piece ids; never text "
+        'or tokens): a file path, "-" for stderr, or "" for none. Written by a background thread.',
+    )
+    trace: bool = Field(
+        False,
+        description="Add to each retrieval's and answer's log line its trace: the seeds, and per piece used its "
+        "graph path, chunk and documents (needs request_log).",
+    )
     request_limits: RequestLimits = RequestLimits()

@@ -22,6 +22,7 @@ class Query:
     vector: np.ndarray  # normalised query embedding
     keyword_ids: list[int]  # query words that are keywords of the index
     device: str = "cpu"  # embedding.device of the retriever: where graph kernels (PPR) run for this query
+    seeds: list[str] = field(default_factory=list)  # what the method started from, as labels (for traces)
 
 
 @dataclass
@@ -55,6 +56,9 @@ class Scope:
             if key not in self.derived:
                 self.derived[key] = compute()
             return self.derived[key]
+
+
+SEEDS_TRACED = 10  # seeds a method names in a retrieval's trace (the strongest first)
 
 
 def make_query(index: LoadedIndex, text: str, vector: np.ndarray, device: str = "cpu") -> Query:

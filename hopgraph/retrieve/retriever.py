@@ -149,4 +149,5 @@ class Retriever:
             budget=config.budget,
             evidence=evidence,
             seconds=time.perf_counter() - started,
+            seeds=query.seeds,
         )

@@ -51,5 +51,10 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     app.state.holder, app.state.jobs, app.state.metrics = service.holder, service.jobs, service.metrics
     install_error_handlers(app)
     app.include_router(router)
-    app.add_middleware(GuardMiddleware, metrics=service.metrics, max_body_bytes=config.serve.max_body_bytes)
+    app.add_middleware(
+        GuardMiddleware,
+        metrics=service.metrics,
+        max_body_bytes=config.serve.max_body_bytes,
+        request_log=service.request_log,
+    )
     return app

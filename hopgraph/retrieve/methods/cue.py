@@ -27,7 +27,7 @@ from hopgraph.models import load_embedder
 from hopgraph.ner import query_entities
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, top_indices
+from hopgraph.retrieve.query import SEEDS_TRACED, Query, Scope, top_indices
 from hopgraph.retrieve.registry import register
 from hopgraph.retrieve.rerank import Reranker, reranker_for
 
@@ -231,6 +231,8 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         return reranker.score(query.text, [" ".join(texts[u] for u in units) for units in unit_sets])
 
     seeds = anchor_entities(index, graph, query, usable, cfg, reachable)
+    names = index.table("cue_entities")["name"]
+    query.seeds.extend(f"entity:{names[e]}" for e in seeds[:SEEDS_TRACED])
     trace = search(
         graph,
         seeds,

@@ -18,6 +18,7 @@ from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import (
+    SEEDS_TRACED,
     Query,
     Scope,
     keyword_cosine,
@@ -92,6 +93,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         df = index.keyword_units.getnnz(axis=1)[own]
         idf = np.log1p(n_units / np.maximum(df, 1))
         seeds[own] += idf / idf.max()
+    query.seeds.extend(f"keyword:{index.keywords[k]}" for k in top_indices(seeds, SEEDS_TRACED) if seeds[k] > 0)
     xp = array_module(query.device)  # the walk runs where the retriever's device says (CuPy on cuda)
     walker = scope_walk(index, scope, xp)
     personal = xp.asarray(np.concatenate([np.zeros(n_units), seeds]))
