@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from hopgraph.config import HopgraphConfig, dotted_keys
+from hopgraph.deadline import check_deadline, deadline_after
 from hopgraph.errors import DeadlineExceeded
 from hopgraph.llm import open_llm
 from hopgraph.llm.types import Usage
@@ -145,23 +145,28 @@ class Service:
         # No lock across the retrieval: the models lock themselves per call, so a long search
         # only ever delays others by one model call, and the deadline stops it. The question's
         # vector comes from a batch shared with concurrent requests; its wait counts in the deadline.
-        started = time.perf_counter()
+        deadline = serve.request_deadline
         try:
-            vector = self.batcher.embed(body.query, snap.retriever.embedder.encode_queries, serve.request_deadline)
-            left = serve.request_deadline - (time.perf_counter() - started)
-            if left <= 0:
-                raise DeadlineExceeded(f"the query embedding took the whole {serve.request_deadline:g} s")
-            return snap.retriever.retrieve(
-                body.query,
-                method=method,
-                budget=body.budget,
-                metadata_filter=flt,
-                vector=vector,
-                overrides=overrides,
-                deadline=left,
-            )
-        except (DeadlineExceeded, TimeoutError) as exc:
+            with deadline_after(deadline):  # one deadline for the embedding and the search together
+                vector = self.batcher.embed(body.query, snap.retriever.embedder.encode_queries, deadline)
+                check_deadline()
+                return snap.retriever.retrieve(
+                    body.query,
+                    method=method,
+                    budget=body.budget,
+                    metadata_filter=flt,
+                    vector=vector,
+                    overrides=overrides,
+                    deadline=deadline,
+                )
+        except DeadlineExceeded as exc:
             raise APIError(504, "deadline_exceeded", f"{exc} (serve.request_deadline)") from None
+        except TimeoutError:
+            raise APIError(
+                504,
+                "deadline_exceeded",
+                f"the query embedding waited past the deadline of {deadline:g} s (serve.request_deadline)",
+            ) from None
 
     def retrieve(self, request: Request, body: RetrieveRequest, who: Principal) -> tuple[str, RetrievalResult]:
         """The retrieval under a counted snapshot (garbage collection spares its version until it ends);
