@@ -103,6 +103,8 @@ class QueryBatcher:
                 if left <= 0:
                     break
                 self._ready.wait(left)
+            if self._closed:  # close() failed what was queued
+                return None
             encode = self._queue[0].encode
             batch: list[_Pending] = []
             kept: deque[_Pending] = deque()

@@ -161,3 +161,26 @@ def test_concurrent_requests_share_embedding_calls_and_get_the_results_of_one_at
             np.testing.assert_allclose(
                 [e["score"] for e in result["evidence"]], [e["score"] for e in alone["evidence"]], atol=1e-4
             )
+
+
+def test_closing_during_the_wait_window_fails_the_waiting_question_and_stops_cleanly(monkeypatch):
+    crashes: list = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    batcher = QueryBatcher(wait_ms=5000, max_batch=8)
+    outcome: list = []
+
+    def ask() -> None:
+        try:
+            batcher.embed("alone", lambda texts: np.zeros((len(texts), 2), dtype=np.float32), 30)
+        except BatcherClosed as exc:
+            outcome.append(exc)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    time.sleep(0.2)  # the batching thread now waits in the window for more questions
+    started = time.monotonic()
+    batcher.close()
+    asker.join(10)
+    assert time.monotonic() - started < 3
+    assert len(outcome) == 1 and not crashes
+    assert batcher._thread is not None and not batcher._thread.is_alive()
