@@ -122,12 +122,13 @@ class ServeConfig(Section):
     batch_max: int = Field(
         32, ge=1, le=1024, description="Most questions embedded in one model call (1 = no batching)."
     )
-    torch_threads: int = Field(
+    compute_threads: int = Field(
         1,
         ge=0,
         le=256,
-        description="Intra-op threads of torch (the query embedder) per server process, set at start; 0 = torch's "
-        "default of one per core. Keep 1 with several processes on few cores.",
+        description="Threads of torch (the query embedder) and of numpy's BLAS per server process, set at start; "
+        "0 = their default of one per core. Requests already run on threads of their own: keep 1, above all "
+        "with several processes on few cores.",
     )
     request_log: str = Field(
         "",

@@ -28,7 +28,7 @@ from hopgraph.deadline import check_deadline, deadline_after
 from hopgraph.errors import DeadlineExceeded
 from hopgraph.llm import open_llm
 from hopgraph.llm.types import Usage
-from hopgraph.models import set_torch_threads
+from hopgraph.models import limit_compute_threads
 from hopgraph.retrieve.answer import Answer, answer_many
 from hopgraph.retrieve.filters import MetadataFilter, check_where
 from hopgraph.retrieve.methods import METHODS
@@ -50,7 +50,7 @@ class Service:
     def __init__(self, root: Path, config: HopgraphConfig, tokens: TokenBook):
         self.root, self.config, self.tokens = root, config, tokens
         self.serve = config.serve
-        set_torch_threads(self.serve.torch_threads)  # before the first model call (the version warm-up)
+        limit_compute_threads(self.serve.compute_threads)  # before the first model call (the version warm-up)
         self.holder = IndexHolder(root, config)
         # Concurrent requests' questions share embedding calls (serve.batch_wait_ms, serve.batch_max).
         self.batcher = QueryBatcher(self.serve.batch_wait_ms, self.serve.batch_max)
