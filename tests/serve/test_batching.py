@@ -184,3 +184,14 @@ def test_closing_during_the_wait_window_fails_the_waiting_question_and_stops_cle
     assert time.monotonic() - started < 3
     assert len(outcome) == 1 and not crashes
     assert batcher._thread is not None and not batcher._thread.is_alive()
+
+
+def test_a_server_process_runs_one_torch_and_one_blas_thread(acl_index, serve_config):
+    """Requests run on threads of their own: torch's and BLAS's default of one thread per core on
+    top of them oversubscribes the cores (serve.compute_threads, 1 by default)."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    with LiveServer(acl_index, serve_config):
+        assert torch.get_num_threads() == 1
+        assert [pool["num_threads"] for pool in threadpool_info()] == [1] * len(threadpool_info())
