@@ -35,7 +35,7 @@ from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
 from hopgraph.serve.batching import QueryBatcher
-from hopgraph.serve.errors import APIError, non_finite_at, shown
+from hopgraph.serve.errors import APIError, all_finite, non_finite_at, shown
 from hopgraph.serve.limits import OverLimit, check_params
 from hopgraph.serve.logs import RequestLog, piece_ids, trace_of
 from hopgraph.serve.metrics import Metrics
@@ -221,7 +221,7 @@ class Service:
 
 def finite(payload: dict[str, Any]) -> dict[str, Any]:
     """JSON has no Infinity/NaN: a result with one is refused, never sent as null or as a bare literal."""
-    found = non_finite_at(payload)
+    found = None if all_finite(payload) else non_finite_at(payload)
     if found:
         raise APIError(
             422,
