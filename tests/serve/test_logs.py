@@ -63,8 +63,14 @@ def test_trace_records_seeds_paths_and_chunks(acl_index, serve_config, tmp_path)
             "/v1/retrieve", json={"query": QUESTION, "method": "ppr", "budget": 300}, headers=auth("ops")
         )
         assert response.status_code == 200
-        wait_until(lambda: len(lines(log)) == 1, timeout=10)
-    (line,) = lines(log)
+        # A word only a forbidden document holds is never a seed or a path of this reader's trace.
+        guess = client.post(
+            "/v1/retrieve", json={"query": "What is the plan VELLUMTIDE?", "method": "ppr"}, headers=auth("ops")
+        )
+        assert guess.status_code == 200
+        wait_until(lambda: len(lines(log)) == 2, timeout=10)
+    line, guessed = lines(log)
+    assert guessed["trace"]["pieces"] and "vellumtide" not in json.dumps(guessed).lower()
     evidence = response.json()["evidence"]
     trace = line["trace"]
     assert trace["seeds"] and all(s.startswith("keyword:") for s in trace["seeds"])
