@@ -7,16 +7,17 @@ question. With ``serve.trace`` a retrieval's line also carries its trace: the se
 started from and, per piece used, its graph path, chunk and documents.
 
 The request thread only builds a small dict and puts it on a queue; encoding and writing happen
-on the listener's thread (``logging.handlers.QueueListener``), off the hot path.
+on the log's own thread, off the hot path.
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
+import os
 import queue
 import sys
+import threading
 import time
-from logging.handlers import QueueHandler, QueueListener
 from pathlib import Path
 from typing import Any
 
@@ -42,38 +43,23 @@ def trace_of(result: RetrievalResult) -> dict[str, Any]:
     }
 
 
-class _Enqueue(QueueHandler):
-    """Puts the record as it is: formatting (JSON encoding) is left to the listener's thread."""
-
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        return record
-
-
-class _JsonLine(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + "Z", **record.msg}  # type: ignore[dict-item]
-        return orjson.dumps(entry, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-
-
 class RequestLog:
-    """The request log of one server process: :meth:`write` enqueues, a thread writes lines."""
+    """The request log of one server process: :meth:`write` enqueues, a thread of its own writes lines.
+
+    Not a ``logging`` handler: logging set-up elsewhere (uvicorn's, for one) closes every handler
+    it finds. A file is opened with O_APPEND and each line is one ``write``, so the lines of
+    several server processes sharing one file never interleave, however long a line (a trace) is.
+    """
 
     def __init__(self, target: str):
-        if target == "-":
-            handler: logging.Handler = logging.StreamHandler(sys.stderr)
-        else:
+        self._fd: int | None = None
+        if target != "-":
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
-            handler = logging.FileHandler(path, encoding="utf-8")
-        handler.setFormatter(_JsonLine())
-        self._handler = handler
-        self._queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-        # A logger of its own, not in logging's registry: no propagation to the root logger, and
-        # several servers in one process each keep their own lines.
-        self._logger = logging.Logger("hopgraph.requests", logging.INFO)
-        self._logger.addHandler(_Enqueue(self._queue))
-        self._listener = QueueListener(self._queue, handler)
-        self._listener.start()
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        self._queue: queue.SimpleQueue[tuple[float, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._drain, name="hopgraph-request-log", daemon=True)
+        self._thread.start()
 
     @classmethod
     def open(cls, target: str) -> RequestLog | None:
@@ -82,12 +68,32 @@ class RequestLog:
 
     def write(self, entry: dict[str, Any]) -> None:
         """Queue one line (the dict must hold no text of documents or questions, and no token)."""
-        self._logger.info(entry)
+        self._queue.put((time.time(), entry))
 
     def close(self) -> None:
         """Write what is queued, then stop the thread and close the file."""
-        self._listener.stop()
-        self._handler.close()
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            stamp, entry = item
+            line = orjson.dumps(
+                {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp)) + "Z", **entry},
+                option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE,
+            )
+            try:
+                if self._fd is None:
+                    sys.stderr.write(line.decode())
+                    sys.stderr.flush()
+                else:
+                    os.write(self._fd, line)
+            except (OSError, ValueError) as exc:  # a full disk or a closed stderr must not stop the server
+                print(f"hopgraph serve: cannot write the request log: {exc}", file=sys.stderr, flush=True)
 
 
 def entry(scope: dict[str, Any], endpoint: str, status: int, seconds: float) -> dict[str, Any]:

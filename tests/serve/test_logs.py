@@ -80,3 +80,29 @@ def test_trace_records_seeds_paths_and_chunks(acl_index, serve_config, tmp_path)
     assert any(p["path"].startswith("ppr via keyword:") for p in trace["pieces"])
     text = log.read_text(encoding="utf-8")
     assert QUESTION not in text and all(e["text"][:40] not in text for e in evidence)
+
+
+def test_long_lines_of_several_writers_sharing_a_file_never_interleave(tmp_path):
+    """Several server processes may share one log file: each line is one append."""
+    import threading
+
+    from hopgraph.serve.logs import RequestLog
+
+    path = tmp_path / "shared.jsonl"
+    writers = [RequestLog(str(path)) for _ in range(3)]
+    pieces = [f"unit:{i}" for i in range(20_000)]  # a line of about 200 kB, as a long trace makes
+
+    def write(n: int) -> None:
+        for i in range(20):
+            writers[n].write({"writer": n, "i": i, "pieces": pieces})
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for log in writers:
+        log.close()
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((e["writer"], e["i"]) for e in entries) == [(n, i) for n in range(3) for i in range(20)]
+    assert all(e["pieces"] == pieces for e in entries)
