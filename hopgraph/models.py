@@ -97,8 +97,8 @@ def limit_compute_threads(threads: int) -> None:
     their defaults, one per core).
 
     A server runs many requests at once on threads of its own: BLAS and torch threads on top of
-    them oversubscribe the cores, and their spinning threads slow every call (measured: 14× fewer
-    retrievals a second with 40 concurrent requests on 2 cores and a 2-thread OpenBLAS).
+    them oversubscribe the cores, and their spinning threads slow every call (measured: over 10×
+    fewer retrievals a second with 40 concurrent requests on 2 cores and a 2-thread OpenBLAS).
     """
     if threads > 0:
         import torch  # noqa: PLC0415
