@@ -138,4 +138,33 @@ class ServeConfig(Section):
         description="Seconds after which a replica whose heartbeat (INDEX/replicas/) stopped changing counts as "
         "gone: garbage collection no longer spares the versions it served (at least 3 x refresh_seconds).",
     )
+    batch_wait_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="Milliseconds the query embedder waits, once a question arrives, for others to share its model "
+        "call (dynamic batching; it stops early at batch_max); questions arriving during a call join the next one. "
+        "An idle server adds at most this to a request.",
+    )
+    batch_max: int = Field(
+        32, ge=1, le=1024, description="Most questions embedded in one model call (1 = no batching)."
+    )
+    compute_threads: int = Field(
+        1,
+        ge=0,
+        le=256,
+        description="Threads of torch (the query embedder) and of numpy's BLAS per server process, set at start; "
+        "0 = their default of one per core. Requests already run on threads of their own: keep 1, above all "
+        "with several processes on few cores.",
+    )
+    request_log: str = Field(
+        "",
+        description="Where one JSON line per request goes (user, endpoint, status, latency, piece ids; never text "
+        'or tokens): a file path, "-" for stderr, or "" for none. Written by a background thread.',
+    )
+    trace: bool = Field(
+        False,
+        description="Add to each retrieval's and answer's log line its trace: the seeds, and per piece used its "
+        "graph path, chunk and documents (needs request_log).",
+    )
     request_limits: RequestLimits = RequestLimits()

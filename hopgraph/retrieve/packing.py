@@ -49,6 +49,7 @@ class RetrievalResult:
     budget: int
     evidence: list[Evidence] = field(default_factory=list)
     seconds: float = 0.0
+    seeds: list[str] = field(default_factory=list)  # what the method started from (a trace; not in to_dict)
 
     @property
     def context(self) -> str:

@@ -152,7 +152,7 @@ class PartitionedRetriever(Retriever):
         if chosen not in METHODS:
             raise ConfigError(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
         started = time.perf_counter()
-        streams, settled = [], None
+        streams, settled, seeds = [], None, {}
         offsets: dict[str, int] = {}  # pieces numbered over the partitions this reader may read, nothing else
         with deadline_after(options.get("deadline")):  # one deadline for all partitions (a nested one never extends it)
             if vector is None:
@@ -170,6 +170,7 @@ class PartitionedRetriever(Retriever):
                     **options,
                 )
                 settled = result
+                seeds.update(dict.fromkeys(result.seeds))
                 streams.append([numbered(ev, offsets) for ev in result.evidence])
                 for kind in {*KIND_TABLES, *(ev.kind for ev in result.evidence)}:
                     offsets[kind] = offsets.get(kind, 0) + part.rows(kind)
@@ -180,6 +181,7 @@ class PartitionedRetriever(Retriever):
             budget=final_budget,
             evidence=merge(streams, final_budget),
             seconds=time.perf_counter() - started,
+            seeds=list(seeds),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ class Query:
     vector: np.ndarray  # normalised query embedding
     keyword_ids: list[int]  # query words that are keywords of the index
     device: str = "cpu"  # embedding.device of the retriever: where graph kernels (PPR) run for this query
+    seeds: list[str] = field(default_factory=list)  # what the method started from, as labels (for traces)
 
 
 @dataclass
@@ -28,13 +30,16 @@ class Scope:
     """Boolean masks of usable pieces (after metadata/ACL filtering).
 
     ``derived`` caches what is recomputed per reader from readable material only (keyword vectors,
-    entity vectors): computed once per reader's scope, which the Retriever keeps for the reader's
-    next requests, however many channels use it.
+    entity vectors, the random walk cut to readable pieces): computed once per reader's scope,
+    which the Retriever keeps for the reader's next requests, however many channels use it.
     """
 
     units: np.ndarray
     chunks: np.ndarray
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Re-entrant: one derived value may be computed from another. Concurrent first requests of a
+    # reader wait for one computation instead of each doing it.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
 
     @property
     def full(self) -> bool:
@@ -42,9 +47,18 @@ class Scope:
         return bool(self.units.all() and self.chunks.all())
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:
-        if key not in self.derived:
-            self.derived[key] = compute()
-        return self.derived[key]
+        """``compute()`` once per scope (thread-safe)."""
+        try:
+            return self.derived[key]
+        except KeyError:
+            pass
+        with self._lock:
+            if key not in self.derived:
+                self.derived[key] = compute()
+            return self.derived[key]
+
+
+SEEDS_TRACED = 10  # seeds a method names in a retrieval's trace (the strongest first)
 
 
 def make_query(index: LoadedIndex, text: str, vector: np.ndarray, device: str = "cpu") -> Query:

@@ -87,7 +87,9 @@ class Retriever:
         docs = metadata_filter.document_mask(self.index)
         scope = Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
         with self._scopes_lock:
-            self._scopes[key] = scope
+            # A reader's concurrent first requests share one scope (and what it caches).
+            scope = self._scopes.setdefault(key, scope)
+            self._scopes.move_to_end(key)
             while len(self._scopes) > self.SCOPES_KEPT:
                 self._scopes.popitem(last=False)
         return scope
@@ -147,4 +149,5 @@ class Retriever:
             budget=config.budget,
             evidence=evidence,
             seconds=time.perf_counter() - started,
+            seeds=query.seeds,
         )

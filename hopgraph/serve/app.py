@@ -68,7 +68,12 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     app.include_router(documents_router)
     app.include_router(openai.router)
     install_pages(app)
-    app.add_middleware(GuardMiddleware, metrics=service.metrics, max_body_bytes=config.serve.max_body_bytes)
+    app.add_middleware(
+        GuardMiddleware,
+        metrics=service.metrics,
+        max_body_bytes=config.serve.max_body_bytes,
+        request_log=service.request_log,
+    )
     return app
 
 

@@ -24,6 +24,29 @@ def shown(value: str, limit: int = ID_SHOWN) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "…")
 
 
+def all_finite(value: Any) -> bool:
+    """True if every number in nested JSON data is finite: the fast check of every response
+    (:func:`non_finite_at` then names the place, only when one is not)."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        for item in value.values():
+            if not all_finite(item):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for item in value:
+            if not all_finite(item):
+                return False
+        return True
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return non_finite_at(value) is None  # subclasses of dict or list: the general walk
+
+
 def non_finite_at(value: Any, where: str = "") -> str | None:
     """The dotted place of the first NaN or ±Infinity in nested JSON data, or None if all numbers are finite."""
     if isinstance(value, float) and not math.isfinite(value):

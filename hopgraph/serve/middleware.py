@@ -1,4 +1,5 @@
-"""The outermost layer of the server: body-size guard and per-request timing for the metrics."""
+"""The outermost layer of the server: body-size guard, per-request timing for the metrics, and
+the request log line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from hopgraph.serve.errors import error_body
+from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
 
 _ENDPOINTS = [
@@ -32,14 +34,15 @@ class _BodyTooLarge(Exception):
 
 
 class GuardMiddleware:
-    """Refuses oversized bodies before they are read, and times every request for the metrics.
+    """Refuses oversized bodies before they are read, times every request for the metrics, and
+    queues its line for the request log (when there is one).
 
     A body without Content-Length (chunked) is counted as it arrives; once over the limit, reading
     stops and whatever the app would answer to the broken read is replaced by the 413.
     """
 
-    def __init__(self, app: Callable, metrics: Metrics, max_body_bytes: int):
-        self.app, self.metrics, self.max_body = app, metrics, max_body_bytes
+    def __init__(self, app: Callable, metrics: Metrics, max_body_bytes: int, request_log: RequestLog | None = None):
+        self.app, self.metrics, self.max_body, self.log = app, metrics, max_body_bytes, request_log
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -86,5 +89,8 @@ class GuardMiddleware:
                 if not state["started"]:
                     await too_large(scope, receive, send_recording)
         finally:
-            method = scope.get("state", {}).get("method", "")
-            self.metrics.observe(endpoint_label(scope["path"]), method, status["code"], time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            endpoint = endpoint_label(scope["path"])
+            self.metrics.observe(endpoint, scope.get("state", {}).get("method", ""), status["code"], seconds)
+            if self.log is not None:
+                self.log.write(entry(scope, endpoint, status["code"], seconds))

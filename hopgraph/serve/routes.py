@@ -21,7 +21,7 @@ from hopgraph.index.ingest import normalise_metadata
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, shown
 from hopgraph.serve.schemas import InsertRequest, RetrieveRequest
-from hopgraph.serve.service import Service, admin, finite, principal, service_of
+from hopgraph.serve.service import FastJSON, Service, admin, finite, finite_json, principal, service_of
 
 router = APIRouter()
 
@@ -75,41 +75,43 @@ def index_info(who: Principal = Depends(principal), service: Service = Depends(s
     return info
 
 
-@router.post("/v1/retrieve", tags=["query"])
+@router.post("/v1/retrieve", tags=["query"], response_class=FastJSON)
 def retrieve(
     request: Request,
     body: RetrieveRequest,
     who: Principal = Depends(principal),
     service: Service = Depends(service_of),
-) -> dict[str, Any]:
+) -> FastJSON:
     """Context and provenance (piece, chunk, documents, graph path) the reader is allowed to see."""
     version, result = service.retrieve(request, body, who)
-    return finite({**result.to_dict(), "version": version})
+    return finite_json({**result.to_dict(), "version": version})
 
 
-@router.post("/v1/answer", tags=["query"])
+@router.post("/v1/answer", tags=["query"], response_class=FastJSON)
 async def answer(
     request: Request,
     body: RetrieveRequest,
     who: Principal = Depends(principal),
     service: Service = Depends(service_of),
-) -> dict[str, Any]:
+) -> FastJSON:
     """An answer with citations and the evidence path; 503 with Retry-After if the LLM backend is down or slow or
     every answer slot stays busy for serve.answer_timeout; ``evidence_dropped`` counts evidence left out
     to fit the model's context."""
     version, result = await service.retrieve_async(request, body, who)
     evidence = finite(result.to_dict())["evidence"]
     reply = await service.generate(result)
-    return {
-        "answer": reply.text,
-        "found": reply.found,
-        "citations": reply.citations,
-        "version": version,
-        "evidence": evidence,
-        "evidence_dropped": reply.evidence_dropped,
-        "method": result.method,
-        "budget": result.budget,
-    }
+    return FastJSON(  # the evidence was checked above; the rest holds no float
+        {
+            "answer": reply.text,
+            "found": reply.found,
+            "citations": reply.citations,
+            "version": version,
+            "evidence": evidence,
+            "evidence_dropped": reply.evidence_dropped,
+            "method": result.method,
+            "budget": result.budget,
+        }
+    )
 
 
 @router.post("/v1/documents", tags=["documents"], status_code=202)

@@ -16,7 +16,7 @@ import numpy as np
 from hopgraph.config import RetrievalConfig
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, ranked
+from hopgraph.retrieve.query import SEEDS_TRACED, Query, Scope, ranked
 from hopgraph.retrieve.registry import register
 
 K1, B = 1.2, 0.75  # the usual BM25 constants
@@ -40,6 +40,8 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     for kw in query.keyword_ids:
         units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
         units = units[readable[units]]
+        if len(units) and len(query.seeds) < SEEDS_TRACED:
+            query.seeds.append(f"keyword:{index.keywords[kw]}")
         idf = np.log1p((n_readable - len(units) + 0.5) / (len(units) + 0.5))
         scores[units] += idf * (K1 + 1) / (1 + norm[units])
         stronger = units[idf > best_idf[units]]

@@ -13,6 +13,7 @@ from hopgraph.deadline import check_deadline
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import (
+    SEEDS_TRACED,
     Query,
     Scope,
     keyword_cosine,
@@ -55,8 +56,11 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     cfg = config.concept
     similarity = keyword_cosine(index, query, scope)
     # Concepts with a sub-chunk the reader may see; the others are neither seeds nor BFS steps.
-    reachable = np.asarray(index.keyword_units @ scope.units.astype(np.float32)).ravel() > 0
+    reachable = scope.cached(
+        "concepts_reachable", lambda: np.asarray(index.keyword_units @ scope.units.astype(np.float32)).ravel() > 0
+    )
     direct = top_indices(np.where(reachable, similarity, -np.inf), cfg.top_k)
+    query.seeds.extend(f"concept:{index.keywords[k]}" for k in direct[:SEEDS_TRACED] if reachable[k])
     scores = unit_cosine(index, query, config.sentence_mix)
     local = units_of(index, direct, scope)
     yield from ranked("unit", scores, scope.units, "concept (direct)", pool=local)

@@ -27,7 +27,7 @@ from hopgraph.models import load_embedder
 from hopgraph.ner import query_entities
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
-from hopgraph.retrieve.query import Query, Scope, top_indices
+from hopgraph.retrieve.query import SEEDS_TRACED, Query, Scope, top_indices
 from hopgraph.retrieve.registry import register
 from hopgraph.retrieve.rerank import Reranker, reranker_for
 
@@ -140,11 +140,24 @@ def search(
     return trace
 
 
-def anchor_entities(index: LoadedIndex, graph: CueGraph, query: Query, usable: np.ndarray, cfg: CueMethod) -> list[int]:
+def reachable_entities(graph: CueGraph, usable: np.ndarray) -> np.ndarray:
+    """Entities with at least one usable unit."""
+    return np.asarray(graph.entity_units @ usable.astype(np.float32)).ravel() > 0
+
+
+def anchor_entities(
+    index: LoadedIndex,
+    graph: CueGraph,
+    query: Query,
+    usable: np.ndarray,
+    cfg: CueMethod,
+    reachable: np.ndarray | None = None,
+) -> list[int]:
     """Entity-Anchoring (Alg. 4): spreading activation, then knowledge anchoring; only entities
-    that still have a usable unit can be seeds."""
+    that still have a usable unit (``reachable``, computed from ``usable`` when not given) can be seeds."""
     seeds: list[int] = []
-    reachable = graph.entity_units @ usable.astype(np.float32) > 0
+    if reachable is None:
+        reachable = reachable_entities(graph, usable)
     names = query_entities(query.text) if cfg.spreading_activation else []
     if names and reachable.any():
         name_vectors = load_embedder(index.config.embedding).encode_queries(names)
@@ -208,14 +221,18 @@ def _assemble(
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.cue
     graph = cue_graph(index)
-    usable = scope.chunks[graph.unit_chunk]
+    # Per reader's scope, not per request: which units and entities the reader may reach.
+    usable = scope.cached("cue_usable", lambda: scope.chunks[graph.unit_chunk])
+    reachable = scope.cached("cue_reachable", lambda: reachable_entities(graph, usable))
     reranker = reranker_for(index)
     texts = index.table("cue_units")["text"]
 
     def score(unit_sets: list[tuple[int, ...]]) -> np.ndarray:
         return reranker.score(query.text, [" ".join(texts[u] for u in units) for units in unit_sets])
 
-    seeds = anchor_entities(index, graph, query, usable, cfg)
+    seeds = anchor_entities(index, graph, query, usable, cfg, reachable)
+    names = index.table("cue_entities")["name"]
+    query.seeds.extend(f"entity:{names[e]}" for e in seeds[:SEEDS_TRACED])
     trace = search(
         graph,
         seeds,

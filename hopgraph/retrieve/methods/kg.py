@@ -23,7 +23,7 @@ from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate, piece_tokens
-from hopgraph.retrieve.query import Query, Scope, ranked, top_indices, unit_cosine
+from hopgraph.retrieve.query import SEEDS_TRACED, Query, Scope, ranked, top_indices, unit_cosine
 from hopgraph.retrieve.registry import register
 
 
@@ -91,12 +91,15 @@ def candidates(
     require_kg(index)
     cfg = config.kg
     entity_chunks = index.graph("kg_entity_chunks")
-    visible = np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
+    visible = scope.cached(
+        "kg_visible", lambda: np.asarray(entity_chunks @ scope.chunks.astype(np.float32)).ravel() > 0
+    )
     if not visible.any():
         return
     entity_vectors, names = _entity_view(index, scope)
     entity_scores = np.where(visible, entity_vectors @ query.vector, -np.inf)
     seeds = top_indices(entity_scores, min(cfg.seed_entities, int(visible.sum())))
+    query.seeds.extend(f"entity:{names[e]}" for e in seeds[:SEEDS_TRACED])
     is_seed = np.zeros(len(entity_scores), dtype=bool)
     is_seed[seeds] = True
     used = 0

@@ -18,6 +18,7 @@ from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import (
+    SEEDS_TRACED,
     Query,
     Scope,
     keyword_cosine,
@@ -38,6 +39,21 @@ def bipartite(index: LoadedIndex) -> sp.csr_matrix:
 def open_walk(index: LoadedIndex, xp: ModuleType = np) -> RandomWalk:
     """The walk over the whole bipartite graph, built once per opened index and array module (the unfiltered case)."""
     return index.memo("walk", f"open:{xp.__name__}", lambda: RandomWalk(sparse_on(xp, bipartite(index))))
+
+
+def scope_walk(index: LoadedIndex, scope: Scope, xp: ModuleType = np) -> RandomWalk:
+    """The walk the reader's scope allows: forbidden sub-chunks are cut out of the graph, so no
+    score flows through them. Built once per scope (the Retriever keeps a reader's scope), not per
+    request."""
+    if scope.units.all():
+        return open_walk(index, xp)
+
+    def build() -> RandomWalk:
+        keep = np.concatenate([scope.units, np.ones(len(index.keywords), dtype=bool)]).astype(np.float32)
+        allowed = sp.diags(keep)
+        return RandomWalk(sparse_on(xp, allowed @ bipartite(index) @ allowed))
+
+    return scope.cached(f"ppr_walk:{xp.__name__}", build)
 
 
 def _minmax(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -77,13 +93,9 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         df = index.keyword_units.getnnz(axis=1)[own]
         idf = np.log1p(n_units / np.maximum(df, 1))
         seeds[own] += idf / idf.max()
+    query.seeds.extend(f"keyword:{index.keywords[k]}" for k in top_indices(seeds, SEEDS_TRACED) if seeds[k] > 0)
     xp = array_module(query.device)  # the walk runs where the retriever's device says (CuPy on cuda)
-    if scope.units.all():
-        walker = open_walk(index, xp)
-    else:
-        # Forbidden sub-chunks are cut out of the walk, so no score flows through them.
-        allowed = sp.diags(np.concatenate([scope.units, np.ones(n_keywords, dtype=bool)]).astype(np.float32))
-        walker = RandomWalk(sparse_on(xp, allowed @ bipartite(index) @ allowed))
+    walker = scope_walk(index, scope, xp)
     personal = xp.asarray(np.concatenate([np.zeros(n_units), seeds]))
     # No seed with positive weight (no readable keyword near the query): nothing to walk from.
     walk = (

@@ -1,0 +1,138 @@
+"""Dynamic batching of query embeddings: questions that arrive together share one model call.
+
+One embedding of a short question costs nearly as much as a batch of several (the model call's
+fixed cost dominates), and the model takes one call at a time, so concurrent requests that each
+embed alone queue behind each other. Here a request hands its question to one batching thread
+and waits for its vector: the thread takes what is queued, waits at most ``wait_ms`` for more
+(stopping early at ``max_batch``), and embeds them in one call. While a call runs, new arrivals
+queue, so under load batches form without any wait; an idle server adds at most ``wait_ms``.
+
+A failed call fails every request of its batch with the same error; the next batch is tried anew.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Encode = Callable[[Sequence[str]], np.ndarray]
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher was closed before the vector was computed (the server is stopping)."""
+
+
+@dataclass
+class _Pending:
+    text: str
+    encode: Encode
+    future: Future[np.ndarray] = field(default_factory=Future)
+
+
+class QueryBatcher:
+    """Embeds questions in batches on one thread; :meth:`embed` blocks its caller until its vector is ready.
+
+    Each question names the encode function to use (the live index's embedder); a batch only
+    holds questions of one encode function, so a version switch to another model never mixes
+    models in one call.
+    """
+
+    def __init__(self, wait_ms: float = 2.0, max_batch: int = 32):
+        if wait_ms < 0 or max_batch < 1:
+            raise ValueError(f"wait_ms must be ≥ 0 and max_batch ≥ 1, got {wait_ms} and {max_batch}")
+        self.wait = wait_ms / 1000.0
+        self.max_batch = max_batch
+        self._queue: deque[_Pending] = deque()
+        self._ready = threading.Condition(threading.Lock())
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.batches: list[int] = []  # sizes of the last batches run (bounded), for tests and benchmarks
+
+    def embed(self, text: str, encode: Encode, timeout: float | None = None) -> np.ndarray:
+        """The vector of ``text`` from ``encode`` (one row), computed in a shared batch.
+
+        Raises what the batch's model call raised, TimeoutError after ``timeout`` seconds, or
+        BatcherClosed once the batcher is closed.
+        """
+        item = _Pending(text, encode)
+        with self._ready:
+            if self._closed:
+                raise BatcherClosed("the query batcher is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hopgraph-embed-batch", daemon=True)
+                self._thread.start()
+            self._queue.append(item)
+            self._ready.notify()
+        try:
+            return item.future.result(timeout)
+        except FutureTimeout:
+            item.future.cancel()  # still queued: it is dropped from its batch
+            raise TimeoutError(f"no query vector within {timeout:g} s (the embedding queue is busy)") from None
+
+    def close(self) -> None:
+        """Stop the thread; questions still queued fail with BatcherClosed."""
+        with self._ready:
+            self._closed = True
+            left = list(self._queue)
+            self._queue.clear()
+            self._ready.notify_all()
+        for item in left:
+            if item.future.set_running_or_notify_cancel():
+                item.future.set_exception(BatcherClosed("the query batcher closed before embedding this question"))
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _take(self) -> list[_Pending] | None:
+        """The next batch: the oldest question, then up to ``max_batch`` of the same encoder,
+        waiting at most ``wait`` after the first for more. None once closed."""
+        with self._ready:
+            while not self._queue and not self._closed:
+                self._ready.wait()
+            if self._closed:
+                return None
+            deadline = time.monotonic() + self.wait
+            while len(self._queue) < self.max_batch and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._ready.wait(left)
+            if self._closed:  # close() failed what was queued
+                return None
+            encode = self._queue[0].encode
+            batch: list[_Pending] = []
+            kept: deque[_Pending] = deque()
+            while self._queue:
+                item = self._queue.popleft()
+                if item.encode == encode and len(batch) < self.max_batch:
+                    batch.append(item)
+                else:
+                    kept.append(item)
+            self._queue = kept
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            live = [item for item in batch if item.future.set_running_or_notify_cancel()]  # skips timed-out ones
+            if not live:
+                continue
+            self.batches = [*self.batches[-99:], len(live)]
+            try:
+                vectors = live[0].encode([item.text for item in live])
+                if len(vectors) != len(live):
+                    raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(live)} questions")
+            except BaseException as exc:  # noqa: BLE001 - every waiting request gets the failure, the thread goes on
+                for item in live:
+                    item.future.set_exception(exc)
+                continue
+            for item, vector in zip(live, vectors):
+                item.future.set_result(vector)

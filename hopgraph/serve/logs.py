@@ -1,0 +1,115 @@
+"""Request logs: one JSON line per request, written by a background thread.
+
+A line says who asked (the token's user name, never the token), which endpoint (the bounded
+label of the metrics, so ids in paths stay out), the HTTP method, the retrieval method, status,
+latency, the index version read and the ids of the pieces returned, never their text or the
+question. With ``serve.trace`` a retrieval's line also carries its trace: the seeds the method
+started from and, per piece used, its graph path, chunk and documents.
+
+The request thread only builds a small dict and puts it on a queue; encoding and writing happen
+on the log's own thread, off the hot path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hopgraph.retrieve.packing import RetrievalResult
+from hopgraph.version import __version__
+
+
+def piece_ids(result: RetrievalResult) -> list[str]:
+    """``kind:row`` of every piece returned (what a log may name; the text stays out)."""
+    return [f"{e.kind}:{e.index}" for e in result.evidence]
+
+
+def trace_of(result: RetrievalResult) -> dict[str, Any]:
+    """The seeds and, per piece used, how the graph reached it (path), its chunk and documents."""
+    return {
+        "seeds": list(result.seeds),
+        "pieces": [
+            {"piece": f"{e.kind}:{e.index}", "path": e.path, "chunk": e.chunk, "docs": list(e.doc_ids)}
+            for e in result.evidence
+        ],
+    }
+
+
+class RequestLog:
+    """The request log of one server process: :meth:`write` enqueues, a thread of its own writes lines.
+
+    Not a ``logging`` handler: logging set-up elsewhere (uvicorn's, for one) closes every handler
+    it finds. A file is opened with O_APPEND and each line is one ``write``, so the lines of
+    several server processes sharing one file never interleave, however long a line (a trace) is.
+    """
+
+    def __init__(self, target: str):
+        self._fd: int | None = None
+        if target != "-":
+            path = Path(target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        self._queue: queue.SimpleQueue[tuple[float, dict[str, Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._drain, name="hopgraph-request-log", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def open(cls, target: str) -> RequestLog | None:
+        """The log ``serve.request_log`` names, or None when it is empty (no request log)."""
+        return cls(target) if target else None
+
+    def write(self, entry: dict[str, Any]) -> None:
+        """Queue one line (the dict must hold no text of documents or questions, and no token)."""
+        self._queue.put((time.time(), entry))
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread and close the file."""
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _drain(self) -> None:
+        while (item := self._queue.get()) is not None:
+            stamp, entry = item
+            line = orjson.dumps(
+                {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp)) + "Z", **entry},
+                option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE,
+            )
+            try:
+                if self._fd is None:
+                    sys.stderr.write(line.decode())
+                    sys.stderr.flush()
+                else:
+                    os.write(self._fd, line)
+            except (OSError, ValueError) as exc:  # a full disk or a closed stderr must not stop the server
+                print(f"hopgraph serve: cannot write the request log: {exc}", file=sys.stderr, flush=True)
+
+
+def entry(scope: dict[str, Any], endpoint: str, status: int, seconds: float) -> dict[str, Any]:
+    """The log line of a finished request, from what the endpoints left in the request's state."""
+    state = scope.get("state", {})
+    line: dict[str, Any] = {
+        "user": state.get("user"),
+        "endpoint": endpoint,
+        "http_method": scope.get("method", ""),
+        "method": state.get("method"),
+        "status": status,
+        "ms": round(seconds * 1000, 3),
+        "version": state.get("version"),
+        "pieces": state.get("pieces", []),
+        "server": __version__,
+    }
+    if "trace" in state:
+        line["trace"] = state["trace"]
+    return line

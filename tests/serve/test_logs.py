@@ -1,0 +1,108 @@
+"""Request logs over real HTTP: one JSON line per request with who, what, how long and which
+pieces, never text or tokens; with serve.trace, the seeds and graph paths of each retrieval."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from tests.serve.support import USERS, LiveServer, auth, wait_until
+
+QUESTION = "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?"
+
+
+def served(acl_index, serve_config, log, **settings):
+    config = serve_config.model_copy(
+        update={"serve": serve_config.serve.model_copy(update={"request_log": str(log), **settings})}
+    )
+    return LiveServer(acl_index, config)
+
+
+def lines(log) -> list[dict]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+
+
+def test_each_request_writes_one_line_with_ids_and_no_text_or_token(acl_index, serve_config, tmp_path):
+    log = tmp_path / "logs" / "requests.jsonl"
+    with served(acl_index, serve_config, log) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        response = client.post(
+            "/v1/retrieve", json={"query": QUESTION, "method": "ppr", "budget": 300}, headers=auth("ops")
+        )
+        assert response.status_code == 200
+        wait_until(lambda: len(lines(log)) == 1, timeout=10)
+        refused = client.post("/v1/retrieve", json={"query": QUESTION}, headers={"Authorization": "Bearer not-a-t0ken"})
+        assert refused.status_code == 401
+        deleted = client.delete("/v1/documents/private%2Fpayroll-2026", headers=auth("ops"))
+        assert deleted.status_code == 403
+        wait_until(lambda: len(lines(log)) == 3, timeout=10)
+    first, unknown, forbidden = lines(log)
+    result = response.json()
+    assert first["user"] == "ops" and first["endpoint"] == "/v1/retrieve" and first["http_method"] == "POST"
+    assert first["method"] == "ppr" and first["status"] == 200 and first["version"] == result["version"]
+    assert 0 < first["ms"] < 60_000 and first["time"].endswith("Z") and first["server"]
+    assert first["pieces"] == [f"{e['kind']}:{e['index']}" for e in result["evidence"]] and first["pieces"]
+    assert "trace" not in first  # serve.trace is off by default
+    assert unknown["status"] == 401 and unknown["user"] is None and unknown["pieces"] == []
+    assert forbidden["status"] == 403 and forbidden["endpoint"] == "/v1/documents/{id}"
+    text = log.read_text(encoding="utf-8")
+    assert text.count("\n") == 3
+    for secret in [QUESTION, "Halvern", "not-a-t0ken", "payroll", *(u["token"] for u in USERS.values())]:
+        assert secret not in text, secret
+    for evidence in result["evidence"]:
+        assert evidence["text"][:40] not in text
+
+
+def test_trace_records_seeds_paths_and_chunks(acl_index, serve_config, tmp_path):
+    log = tmp_path / "requests.jsonl"
+    with (
+        served(acl_index, serve_config, log, trace=True) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
+        response = client.post(
+            "/v1/retrieve", json={"query": QUESTION, "method": "ppr", "budget": 300}, headers=auth("ops")
+        )
+        assert response.status_code == 200
+        # A word only a forbidden document holds is never a seed or a path of this reader's trace.
+        guess = client.post(
+            "/v1/retrieve", json={"query": "What is the plan VELLUMTIDE?", "method": "ppr"}, headers=auth("ops")
+        )
+        assert guess.status_code == 200
+        wait_until(lambda: len(lines(log)) == 2, timeout=10)
+    line, guessed = lines(log)
+    assert guessed["trace"]["pieces"] and "vellumtide" not in json.dumps(guessed).lower()
+    evidence = response.json()["evidence"]
+    trace = line["trace"]
+    assert trace["seeds"] and all(s.startswith("keyword:") for s in trace["seeds"])
+    assert [(p["piece"], p["path"], p["chunk"], p["docs"]) for p in trace["pieces"]] == [
+        (f"{e['kind']}:{e['index']}", e["path"], e["chunk"], e["doc_ids"]) for e in evidence
+    ]
+    assert any(p["path"].startswith("ppr via keyword:") for p in trace["pieces"])
+    text = log.read_text(encoding="utf-8")
+    assert QUESTION not in text and all(e["text"][:40] not in text for e in evidence)
+
+
+def test_long_lines_of_several_writers_sharing_a_file_never_interleave(tmp_path):
+    """Several server processes may share one log file: each line is one append."""
+    import threading
+
+    from hopgraph.serve.logs import RequestLog
+
+    path = tmp_path / "shared.jsonl"
+    writers = [RequestLog(str(path)) for _ in range(3)]
+    pieces = [f"unit:{i}" for i in range(20_000)]  # a line of about 200 kB, as a long trace makes
+
+    def write(n: int) -> None:
+        for i in range(20):
+            writers[n].write({"writer": n, "i": i, "pieces": pieces})
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for log in writers:
+        log.close()
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted((e["writer"], e["i"]) for e in entries) == [(n, i) for n in range(3) for i in range(20)]
+    assert all(e["pieces"] == pieces for e in entries)
