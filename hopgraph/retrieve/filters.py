@@ -106,7 +106,7 @@ def field_kinds(index: Any, reader: MetadataFilter | None = None) -> dict[str, s
     if memo is None:
         return make()
     who = "" if not access or access.groups is None else repr((sorted(access.groups), access.allow_unrestricted))
-    return memo("filter_fields", who, make)  # type: ignore[no-any-return]
+    return memo("filter_fields", who, make)
 
 
 def check_fields(where: dict[str, Any], index: Any, reader: MetadataFilter | None = None) -> None:
