@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from hopgraph.config import HopgraphConfig
+from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import IndexFormatError
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
@@ -22,6 +22,32 @@ from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
 from hopgraph.retrieve.rerank import reranker_for
 from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import IndexStore
+
+# Settings read at query time, not build time: an evaluation's values for these are its own.
+QUERY_TIME = ("retrieval", "rerank", "answer", "serve")
+PEAK_MEMORY_COVERS = "this process: reading the dataset, the index stages run now (if any), retrieval and answers"
+
+
+def build_config(index_dir: str | Path, config: HopgraphConfig) -> HopgraphConfig:
+    """The config the index is built or resumed with: this run's build settings, and the query-time
+    settings the index already stores (the defaults for a new one), so an evaluation's retrieval
+    overrides apply to its own run and are never written into the index it measures."""
+    store = IndexStore(index_dir)
+    stored = (
+        validate_config(store.read_manifest()["config"], source=f"{store.manifest_path}")
+        if store.exists()
+        else HopgraphConfig()
+    )
+    return config.model_copy(update={name: getattr(stored, name) for name in QUERY_TIME})
+
+
+def stages_done(index_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """The finished stage records of the index at ``index_dir`` (none where there is no index yet)."""
+    store = IndexStore(index_dir)
+    if not store.exists():
+        return {}
+    return {name: rec for name, rec in store.read_manifest().get("stages", {}).items() if rec.get("done")}
 
 
 def percentile_ms(seconds: list[float], q: float) -> float:
@@ -49,7 +75,9 @@ def evaluate(
             f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
             "so it no longer holds exactly the dataset's corpus; choose another --index"
         )
-    manifest = build_index(bench.documents, index_dir, config, progress=progress)
+    earlier = stages_done(index_dir)
+    manifest = build_index(bench.documents, index_dir, build_config(index_dir, config), progress=progress)
+    ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
     retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()
     vectors = retriever.embed([q.text for q in bench.questions])
@@ -97,7 +125,11 @@ def evaluate(
         "embedding_model": config.embedding.model,
         "results": records,
         "index": {
-            "stages_seconds": {k: v["seconds"] for k, v in manifest["stages"].items()},
+            # Stage times of this run, and those of stages an earlier build finished (not repeated here).
+            "stages_seconds_this_run": ran,
+            "stages_seconds_earlier_build": {k: v["seconds"] for k, v in manifest["stages"].items() if k not in ran},
+            "build_peak_memory_mb": round(manifest.get("peak_memory_mb", 0.0), 1),
+            "build_peak_memory_covers": "the largest peak of the processes that ran the index stages",
             "counts": manifest["counts"],
             "llm": {k: v["llm"] for k, v in manifest["stages"].items() if "llm" in v},
             "extraction": config.extraction.model_dump() if config.extraction.active() else None,
@@ -105,6 +137,7 @@ def evaluate(
         "llm_model": config.llm.model if (answers or config.extraction.active()) else None,
         "query_embedding_seconds": round(query_embedding_seconds, 3),
         "peak_memory_mb": round(peak_memory_mb(), 1),
+        "peak_memory_covers": PEAK_MEMORY_COVERS,
         "config": config.model_dump(),
         **report.provenance(),
     }
