@@ -122,6 +122,12 @@ class IndexStore:
                 )
         return manifest
 
+    def finished_stages(self) -> dict[str, dict[str, Any]]:
+        """Records of the stages finished so far (none where there is no index yet)."""
+        if not self.exists():
+            return {}
+        return {name: rec for name, rec in self.read_manifest().get("stages", {}).items() if rec.get("done")}
+
     # ---------------------------------------------------------------- checksums
     def _record(self, path: Path) -> None:
         self.written[path.relative_to(self.root).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}

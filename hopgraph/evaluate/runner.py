@@ -42,14 +42,6 @@ def build_config(index_dir: str | Path, config: HopgraphConfig) -> HopgraphConfi
     return config.model_copy(update={name: getattr(stored, name) for name in QUERY_TIME})
 
 
-def stages_done(index_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """The finished stage records of the index at ``index_dir`` (none where there is no index yet)."""
-    store = IndexStore(index_dir)
-    if not store.exists():
-        return {}
-    return {name: rec for name, rec in store.read_manifest().get("stages", {}).items() if rec.get("done")}
-
-
 def percentile_ms(seconds: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(seconds) * 1000.0, q)), 2) if seconds else 0.0
 
@@ -75,7 +67,7 @@ def evaluate(
             f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
             "so it no longer holds exactly the dataset's corpus; choose another --index"
         )
-    earlier = stages_done(index_dir)
+    earlier = IndexStore(index_dir).finished_stages()
     manifest = build_index(bench.documents, index_dir, build_config(index_dir, config), progress=progress)
     ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
     retriever = Retriever(index_dir, config.retrieval)
