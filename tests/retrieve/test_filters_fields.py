@@ -109,3 +109,14 @@ def test_the_server_applies_the_same_filter(sample_index, sample_config):
         assert ranged.status_code == 200, ranged.text
         cited = {d for ev in ranged.json()["evidence"] for d in ev["doc_ids"]}
         assert cited and cited <= {"memo-2024-03", "budget-2025"}
+
+
+def test_the_python_api_applies_the_same_filter(sample_index):
+    from hopgraph.api import Index
+    from hopgraph.errors import ConfigError
+
+    index = Index.open(sample_index)
+    with pytest.raises(ConfigError, match="unknown filter field 'titel'; filterable fields: acl, id, line"):
+        index.retrieve("tide gauges", where={"titel": "x"})
+    result = index.retrieve("Sorvik budget", method="text", where={"id": {"in": ["budget-2025"]}})
+    assert {d for ev in result.evidence for d in ev.doc_ids} == {"budget-2025"}
