@@ -140,6 +140,17 @@ def result_columns(rows: list[dict[str, Any]]) -> list[str]:
     return columns + [c for c in ("em", "f1", "accuracy", "not_found", "reranker") if any(c in r for r in rows)]
 
 
+def _index_line(payload: dict[str, Any]) -> str:
+    """Which stage times and peak memory are this run's and which the earlier build's."""
+    index = payload["index"]
+    now, earlier = index.get("stages_seconds_this_run", {}), index.get("stages_seconds_earlier_build", {})
+    return (
+        f"Index stages run now: {len(now)} ({sum(now.values()):.1f} s); finished by an earlier build: {len(earlier)} "
+        f"({sum(earlier.values()):.1f} s). Peak memory {payload['peak_memory_mb']:.0f} MB "
+        f"({payload['peak_memory_covers']}); the build's {index.get('build_peak_memory_mb', 0):.0f} MB."
+    )
+
+
 def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
     """JSON + Markdown table + PNG chart side by side (out is the JSON path)."""
     report.write_json(out, payload)
@@ -149,7 +160,7 @@ def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
         f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
         f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: "
         f"{report.machine_line(payload['machine'])}, "
-        f"commit {payload['git_commit']}; latency excludes query embedding.\n\n"
+        f"commit {payload['git_commit']}; latency excludes query embedding.  \n{_index_line(payload)}\n\n"
     )
     text = header + report.markdown_table(rows, result_columns(rows))
     report.atomic_write(table, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from hopgraph.config import load_config
-from hopgraph.evaluate.runner import evaluate
+from hopgraph.evaluate.runner import evaluate, write_outputs
 from hopgraph.store import IndexStore
 from tests.conftest import SAMPLE_SETTINGS
 
@@ -58,3 +58,6 @@ def test_eval_overrides_never_reach_the_index(tmp_path):
     assert set(second["index"]["stages_seconds_earlier_build"]) == set(manifest["stages"])
     assert second["index"]["build_peak_memory_mb"] == round(manifest["peak_memory_mb"], 1)
     assert "retrieval" in second["peak_memory_covers"] and second["index"]["build_peak_memory_covers"]
+    write_outputs(second, tmp_path / "result.json")
+    table = (tmp_path / "result.md").read_text(encoding="utf-8")
+    assert "Index stages run now: 0 (0.0 s); finished by an earlier build:" in table and "the build's" in table
