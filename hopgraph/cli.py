@@ -251,7 +251,12 @@ def jobs(index_dir: str, as_json: bool) -> None:
 @click.option(
     "--groups", help="Comma-separated groups of the reader: only documents whose acl names one of them are used."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON (one line per question).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the full result as JSON (with --questions or at the prompt: one line per question).",
+)
 @click.option(
     "--answer",
     "with_answer",
