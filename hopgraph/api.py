@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
 from hopgraph.documents import Document
-from hopgraph.retrieve.filters import MetadataFilter
+from hopgraph.errors import ConfigError
+from hopgraph.retrieve.filters import MetadataFilter, reader_filter
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
 from hopgraph.retrieve.partitioned import open_index
 from hopgraph.retrieve.retriever import Retriever
@@ -178,12 +179,22 @@ class Index:
         """Evidence for ``question`` within ``budget`` tokens, each piece with its graph path and sources.
 
         ``groups``: the reader's groups (only documents whose acl names one of them, and documents
-        without acl, are used); None reads everything. ``where``: metadata key → allowed value(s).
+        without acl, are used); None reads everything. ``where``: field → value, list or operators
+        (see :mod:`hopgraph.retrieve.filters`); an unknown field is a ConfigError naming the known ones.
         ``params``: retrieval settings as in the [retrieval] section, e.g. ``{"ppr": {"damping": 0.6}}``.
         """
         flt = None
         if groups is not None or where:
-            flt = MetadataFilter(groups=frozenset(groups) if groups is not None else None, where=dict(where or {}))
+            try:
+                flt = reader_filter(
+                    self._loaded,
+                    dict(where or {}),
+                    groups=frozenset(groups) if groups is not None else None,
+                    max_keys=self.config.serve.max_filter_keys,
+                    max_values=self.config.serve.max_filter_values,
+                )
+            except ValueError as exc:
+                raise ConfigError(f"where: {exc}") from None
         from hopgraph.config import dotted_keys  # noqa: PLC0415
 
         return self._retriever.retrieve(

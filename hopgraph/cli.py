@@ -1,90 +1,43 @@
-"""Command line: ``hopgraph index | update | jobs | documents | query | eval | inspect``.
+"""Command line: ``hopgraph init | index | update | jobs | documents | query | eval | inspect | serve | methods``.
 
 Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named by its TOML key
-(``--chunking.size 150``), generated from the config model so help text and defaults live in one
-place. Precedence: command-line option > ``--config`` TOML file > built-in default.
+(``--chunking.size 150``; see :mod:`hopgraph.cli_options`). Precedence: command-line option >
+``--config`` TOML file > the index's stored settings (commands that read one) > built-in default.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 import typing
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
+from hopgraph.cli_options import (
+    BUILD_SECTIONS,
+    ENGINE,
+    QUERY_SECTIONS,
+    ROOT,
+    SUMMARY_JSON,
+    VERBOSE,
+    Command,
+    build_config,
+    config_file_option,
+    config_options,
+    settings,
+)
+from hopgraph.cli_output import cluster_cost, echo_llm_usage, print_result, questions_to_ask, read_inputs
 from hopgraph.config import (
     LLM_CONNECTION_FIELDS,
-    HopgraphConfig,
     apply_overrides,
     dotted_keys,
-    leaf_fields,
-    load_config,
     read_toml,
     validate_config,
 )
 from hopgraph.errors import HopgraphError
-
-if TYPE_CHECKING:
-    from hopgraph.index.ingest import IngestResult
-
-BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
-ENGINE = click.option(
-    "--engine",
-    type=click.Choice(["local", "ray"]),
-    default=None,
-    help="local: build in this process (default); ray: model work on a Ray cluster (the 'cluster' extra; "
-    "--cluster.address joins one, none starts one here). The setting cluster.engine in a --config file.",
-)
-QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
-ROOT = click.option(
-    "--root",
-    type=click.Path(file_okay=False),
-    help="Folder that document ids are relative to (default: each folder given; for a file given alone, its "
-    "folder). `update --add copy/people/x.md --root copy` replaces the document `people/x.md`.",
-)
-VERBOSE = click.option("--verbose", "-v", is_flag=True, help="List every document id read (default: the first 10).")
-SUMMARY_JSON = click.option(
-    "--json", "as_json", is_flag=True, help="Print the summary as JSON: ids read, skipped inputs with reasons, counts."
-)
-
-
-def _click_type(annotation: Any) -> tuple[Any, bool]:
-    """(click type, is_flag-like bool) for a pydantic field annotation."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is typing.Literal:
-        return click.Choice([str(a) for a in typing.get_args(annotation)]), False
-    if args and typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        return _click_type(args[0])
-    return {int: click.INT, float: click.FLOAT, bool: click.BOOL}.get(annotation, click.STRING), annotation is bool
-
-
-def config_options(prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
-    """Decorator adding one option per config leaf whose dotted name starts with a prefix."""
-
-    def decorate(func: Callable) -> Callable:
-        for dotted, info in reversed(leaf_fields()):
-            if not dotted.startswith(prefixes) or dotted in exclude:
-                continue
-            kind, _ = _click_type(info.annotation)
-            default = info.default
-            help_text = f"{info.description or ''} [default: {default if default is not None else 'auto'}]"
-            func = click.option(
-                f"--{dotted}", dotted.replace(".", "__"), type=kind, default=None, help=help_text, show_default=False
-            )(func)
-        return func
-
-    return decorate
-
-
-def build_config(config_file: str | None, options: dict[str, Any]) -> HopgraphConfig:
-    overrides = {
-        name.replace("__", "."): value for name, value in options.items() if "__" in name and value is not None
-    }
-    return load_config(config_file, overrides)
 
 
 def _fail(message: str) -> None:
@@ -94,6 +47,8 @@ def _fail(message: str) -> None:
 
 class Group(click.Group):
     """Turns user-facing errors into one clear line instead of a traceback."""
+
+    command_class = Command  # short help: settings grouped by section
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -119,9 +74,7 @@ def main() -> None:
 @click.option(
     "--out", "-o", required=True, type=click.Path(file_okay=False), help="Index directory to create or resume."
 )
-@click.option(
-    "--config", "config_file", type=click.Path(dir_okay=False), help="TOML file with settings (sections as below)."
-)
+@config_file_option()
 @click.option("--overwrite", is_flag=True, help="Rebuild even if OUT holds an index of another corpus or settings.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 @ROOT
@@ -153,9 +106,12 @@ def index(
     run again.
     """
     from hopgraph.index.pipeline import build_index  # noqa: PLC0415
+    from hopgraph.store import IndexStore  # noqa: PLC0415
 
     config = build_config(config_file, {**options, "cluster__engine": engine})
-    corpus = _read_inputs(paths, root, None, progress=not quiet)
+    corpus = read_inputs(paths, root, None, progress=not quiet)
+    earlier = IndexStore(out).finished_stages()
+    started = time.perf_counter()
     manifest = build_index(corpus.documents, out, config, progress=not quiet, overwrite=overwrite)
     if overwrite:
         from hopgraph.index.versions import reset_to_root  # noqa: PLC0415
@@ -166,55 +122,21 @@ def index(
                 err=as_json,
             )
     counts = ", ".join(f"{k}={v}" for k, v in sorted(manifest["counts"].items()))
-    seconds = sum(s["seconds"] for s in manifest["stages"].values())
+    ran = [name for name, record in manifest["stages"].items() if earlier.get(name) != record]
+    kept = len(manifest["stages"]) - len(ran)
     if as_json:
         click.echo(json.dumps({**corpus.summary(), "index": out, "counts": manifest["counts"]}, indent=2))
         return
     for line in corpus.describe(verbose=verbose):
         click.echo(line)
-    click.echo(f"indexed {len(corpus.documents)} documents into {out} ({counts}; {seconds:.1f} s of stages)")
-    _echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
+    click.echo(
+        f"indexed {len(corpus.documents)} documents into {out} ({counts}; {time.perf_counter() - started:.1f} s, "
+        f"{len(ran)} stages run{f', {kept} finished earlier' if kept else ''})"
+    )
+    echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
 
 
-def _read_inputs(paths: tuple[str, ...], root: str | None, index_dir: str | None, *, progress: bool) -> IngestResult:
-    """Read PATHS (an update reuses the ids of files INDEX already holds), naming every skipped input on stderr."""
-    from hopgraph.index.ingest import read_corpus  # noqa: PLC0415
-
-    known = None
-    if index_dir is not None and root is None:
-        from hopgraph.index.catalog import file_ids  # noqa: PLC0415
-
-        known = file_ids(index_dir)
-    corpus = read_corpus(paths, root=root, known_ids=known, progress=progress)
-    for problem in corpus.problems:
-        click.secho(f"skipped: {problem}", fg="yellow", err=True)
-    if index_dir is not None:
-        from hopgraph.index.catalog import namesakes  # noqa: PLC0415
-
-        for new, old in namesakes(index_dir, [d.id for d in corpus.documents]):
-            click.secho(
-                f"note: {new!r} is a new id beside {old!r}; to replace {old!r}, give --root (the folder its path is "
-                "relative to)",
-                fg="yellow",
-                err=True,
-            )
-    return corpus
-
-
-def _cluster_cost(record: dict[str, Any]) -> str:
-    """What a stage spent on the Ray cluster, e.g. " (412.0 worker-s, 380.5 GPU-s)"; empty for the local engine."""
-    labels = (("worker_seconds", "worker-s"), ("gpu_seconds", "GPU-s"))
-    spent = [f"{record[key]:.1f} {label}" for key, label in labels if key in record]
-    return f" ({', '.join(spent)})" if spent else ""
-
-
-def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
-    for name, u in usage.items():
-        click.echo(
-            f"{name}: {u['calls']} LLM calls ({u['new_calls']} new, {u['cached_calls']} cached), "
-            f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, {u['parse_failures']} "
-            f"parse failures, {u['fallbacks']} fallbacks"
-        )
+UPDATE_SETTINGS = (*(f"llm.{name}" for name in LLM_CONNECTION_FIELDS), "cluster.")
 
 
 @main.command()
@@ -240,7 +162,10 @@ def _echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
 @VERBOSE
 @SUMMARY_JSON
 @ENGINE
-@config_options((*(f"llm.{name}" for name in LLM_CONNECTION_FIELDS), "cluster."), exclude=("cluster.engine",))
+@config_file_option(
+    "TOML file: its [llm] connection settings and [cluster] section are used (the index keeps its own)."
+)
+@config_options(UPDATE_SETTINGS, exclude=("cluster.engine",))
 def update(
     index_dir: str,
     add_paths: tuple[str, ...],
@@ -252,6 +177,7 @@ def update(
     verbose: bool,
     as_json: bool,
     engine: str | None,
+    config_file: str | None,
     **options: Any,
 ) -> None:
     """Add, replace or delete documents in INDEX, building a new version and switching to it when complete.
@@ -269,7 +195,7 @@ def update(
 
     if resume and (add_paths or delete_ids):
         raise click.UsageError("--resume runs the jobs already submitted; give --add/--delete without it")
-    overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
+    overrides = settings(config_file, options, only=UPDATE_SETTINGS)
     llm_overrides = {k.removeprefix("llm."): v for k, v in overrides.items() if k.startswith("llm.")}
     llm = None
     if llm_overrides:
@@ -284,7 +210,7 @@ def update(
     if not resume:
         documents = []
         if add_paths:
-            corpus = _read_inputs(add_paths, root, index_dir, progress=not quiet)
+            corpus = read_inputs(add_paths, root, index_dir, progress=not quiet)
             documents = corpus.documents
         job = versions.submit_update(index_dir, documents, delete_ids)
         if not as_json:
@@ -305,7 +231,7 @@ def update(
             f"(+{d.get('added', 0)} added, -{d.get('deleted', 0)} deleted, {d.get('replaced', 0)} replaced; "
             f"{counts}; {seconds})"
         )
-        _echo_llm_usage(job.get("llm", {}))
+        echo_llm_usage(job.get("llm", {}))
     removed = versions.collect_garbage(index_dir, keep=keep)
     if removed and not as_json:
         click.echo(f"removed old versions: {', '.join(removed)}")
@@ -354,63 +280,93 @@ def documents(index_dir: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("index_dir", metavar="INDEX", type=click.Path())
-@click.argument("question")
+@click.argument("question", required=False)
+@click.option(
+    "--questions",
+    type=click.File("r", encoding="utf-8"),
+    help="File of questions ('-' = stdin): one per line, or JSONL with a 'question' field. Models load once.",
+)
+@click.option(
+    "--where",
+    help='Filter as JSON: field → value, list, or operators, e.g. \'{"timestamp": {"gte": "2024-01-01"}}\' '
+    "(fields: id, title, source and the metadata keys; operators gt, gte, lt, lte, in, ne, eq).",
+)
 @click.option(
     "--groups", help="Comma-separated groups of the reader: only documents whose acl names one of them are used."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the full result (context + provenance) as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the full result as JSON (with --questions or at the prompt: one line per question).",
+)
 @click.option(
     "--answer",
     "with_answer",
     is_flag=True,
     help="Also answer from the evidence with the LLM at --llm.base_url (answer, citations, evidence path).",
 )
+@config_file_option("TOML file with [retrieval], [rerank], [answer], [llm] settings (over the index's own).")
 @config_options(QUERY_SECTIONS)
-def query(index_dir: str, question: str, groups: str | None, as_json: bool, with_answer: bool, **options: Any) -> None:
-    """Retrieve evidence for QUESTION from INDEX and print it with its provenance (and, with --answer, the answer)."""
-    from hopgraph.retrieve.filters import MetadataFilter  # noqa: PLC0415
+def query(
+    index_dir: str,
+    question: str | None,
+    questions: typing.TextIO | None,
+    where: str | None,
+    groups: str | None,
+    as_json: bool,
+    with_answer: bool,
+    config_file: str | None,
+    **options: Any,
+) -> None:
+    """Retrieve evidence for QUESTION from INDEX and print it with its provenance (and, with --answer, the answer).
+
+    With --questions FILE every question of the file is asked in turn; with neither, on a terminal,
+    questions are read interactively until an empty line. Models and the index load once.
+    """
+    from hopgraph.retrieve.filters import reader_filter  # noqa: PLC0415
     from hopgraph.retrieve.partitioned import open_index  # noqa: PLC0415
     from hopgraph.retrieve.retriever import Retriever  # noqa: PLC0415
 
+    asked = questions_to_ask(question, questions)
     loaded = open_index(index_dir)
-    overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
-    config = validate_config(apply_overrides(loaded.config.model_dump(), overrides), "command-line options")
+    config = build_config(config_file, options, loaded.config.model_dump(), "command-line options")
+    flt = None
+    if where or groups:
+        try:
+            condition = json.loads(where) if where else {}
+            if not isinstance(condition, dict):
+                raise ValueError("give a JSON object of field → condition")
+            flt = reader_filter(
+                loaded,
+                condition,
+                groups=frozenset(g.strip() for g in groups.split(",") if g.strip()) if groups else None,
+                max_keys=config.serve.max_filter_keys,
+                max_values=config.serve.max_filter_values,
+            )
+        except ValueError as exc:  # a JSON syntax error is one too
+            _fail(f"--where: {exc}")
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
-    flt = MetadataFilter(groups=frozenset(g.strip() for g in groups.split(",") if g.strip())) if groups else None
-    result = retriever.retrieve(question, metadata_filter=flt)
-    reply = None
+    llm = None
     if with_answer:
         from hopgraph.llm import open_llm  # noqa: PLC0415
-        from hopgraph.retrieve.answer import answer  # noqa: PLC0415
 
-        reply = answer(open_llm(config.llm), result, config.answer)
-    if as_json:
-        payload = result.to_dict()
-        if reply is not None:
-            payload["answer"] = reply.to_dict()
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
-        return
-    if reply is not None:
-        click.secho(f"answer: {reply.text}", bold=True, fg="green" if reply.found else "yellow")
-        for c in reply.citations:
-            click.echo(
-                f"  [{c['evidence']}] chunk {c['chunk']} of "
-                f"{', '.join(t or d for d, t in zip(c['doc_ids'], c['titles']))}  path: {c['path']}"
-            )
-    click.secho(
-        f"{result.method}: {len(result.evidence)} pieces, {result.tokens}/{result.budget} tokens, "
-        f"{result.seconds * 1000:.1f} ms",
-        bold=True,
-    )
-    for rank, ev in enumerate(result.evidence[:10], 1):
-        source = ", ".join(t or d for d, t in zip(ev.doc_ids, ev.titles))
-        click.secho(
-            f"\n[{rank}] {ev.kind} {ev.index} (chunk {ev.chunk}) score={ev.score:.3f}  path: {ev.path}", fg="cyan"
-        )
-        click.echo(f"    source: {source}")
-        click.echo("    " + ev.text[:400].replace("\n", " ") + ("…" if len(ev.text) > 400 else ""))
-    if len(result.evidence) > 10:
-        click.echo(f"\n… {len(result.evidence) - 10} more pieces (use --json for all)")
+        llm = open_llm(config.llm)
+    for text in asked:
+        result = retriever.retrieve(text, metadata_filter=flt)
+        reply = None
+        if llm is not None:
+            from hopgraph.retrieve.answer import answer  # noqa: PLC0415
+
+            reply = answer(llm, result, config.answer)
+        if as_json:
+            payload = result.to_dict()
+            if reply is not None:
+                payload["answer"] = reply.to_dict()
+            single = question is not None
+            click.echo(json.dumps(payload, indent=2 if single else None, ensure_ascii=False))
+        else:
+            print_result(result, reply, header=question is None)
 
 
 @main.command(name="eval")
@@ -472,6 +428,9 @@ def evaluate(
             click.echo(f"wrote {path}")
 
 
+MIN_CONCEPT_CHARS = 3
+
+
 @main.command()
 @click.argument("index_dir", metavar="INDEX", type=click.Path())
 @click.option("--top", default=10, show_default=True, help="How many core chunks and central concepts to list.")
@@ -479,6 +438,7 @@ def inspect(index_dir: str, top: int) -> None:
     """Summarise INDEX: counts, stage times, settings, core chunks and central concepts."""
     import numpy as np  # noqa: PLC0415
 
+    from hopgraph.index.pipeline import STAGES  # noqa: PLC0415
     from hopgraph.retrieve.partitioned import PartitionedIndex, open_index  # noqa: PLC0415
 
     opened = open_index(index_dir)
@@ -489,7 +449,9 @@ def inspect(index_dir: str, top: int) -> None:
         bold=True,
     )
     click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(m["counts"].items())))
-    click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s{_cluster_cost(v)}" for k, v in m["stages"].items()))
+    order = {stage.name: n for n, stage in enumerate(STAGES)}  # the manifest stores them by name
+    stages = sorted(m["stages"].items(), key=lambda item: order.get(item[0], len(order)))
+    click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s{cluster_cost(v)}" for k, v in stages))
     click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
     click.echo("build settings: " + json.dumps(m["build_settings"], sort_keys=True))
     if isinstance(opened, PartitionedIndex):  # access.isolation: one sub-index per ACL
@@ -499,9 +461,11 @@ def inspect(index_dir: str, top: int) -> None:
             )
         return
     loaded = opened
-    concept_rank = loaded.array("concept_rank")
-    best = np.argsort(-concept_rank)[:top]
-    click.echo("central concepts: " + ", ".join(loaded.keywords[i] for i in best))
+    # Numbers and fragments (years, "00") co-occur with everything, so they top the concept
+    # PageRank without naming a concept: only words of at least three characters are shown.
+    words = (loaded.keywords[i] for i in np.argsort(-loaded.array("concept_rank")))
+    central = [w for w in words if len(w) >= MIN_CONCEPT_CHARS and any(c.isalpha() for c in w)][:top]
+    click.echo("central concepts: " + ", ".join(central))
     chunk_rank = loaded.array("chunk_rank_knn")
     click.echo("core chunks (KNN PageRank):")
     for c in np.argsort(-chunk_rank)[:top]:
@@ -555,6 +519,25 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     app = create_app(index_dir, config, tokens)
     click.echo(f"serving {index_dir} at {where} (docs at /docs; Ctrl-C stops)")
     uvicorn.run(app, host=config.serve.host, port=config.serve.port, **server_options)
+
+
+@main.command()
+@click.argument("path", default="hopgraph.toml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace PATH if it exists.")
+def init(path: str, force: bool) -> None:
+    """Write a commented config file with every setting at its default to PATH (default: hopgraph.toml).
+
+    Edit what you need and pass it to any command as --config PATH.
+    """
+    from hopgraph.config import example_toml  # noqa: PLC0415
+    from hopgraph.store import atomic_write  # noqa: PLC0415
+
+    target = Path(path)
+    if target.exists() and not force:
+        raise click.UsageError(f"{target} exists; pass --force to replace it")
+    text = example_toml()
+    atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    click.echo(f"wrote {target} (every setting at its default); use it with --config {target}")
 
 
 @main.command()

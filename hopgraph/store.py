@@ -8,17 +8,23 @@ Layout (all files written atomically: temporary file, fsync, rename)::
     INDEX/graphs/NAME.npz        sparse CSR matrices
 
 The manifest is rewritten after every finished stage, so a killed run knows where to resume.
+Each stage record lists the files the stage wrote with their size and SHA-256 (``files``): opening
+an index compares the sizes (a stat per file, so opening stays fast), and ``hopgraph index``
+compares the hashes of a finished stage before it skips it, so a damaged file is named in one
+line when read and rebuilt by the stage that wrote it when the build is run again.
 Tables are keyed by stable string ids (documents) and carry document indices on every row, which
 is what later incremental insert/delete works from.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,6 +63,8 @@ class IndexStore:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        # Files written through this store since the last take_written(): relative path → size and hash.
+        self.written: dict[str, dict[str, Any]] = {}
 
     # ---------------------------------------------------------------- manifest
     @property
@@ -96,7 +104,8 @@ class IndexStore:
         atomic_write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
     def require_complete(self) -> dict[str, Any]:
-        """The manifest of an index whose build finished; a clear error otherwise."""
+        """The manifest of an index whose build finished and whose files have their recorded sizes;
+        a clear error otherwise."""
         manifest = self.read_manifest()
         if not manifest.get("complete"):
             done = [name for name, rec in manifest.get("stages", {}).items() if rec.get("done")]
@@ -104,7 +113,44 @@ class IndexStore:
                 f"{self.root}: index build did not finish (done: {', '.join(done) or 'nothing'}); "
                 "run the same `hopgraph index` command again to resume"
             )
+        for name, record in manifest.get("stages", {}).items():
+            problem = self.damaged(record.get("files", {}), hashes=False)
+            if problem:
+                raise IndexFormatError(
+                    f"{problem} (written by stage {name}); run the `hopgraph index` command that built "
+                    f"{self.root} again to rebuild that stage"
+                )
         return manifest
+
+    def finished_stages(self) -> dict[str, dict[str, Any]]:
+        """Records of the stages finished so far (none where there is no index yet)."""
+        if not self.exists():
+            return {}
+        return {name: rec for name, rec in self.read_manifest().get("stages", {}).items() if rec.get("done")}
+
+    # ---------------------------------------------------------------- checksums
+    def _record(self, path: Path) -> None:
+        self.written[path.relative_to(self.root).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+
+    def take_written(self) -> dict[str, dict[str, Any]]:
+        """The files written since the last call (for the stage record), and start a new list."""
+        written, self.written = self.written, {}
+        return written
+
+    def damaged(self, files: dict[str, dict[str, Any]], hashes: bool = True) -> str | None:
+        """The first of ``files`` that is missing or differs from its record (size; with ``hashes``
+        also SHA-256), as "PATH: what is wrong"; None when all are intact."""
+        for relative, expected in files.items():
+            path = self.root / relative
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                return f"{path}: missing"
+            if size != expected["bytes"]:
+                return f"{path}: {size} bytes where the index recorded {expected['bytes']} (truncated or damaged)"
+            if hashes and _sha256(path) != expected["sha256"]:
+                return f"{path}: contents differ from the recorded SHA-256 (damaged)"
+        return None
 
     # ---------------------------------------------------------------- files
     def _file(self, kind: str, name: str, suffix: str) -> Path:
@@ -121,6 +167,7 @@ class IndexStore:
         self._declared(name, "table")
         table = pa.table(columns)
         atomic_write(self._file("tables", name, ".parquet"), lambda tmp: pq.write_table(table, tmp))
+        self._record(self._file("tables", name, ".parquet"))
 
     def read_table(self, name: str) -> dict[str, list]:
         path = self._file("tables", name, ".parquet")
@@ -134,6 +181,7 @@ class IndexStore:
     def write_array(self, name: str, array: np.ndarray) -> None:
         self._declared(name, "array")
         atomic_write(self._file("arrays", name, ".npy"), lambda tmp: _save_npy(tmp, array))
+        self._record(self._file("arrays", name, ".npy"))
 
     def read_array(self, name: str, mmap: bool = False) -> np.ndarray:
         path = self._file("arrays", name, ".npy")
@@ -141,13 +189,14 @@ class IndexStore:
             return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
         except FileNotFoundError:
             raise IndexFormatError(f"{self.root}: missing array {name} (partial index?)") from None
-        except ValueError as exc:
+        except (ValueError, OSError, EOFError) as exc:
             raise IndexFormatError(f"{path}: corrupt array ({exc})") from None
 
     def write_graph(self, name: str, matrix: sp.spmatrix) -> None:
         self._declared(name, "graph")
         csr = sp.csr_matrix(matrix)
         atomic_write(self._file("graphs", name, ".npz"), lambda tmp: _save_npz(tmp, csr))
+        self._record(self._file("graphs", name, ".npz"))
 
     def read_graph(self, name: str) -> sp.csr_matrix:
         path = self._file("graphs", name, ".npz")
@@ -155,7 +204,7 @@ class IndexStore:
             return sp.load_npz(path).tocsr()
         except FileNotFoundError:
             raise IndexFormatError(f"{self.root}: missing graph {name} (partial index?)") from None
-        except (ValueError, OSError, KeyError) as exc:
+        except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise IndexFormatError(f"{path}: corrupt graph ({exc})") from None
 
     def has(self, kind: str, name: str) -> bool:
@@ -196,6 +245,14 @@ class IndexStore:
 
 
 WHEN = frozenset({"extracted_at"})  # table columns that say when a row was made, not what it holds
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _save_npz(tmp: Path, csr: sp.csr_matrix) -> None:

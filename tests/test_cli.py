@@ -123,7 +123,7 @@ def test_out_of_range_setting_is_refused(cli_index):
 
 
 def test_help_documents_every_setting():
-    text = hopgraph("index", "--help").stdout
+    text = hopgraph("index", "--help-all").stdout
     for option in (
         "--chunking.size",
         "--chunking.splits",
@@ -133,7 +133,7 @@ def test_help_documents_every_setting():
         "--graph.exact_knn_limit",
     ):
         assert option in text
-    query_help = hopgraph("query", "--help").stdout
+    query_help = hopgraph("query", "--help-all").stdout
     assert "--retrieval.ppr.text_weight" in query_help and "--retrieval.sentence_mix" in query_help
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from hopgraph.config import HopgraphConfig
+from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import IndexFormatError
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
@@ -22,6 +22,24 @@ from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
 from hopgraph.retrieve.rerank import reranker_for
 from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import IndexStore
+
+# Settings read at query time, not build time: an evaluation's values for these are its own.
+QUERY_TIME = ("retrieval", "rerank", "answer", "serve")
+PEAK_MEMORY_COVERS = "this process: reading the dataset, the index stages run now (if any), retrieval and answers"
+
+
+def build_config(index_dir: str | Path, config: HopgraphConfig) -> HopgraphConfig:
+    """The config the index is built or resumed with: this run's build settings, and the query-time
+    settings the index already stores (the defaults for a new one), so an evaluation's retrieval
+    overrides apply to its own run and are never written into the index it measures."""
+    store = IndexStore(index_dir)
+    stored = (
+        validate_config(store.read_manifest()["config"], source=f"{store.manifest_path}")
+        if store.exists()
+        else HopgraphConfig()
+    )
+    return config.model_copy(update={name: getattr(stored, name) for name in QUERY_TIME})
 
 
 def percentile_ms(seconds: list[float], q: float) -> float:
@@ -49,7 +67,9 @@ def evaluate(
             f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
             "so it no longer holds exactly the dataset's corpus; choose another --index"
         )
-    manifest = build_index(bench.documents, index_dir, config, progress=progress)
+    earlier = IndexStore(index_dir).finished_stages()
+    manifest = build_index(bench.documents, index_dir, build_config(index_dir, config), progress=progress)
+    ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
     retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()
     vectors = retriever.embed([q.text for q in bench.questions])
@@ -97,7 +117,11 @@ def evaluate(
         "embedding_model": config.embedding.model,
         "results": records,
         "index": {
-            "stages_seconds": {k: v["seconds"] for k, v in manifest["stages"].items()},
+            # Stage times of this run, and those of stages an earlier build finished (not repeated here).
+            "stages_seconds_this_run": ran,
+            "stages_seconds_earlier_build": {k: v["seconds"] for k, v in manifest["stages"].items() if k not in ran},
+            "build_peak_memory_mb": round(manifest.get("peak_memory_mb", 0.0), 1),
+            "build_peak_memory_covers": "the largest peak of the processes that ran the index stages",
             "counts": manifest["counts"],
             "llm": {k: v["llm"] for k, v in manifest["stages"].items() if "llm" in v},
             "extraction": config.extraction.model_dump() if config.extraction.active() else None,
@@ -105,6 +129,7 @@ def evaluate(
         "llm_model": config.llm.model if (answers or config.extraction.active()) else None,
         "query_embedding_seconds": round(query_embedding_seconds, 3),
         "peak_memory_mb": round(peak_memory_mb(), 1),
+        "peak_memory_covers": PEAK_MEMORY_COVERS,
         "config": config.model_dump(),
         **report.provenance(),
     }
@@ -113,6 +138,17 @@ def evaluate(
 def result_columns(rows: list[dict[str, Any]]) -> list[str]:
     columns = ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"]
     return columns + [c for c in ("em", "f1", "accuracy", "not_found", "reranker") if any(c in r for r in rows)]
+
+
+def _index_line(payload: dict[str, Any]) -> str:
+    """Which stage times and peak memory are this run's and which the earlier build's."""
+    index = payload["index"]
+    now, earlier = index.get("stages_seconds_this_run", {}), index.get("stages_seconds_earlier_build", {})
+    return (
+        f"Index stages run now: {len(now)} ({sum(now.values()):.1f} s); finished by an earlier build: {len(earlier)} "
+        f"({sum(earlier.values()):.1f} s). Peak memory {payload['peak_memory_mb']:.0f} MB "
+        f"({payload['peak_memory_covers']}); the build's {index.get('build_peak_memory_mb', 0):.0f} MB."
+    )
 
 
 def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
@@ -124,7 +160,7 @@ def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
         f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
         f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: "
         f"{report.machine_line(payload['machine'])}, "
-        f"commit {payload['git_commit']}; latency excludes query embedding.\n\n"
+        f"commit {payload['git_commit']}; latency excludes query embedding.  \n{_index_line(payload)}\n\n"
     )
     text = header + report.markdown_table(rows, result_columns(rows))
     report.atomic_write(table, lambda tmp: tmp.write_text(text, encoding="utf-8"))

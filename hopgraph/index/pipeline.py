@@ -12,6 +12,7 @@ import hashlib
 import json
 import resource
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -526,17 +527,23 @@ def build_index(
     bar = tqdm(planned_stages(config), desc="index", unit="stage", disable=not progress)
     for name, stage in bar:
         record = manifest["stages"].get(name, {})
-        if record.get("done"):
+        damaged = record.get("done") and store.damaged(record.get("files", {}))
+        if record.get("done") and not damaged:
             bar.set_postfix_str(f"{name} (done earlier)")
             continue
+        if damaged:
+            tqdm.write(f"{damaged}; rebuilding stage {name}", file=sys.stderr)
         bar.set_postfix_str(name)
+        store.take_written()
         started = time.perf_counter()
         ctx.usage = {}
         work_before = _model_work(ctx)
         counts = stage(ctx)
         for key, value in counts.items():
             manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
-        record = {"done": True, "seconds": round(time.perf_counter() - started, 3)}
+        record = {"done": True, "seconds": round(time.perf_counter() - started, 3), "files": store.take_written()}
+        for other in manifest["stages"].values():  # a file belongs to the stage that wrote it last
+            other["files"] = {k: v for k, v in other.get("files", {}).items() if k not in record["files"]}
         work = [after - before for after, before in zip(_model_work(ctx), work_before)]
         if any(work[:2]):
             record.update(embedded_new=work[0], embedded_cached=work[1])

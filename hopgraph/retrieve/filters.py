@@ -3,6 +3,12 @@
 A piece (chunk or sub-chunk) is usable only if every document it covers passes the filter, so a
 forbidden passage can never reach a context, a citation or an evidence path.
 
+A ``where`` filter maps a field to a condition: a value (equality), a flat list of values (any of
+them), or an object of operators (``{"gte": "2024-01-01", "lt": "2025-01-01"}``, ``{"in": [...]}``,
+``{"ne": ...}``). Fields are the document columns ``id``, ``title``, ``source`` and the metadata keys
+of the index; an unknown field is refused with the list of known ones (:func:`check_fields`), never
+silently matched against nothing. One implementation serves the command line and the server.
+
 A ``where`` filter comes from clients, so its size is bounded (:func:`check_where`) and its cost
 is one pass over the documents per key: the allowed values of each key become a set once, and each
 document's value is looked up in it (never a scan of the value list per document).
@@ -10,8 +16,10 @@ document's value is looked up in it (never a scan of the value list per document
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -19,24 +27,110 @@ import numpy as np
 from hopgraph.retrieve.loaded import LoadedIndex
 
 Scalar = (str, int, float, bool, type(None))
+COLUMNS = ("id", "title", "source")  # document columns filterable beside the metadata keys
+RANGE = ("gt", "gte", "lt", "lte")
+OPERATORS = (*RANGE, "in", "ne", "eq")
+FIELDS_LISTED = 60  # the most field names an error message lists
+
+
+def _scalars(key: str, values: Iterable[Any]) -> list[Any]:
+    values = list(values)
+    if not all(isinstance(v, Scalar) for v in values):
+        raise ValueError(
+            f"filter key {key[:80]!r}: values must be strings, numbers, booleans or null, a flat list of them, or "
+            f"an object of operators ({', '.join(OPERATORS)})"
+        )
+    return values
+
+
+def _kind(value: Any) -> str:
+    """How a value compares: numbers with numbers, strings (ISO dates among them) with strings."""
+    if isinstance(value, bool) or value is None:
+        return "boolean" if isinstance(value, bool) else "null"
+    return "number" if isinstance(value, (int, float)) else "string" if isinstance(value, str) else "other"
+
+
+def operator_values(key: str, condition: Any) -> dict[str, list[Any]]:
+    """``condition`` as operator → list of scalar operands; a ValueError says what is malformed."""
+    if isinstance(condition, dict):
+        if not condition:
+            raise ValueError(f"filter key {key[:80]!r}: an empty operator object matches nothing; give an operator")
+        unknown = [op for op in condition if op not in OPERATORS]
+        if unknown:
+            raise ValueError(
+                f"filter key {key[:80]!r}: unknown operator {str(unknown[0])[:40]!r}; use {', '.join(OPERATORS)}"
+            )
+        ops = {op: _scalars(key, v if op == "in" and isinstance(v, list) else [v]) for op, v in condition.items()}
+        if "in" in condition and not isinstance(condition["in"], list):
+            raise ValueError(f"filter key {key[:80]!r}: 'in' takes a list of values")
+        bounds = {op: v[0] for op, v in ops.items() if op in RANGE}
+        kinds = {_kind(v) for v in bounds.values()}
+        if kinds - {"number", "string"}:
+            raise ValueError(f"filter key {key[:80]!r}: range bounds (gt, gte, lt, lte) must be numbers or strings")
+        if len(kinds) > 1:
+            raise ValueError(
+                f"filter key {key[:80]!r}: range bounds mix numbers and strings "
+                f"({', '.join(f'{op} {v!r}' for op, v in bounds.items())}); give both of one kind"
+            )
+        return ops
+    return {"in": _scalars(key, condition if isinstance(condition, list) else [condition])}
 
 
 def check_where(where: dict[str, Any], max_keys: int, max_values: int) -> None:
-    """Refuse a filter that is too large or not key → scalar / flat list of scalars (ValueError says which)."""
+    """Refuse a filter that is malformed or too large (ValueError says which); every operand counts
+    towards ``max_values``."""
     if len(where) > max_keys:
         raise ValueError(f"filter has {len(where)} keys; at most {max_keys} are allowed")
     total = 0
-    for key, allowed in where.items():
-        values = allowed if isinstance(allowed, list) else [allowed]
-        for value in values:
-            if not isinstance(value, Scalar):
-                raise ValueError(
-                    f"filter key {key[:80]!r}: values must be strings, numbers, booleans or null, or a flat list "
-                    "of them"
-                )
-        total += len(values)
+    for key, condition in where.items():
+        total += sum(len(values) for values in operator_values(key, condition).values())
         if total > max_values:
             raise ValueError(f"filter has over {max_values} allowed values in all; at most {max_values} are allowed")
+
+
+def field_kinds(index: Any, reader: MetadataFilter | None = None) -> dict[str, set[str]]:
+    """Filterable field → kinds of value it holds among the documents ``reader`` may read (its
+    groups; its ``where`` is ignored), so no field of a forbidden document is ever named."""
+    access = reader and MetadataFilter(groups=reader.groups, allow_unrestricted=reader.allow_unrestricted)
+
+    def make() -> dict[str, set[str]]:
+        docs = index.documents
+        readable = access.document_mask(index) if access else np.ones(len(docs["id"]), dtype=bool)
+        kinds: dict[str, set[str]] = {name: {"string"} for name in COLUMNS}
+        for meta in compress(docs["metadata"], readable):
+            for key, value in meta.items():
+                kinds.setdefault(key, set()).add(_kind(value))
+        return kinds
+
+    memo = getattr(index, "memo", None)
+    if memo is None:
+        return make()
+    who = "" if not access or access.groups is None else repr((sorted(access.groups), access.allow_unrestricted))
+    return memo("filter_fields", who, make)
+
+
+def check_fields(where: dict[str, Any], index: Any, reader: MetadataFilter | None = None) -> None:
+    """Refuse a filter naming a field the index does not have (for this reader), or comparing a field
+    with a bound of the wrong kind: a ValueError lists the filterable fields, or says which kind the
+    field holds."""
+    if not where:
+        return
+    kinds = field_kinds(index, reader)
+    unknown = [key for key in where if key not in kinds]
+    if unknown:
+        names = sorted(kinds)
+        listed = ", ".join(names[:FIELDS_LISTED]) + (
+            f" … ({len(names) - FIELDS_LISTED} more)" if len(names) > FIELDS_LISTED else ""
+        )
+        raise ValueError(f"unknown filter field {unknown[0][:80]!r}; filterable fields: {listed}")
+    for key, condition in where.items():
+        bounds = [v[0] for op, v in operator_values(key, condition).items() if op in RANGE]
+        held = kinds[key] & {"number", "string"}
+        if bounds and held and _kind(bounds[0]) not in held:
+            raise ValueError(
+                f"filter key {key[:80]!r} holds {' and '.join(sorted(held))}s; compare it with "
+                f"{'a number' if 'number' in held else 'a string'}, not the {_kind(bounds[0])} {bounds[0]!r}"
+            )
 
 
 def _lookup_key(value: Any) -> Hashable:
@@ -47,9 +141,68 @@ def _lookup_key(value: Any) -> Hashable:
 _UNMATCHABLE = object()
 
 
+def _instant(text: str) -> datetime | None:
+    """An ISO-8601 date or time as an aware datetime (naive ones read as UTC), or None."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _comparable(value: Any, bound: Any) -> tuple[Any, Any] | None:
+    """(value, bound) in a form ``<`` orders sensibly, or None where they do not compare."""
+    kind = _kind(bound)
+    if _kind(value) != kind:
+        return None
+    if kind == "string":
+        a, b = _instant(value), _instant(bound)
+        if a is not None and b is not None:  # ISO dates and times, time zones included
+            return a, b
+    return value, bound
+
+
+_TESTS = {
+    "gt": lambda a, b: a > b,
+    "gte": lambda a, b: a >= b,
+    "lt": lambda a, b: a < b,
+    "lte": lambda a, b: a <= b,
+}
+
+
+def _in_range(value: Any, bounds: list[tuple[str, Any]]) -> bool:
+    for op, bound in bounds:
+        pair = _comparable(value, bound)
+        if pair is None or not _TESTS[op](*pair):
+            return False
+    return True
+
+
+def _column(docs: dict[str, list], key: str) -> list[Any]:
+    if key in COLUMNS and key in docs:
+        return docs[key]
+    return [meta.get(key) for meta in docs["metadata"]]
+
+
+def condition_mask(values: Sequence[Any], condition: Any) -> np.ndarray:
+    """Which of ``values`` (one per document) meet ``condition`` (every operator of it)."""
+    count = len(values)
+    mask = np.ones(count, dtype=bool)
+    ops = operator_values("", condition)
+    for op in ("in", "eq", "ne"):
+        if op in ops:
+            allowed = frozenset(_lookup_key(v) for v in ops[op])
+            hit = np.fromiter((_lookup_key(v) in allowed for v in values), dtype=bool, count=count)
+            mask &= ~hit if op == "ne" else hit
+    bounds = [(op, ops[op][0]) for op in RANGE if op in ops]
+    if bounds:
+        mask &= np.fromiter((_in_range(v, bounds) for v in values), dtype=bool, count=count)
+    return mask
+
+
 @dataclass(frozen=True)
 class MetadataFilter:
-    """``groups``: the reader's groups (None = no ACL check); ``where``: metadata key → allowed values."""
+    """``groups``: the reader's groups (None = no ACL check); ``where``: field → condition."""
 
     groups: frozenset[str] | None = None
     allow_unrestricted: bool = True
@@ -66,17 +219,30 @@ class MetadataFilter:
                 dtype=bool,
                 count=count,
             )
-        metadata = docs["metadata"]
-        for key, allowed in self.where.items():
-            values = frozenset(
-                _lookup_key(v) for v in (allowed if isinstance(allowed, (list, tuple, set, frozenset)) else [allowed])
-            )
-            mask &= np.fromiter((_lookup_key(meta.get(key)) in values for meta in metadata), dtype=bool, count=count)
+        for key, condition in self.where.items():
+            mask &= condition_mask(_column(docs, key), condition)
         return mask
 
     @property
     def is_open(self) -> bool:
         return self.groups is None and not self.where
+
+
+def reader_filter(
+    index: Any,
+    where: dict[str, Any],
+    *,
+    groups: frozenset[str] | None = None,
+    allow_unrestricted: bool = True,
+    max_keys: int,
+    max_values: int,
+) -> MetadataFilter:
+    """The filter of one reader's request, checked against the bounds and the index's fields (a
+    ValueError says what is wrong): the one entry point of the command line and the server."""
+    check_where(where, max_keys, max_values)
+    flt = MetadataFilter(groups=groups, allow_unrestricted=allow_unrestricted, where=where)
+    check_fields(where, index, flt)
+    return flt
 
 
 def piece_mask(doc_mask: np.ndarray, piece_docs: Sequence[Sequence[int]]) -> np.ndarray:

@@ -27,8 +27,9 @@ class RetrieveRequest(Strict):
     )
     where: dict[str, Any] = Field(
         default_factory=dict,
-        description="Metadata filter: key → allowed value or flat list of values (at most serve.max_filter_keys "
-        "keys and serve.max_filter_values values).",
+        description="Filter: field (id, title, source or a metadata key) → value, flat list of values, or operators "
+        '(gt, gte, lt, lte, in, ne, eq), e.g. {"timestamp": {"gte": "2024-01-01"}}; an unknown field is refused with '
+        "the filterable ones. At most serve.max_filter_keys keys and serve.max_filter_values values (operands).",
     )
 
     @field_validator("query")

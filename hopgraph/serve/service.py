@@ -33,7 +33,7 @@ from hopgraph.llm import open_llm
 from hopgraph.llm.types import Usage
 from hopgraph.models import limit_compute_threads
 from hopgraph.retrieve.answer import Answer, answer_many
-from hopgraph.retrieve.filters import MetadataFilter, check_where
+from hopgraph.retrieve.filters import MetadataFilter, reader_filter
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
@@ -107,14 +107,18 @@ class Service:
         request.state.user = who.user
         return who
 
-    def reader_filter(self, who: Principal, where: dict[str, Any]) -> MetadataFilter:
+    def reader_filter(self, who: Principal, where: dict[str, Any], index: Any) -> MetadataFilter:
         try:
-            check_where(where, self.serve.max_filter_keys, self.serve.max_filter_values)
+            return reader_filter(
+                index,
+                where,
+                groups=who.groups,
+                allow_unrestricted=self.serve.unrestricted_documents == "everyone",
+                max_keys=self.serve.max_filter_keys,
+                max_values=self.serve.max_filter_values,
+            )
         except ValueError as exc:
             raise APIError(422, "invalid_filter", f"where: {exc}") from None
-        return MetadataFilter(
-            groups=who.groups, allow_unrestricted=self.serve.unrestricted_documents == "everyone", where=where
-        )
 
     # ------------------------------------------------------------------ retrieval
     def _retrieve_in(self, request: Request, body: RetrieveRequest, who: Principal, snap: Snapshot) -> RetrievalResult:
@@ -144,7 +148,7 @@ class Service:
             check_params(overrides, serve.request_limits)
         except OverLimit as exc:
             raise APIError(422, "over_limit", str(exc)) from None
-        flt = self.reader_filter(who, body.where)
+        flt = self.reader_filter(who, body.where, snap.index)
         # No lock across the retrieval: the models lock themselves per call, so a long search
         # only ever delays others by one model call, and the deadline stops it. The question's
         # vector comes from a batch shared with concurrent requests; its wait counts in the deadline.

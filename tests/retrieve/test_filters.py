@@ -17,7 +17,7 @@ from hopgraph.retrieve.loaded import LoadedIndex
     [
         ({f"k{i}": "v" for i in range(17)}, "17 keys; at most 16"),
         ({"a": list(range(200)), "b": list(range(57))}, "at most 256"),
-        ({"a": {"$ne": 1}}, "flat list"),
+        ({"a": {"$ne": 1}}, "unknown operator"),
         ({"a": [["x"]]}, "flat list"),
         ({"a": [{"b": 1}]}, "flat list"),
     ],

@@ -1,0 +1,63 @@
+"""An evaluation measures an index without changing it: its retrieval overrides apply to its own
+run only, and its result file says which stage times are its own and what its peak memory covers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hopgraph.config import load_config
+from hopgraph.evaluate.runner import evaluate, write_outputs
+from hopgraph.store import IndexStore
+from tests.conftest import SAMPLE_SETTINGS
+
+PARAGRAPHS = [
+    (
+        "Halvern Harbor Institute",
+        "The Halvern Harbor Institute was founded in 1931. Its first director was Mara Quill.",
+        True,
+    ),
+    ("Mara Quill", "Mara Quill had previously led the Tem Island Laboratory, founded by Anton Vell.", True),
+    ("Sorvik", "Sorvik is a ferry town on the eastern shore of Lake Orrin with a small university campus.", False),
+    ("Kestrel", "The research vessel Kestrel surveys invasive mussels in Lake Orrin every summer.", False),
+]
+
+
+def musique_file(path: Path) -> Path:
+    record = {
+        "id": "2hop__1",
+        "question": "Who founded the laboratory that the first director of the Halvern Harbor Institute led?",
+        "paragraphs": [
+            {"idx": i, "title": t, "paragraph_text": p, "is_supporting": s} for i, (t, p, s) in enumerate(PARAGRAPHS)
+        ],
+        "question_decomposition": [],
+        "answer": "Anton Vell",
+        "answer_aliases": [],
+        "answerable": True,
+    }
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    return path
+
+
+def test_eval_overrides_never_reach_the_index(tmp_path):
+    data, index = musique_file(tmp_path / "musique.jsonl"), tmp_path / "index"
+    first = evaluate(data, index, load_config(None, SAMPLE_SETTINGS), ["text"], progress=False)
+    stored = json.loads((index / "manifest.json").read_text())["config"]
+    assert stored["retrieval"]["ppr"]["damping"] == 0.5
+    assert set(first["index"]["stages_seconds_this_run"]) >= {"documents", "chunks", "knn_graph"}
+    assert first["index"]["stages_seconds_earlier_build"] == {}
+
+    override = load_config(None, {**SAMPLE_SETTINGS, "retrieval.ppr.damping": 0.6, "retrieval.budget": 300})
+    second = evaluate(data, index, override, ["ppr"], progress=False)
+    manifest = IndexStore(index).read_manifest()
+    assert manifest["config"]["retrieval"] == stored["retrieval"]  # the index's own settings, untouched
+    assert second["config"]["retrieval"]["ppr"]["damping"] == 0.6  # ... while this run used its own
+    assert second["budget"] == 300
+    # Nothing was rebuilt: every stage time is the earlier build's, and says so.
+    assert second["index"]["stages_seconds_this_run"] == {}
+    assert set(second["index"]["stages_seconds_earlier_build"]) == set(manifest["stages"])
+    assert second["index"]["build_peak_memory_mb"] == round(manifest["peak_memory_mb"], 1)
+    assert "retrieval" in second["peak_memory_covers"] and second["index"]["build_peak_memory_covers"]
+    write_outputs(second, tmp_path / "result.json")
+    table = (tmp_path / "result.md").read_text(encoding="utf-8")
+    assert "Index stages run now: 0 (0.0 s); finished by an earlier build:" in table and "the build's" in table

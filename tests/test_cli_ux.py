@@ -1,0 +1,133 @@
+"""The command line for a first hour: many questions for one model load, --config on query and
+update, --where filters, inspect in pipeline order with word concepts, short help, `hopgraph init`,
+and a resumed `index` that reports its own time."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from hopgraph.config import example_toml, load_config
+from hopgraph.index.pipeline import STAGES
+from tests.conftest import SAMPLE
+from tests.test_cli import SMALL, hopgraph
+
+QUESTIONS = [
+    "Who was the first director of the Halvern Harbor Institute?",
+    "What budget did the water board approve for the Sorvik campus in 2025?",
+]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cliux") / "index"
+    hopgraph("index", str(SAMPLE), "--out", str(out), "-q", *SMALL)
+    return out
+
+
+@pytest.mark.slow  # loads the embedding model in a fresh process
+def test_questions_from_a_file_in_one_run(index, tmp_path):
+    questions = tmp_path / "questions.txt"
+    questions.write_text(f"{QUESTIONS[0]}\n\n{json.dumps({'question': QUESTIONS[1], 'id': 'q2'})}\n", encoding="utf-8")
+    out = hopgraph("query", str(index), "--questions", str(questions), "--json", "--retrieval.method", "text")
+    results = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["query"] for r in results] == QUESTIONS and all(r["evidence"] for r in results)
+    text = hopgraph("query", str(index), "--questions", str(questions)).stdout
+    assert text.count("=== ") == 2 and "path:" in text
+
+
+def test_query_without_a_question_off_a_terminal_says_what_to_give(index):
+    out = hopgraph("query", str(index), check=False)
+    assert out.returncode == 2 and "--questions FILE" in out.stderr
+
+
+@pytest.mark.slow  # loads the embedding model in a fresh process
+def test_query_takes_a_config_file_over_the_index_settings(index, tmp_path):
+    config = tmp_path / "query.toml"
+    config.write_text('[retrieval]\nmethod = "concept"\nbudget = 300\n', encoding="utf-8")
+    result = json.loads(hopgraph("query", str(index), QUESTIONS[0], "--json", "--config", str(config)).stdout)
+    assert result["method"] == "concept" and result["budget"] == 300
+    # An option still wins over the file.
+    result = json.loads(
+        hopgraph(
+            "query", str(index), QUESTIONS[0], "--json", "--config", str(config), "--retrieval.budget", "400"
+        ).stdout
+    )
+    assert result["budget"] == 400
+
+
+@pytest.mark.slow  # loads the embedding model in a fresh process
+def test_query_where_filters_with_operators_and_refuses_unknown_fields(index):
+    where = json.dumps({"timestamp": {"gte": "2024-01-01"}})
+    result = json.loads(hopgraph("query", str(index), QUESTIONS[1], "--json", "--where", where).stdout)
+    cited = {d for ev in result["evidence"] for d in ev["doc_ids"]}
+    assert cited and cited <= {"memo-2024-03", "budget-2025"}
+    wrong = hopgraph("query", str(index), QUESTIONS[1], "--where", '{"titel": "x"}', check=False)
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1 and "filterable fields: acl, id, line" in wrong.stderr
+
+
+def test_update_takes_a_config_file(index, tmp_path):
+    copy = tmp_path / "index"
+    shutil.copytree(index, copy)
+    config = tmp_path / "update.toml"
+    config.write_text('[llm]\nbase_url = "http://127.0.0.1:9/v1"\n[chunking]\nsize = 50\n', encoding="utf-8")
+    out = hopgraph("update", str(copy), "--resume", "--config", str(config))
+    assert "no pending jobs" in out.stdout
+
+
+def test_a_resumed_index_reports_its_own_time(index):
+    out = hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL).stdout
+    assert f"0 stages run, {len(STAGES) - 2} finished earlier" in out  # the two LLM stages are not configured
+
+
+def test_inspect_lists_stages_in_pipeline_order(index):
+    line = next(x for x in hopgraph("inspect", str(index)).stdout.splitlines() if x.startswith("stages: "))
+    shown = [part.split()[0] for part in line.removeprefix("stages: ").split(", ")]
+    assert shown == [stage.name for stage in STAGES if stage.name in shown] and shown[0] == "documents"
+
+
+def test_central_concepts_are_words_not_numbers(tmp_path):
+    # Years and numbered minutes occur in every record, so they top the concept PageRank.
+    corpus = tmp_path / "records"
+    corpus.mkdir()
+    for i, topic in enumerate(["harbor crane", "river ferry", "glacier survey", "forest fire", "bridge repair"]):
+        (corpus / f"d{i}.txt").write_text(
+            f"In 2021 the {topic} team filed report 00-{i} for 2021. The {topic} budget of 2011 and 2021 was "
+            f"{i}00 units. Minutes 00 and 01 of the {topic} meeting in 2011 list the {topic} staff.\n",
+            encoding="utf-8",
+        )
+    hopgraph(
+        "index", str(corpus), "--out", str(tmp_path / "index"), "-q", "--chunking.size", "96", "--chunking.overlap", "8"
+    )
+    line = next(
+        x
+        for x in hopgraph("inspect", str(tmp_path / "index")).stdout.splitlines()
+        if x.startswith("central concepts: ")
+    )
+    concepts = line.split(": ", 1)[1].split(", ")
+    assert len(concepts) == 10 and all(len(c) >= 3 and any(ch.isalpha() for ch in c) for c in concepts), concepts
+
+
+@pytest.mark.parametrize("command", ["index", "query", "eval", "update", "serve"])
+def test_help_is_short_and_points_to_the_full_list(command):
+    short = hopgraph(command, "--help").stdout
+    assert len(short.splitlines()) < 60 and "Settings (" in short and "--help-all" in short
+    assert "examples/hopgraph.toml" in short
+    full = hopgraph(command, "--help-all").stdout
+    assert len(full.splitlines()) > len(short.splitlines()) and "[default:" in full
+
+
+def test_init_writes_the_commented_config(tmp_path):
+    target = tmp_path / "hopgraph.toml"
+    assert "wrote" in hopgraph("init", str(target)).stdout
+    text = target.read_text(encoding="utf-8")
+    assert text == example_toml() and text.startswith("#") and tomllib.loads(text)
+    assert load_config(target).chunking.size == 1200
+    again = hopgraph("init", str(target), check=False)
+    assert again.returncode == 2 and "--force" in again.stderr
+    hopgraph("init", str(target), "--force")
