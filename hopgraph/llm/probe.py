@@ -15,7 +15,8 @@ from hopgraph.config import LLMConfig
 
 # Requests in flight when llm.concurrency is 0 and the server does not say how many it runs at once.
 FALLBACK_CONCURRENCY = 4
-# How long a probe may take: a server that is up answers a request without model work at once.
+# How long a probe may take: a server that is up answers a request without model work at once
+# (within llm.timeout where that is shorter, but never under a second: a busy CPU server is not down).
 PROBE_SECONDS = 5.0
 
 
@@ -28,7 +29,7 @@ def server_root(base_url: str) -> str:
 def _get(config: LLMConfig, url: str, headers: Any) -> Any:
     import httpx  # noqa: PLC0415
 
-    return httpx.get(url, headers=headers, timeout=min(PROBE_SECONDS, config.timeout))
+    return httpx.get(url, headers=headers, timeout=min(PROBE_SECONDS, max(config.timeout, 1.0)))
 
 
 def server_slots(config: LLMConfig, headers: Any = None) -> tuple[bool, int | None]:

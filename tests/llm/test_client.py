@@ -95,7 +95,7 @@ def test_a_server_that_is_down_is_called_down_with_the_command_that_starts_it(tm
     with pytest.raises(LLMUnavailableError) as failure:
         HttpLLM(config).complete([QUESTIONS[0]])
     message = str(failure.value)
-    assert "is down after 1 attempts: cannot connect" in message
+    assert "is down after 1 attempt: cannot connect" in message
     assert f"hopgraph llm-server --port {port}" in message and "slow" not in message
 
 
@@ -170,6 +170,18 @@ def test_concurrency_0_follows_the_slots_the_server_reports_and_explicit_values_
         assert state["most"] == 1
     with ScriptedServer(lambda body, n: (200, "ok", 0)) as other:  # scripted: no /props (vLLM, others)
         assert HttpLLM(scripted_config(other, tmp_path)).concurrency == FALLBACK_CONCURRENCY == 4
+
+
+def test_the_standin_past_the_timeout_is_called_slow_and_not_retried(llm_config):
+    # A real slow server: the stand-in writing 300 tokens takes seconds even on idle cores.
+    config = llm_config.model_copy(update={"timeout": 2.0, "retries": 3, "cache": ""})
+    started = time.perf_counter()
+    with pytest.raises(LLMUnavailableError) as failure:
+        HttpLLM(config).complete([ask("Write a long story about a harbour, its ships and their crews.", 300)])
+    took = time.perf_counter() - started
+    message = str(failure.value)
+    assert "is slow: no answer within 2 s at concurrency 2, max_tokens 300" in message and "Start it" not in message
+    assert took < 8  # one attempt and the probes; four attempts with back-off take over 11 s
 
 
 def test_the_standin_reports_its_slots_and_the_client_matches_them(llm_server, llm_config):
