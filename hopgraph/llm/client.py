@@ -159,7 +159,7 @@ class HttpLLM:
     def _down(self, problem: str, attempts: int) -> LLMUnavailableError:
         return LLMUnavailableError(
             f"LLM server {self.config.base_url} is down after {attempts} attempt{'s' * (attempts != 1)}: {problem}. "
-            f"Start it ({start_hint(self.config)}) and run the same command again: finished calls are cached."
+            f"Start it, e.g. {start_hint(self.config)}, and run the same command again: finished calls are cached."
         )
 
     def _one(self, request: ChatRequest) -> Completion:

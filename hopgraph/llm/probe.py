@@ -77,5 +77,5 @@ def start_hint(config: LLMConfig) -> str:
     url = httpx.URL(config.base_url)
     if url.host in {"127.0.0.1", "localhost"}:
         port = url.port or 80
-        return f"`hopgraph llm-server --port {port}` (CPU stand-in) or `vllm serve MODEL_DIR --port {port}`"
-    return "`vllm serve MODEL_DIR` (or another OpenAI-compatible server) there"
+        return f"`hopgraph llm-server --port {port}` (the CPU stand-in) or `vllm serve MODEL_DIR --port {port}`"
+    return "`vllm serve MODEL_DIR` there (or another OpenAI-compatible server)"
