@@ -571,12 +571,13 @@ def methods(index_dir: str | None) -> None:
 def llm_server(model: str, port: int, context: int, parallel: int) -> None:
     """Serve a CPU stand-in for `vllm serve` (llama.cpp, OpenAI-compatible API) on 127.0.0.1 until stopped.
 
-    Point hopgraph at it with --llm.base_url http://127.0.0.1:PORT/v1. Production uses `vllm serve
-    MODEL_DIR` the same way.
+    Point hopgraph at it with --llm.base_url http://127.0.0.1:PORT/v1; with llm.concurrency 0 (the
+    default) hopgraph reads the --parallel slots from it and sends that many requests at once.
+    Production uses `vllm serve MODEL_DIR` the same way.
     """
     from hopgraph.llm.standin import serve  # noqa: PLC0415
 
-    click.echo(f"serving {model} at http://127.0.0.1:{port}/v1 (Ctrl-C stops)")
+    click.echo(f"serving {model} at http://127.0.0.1:{port}/v1 with {parallel} slots (Ctrl-C stops)")
     serve(model, port=port, context=context, parallel=parallel)
 
 

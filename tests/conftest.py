@@ -73,7 +73,7 @@ def llm_config(llm_server, tmp_path):
         max_tokens=160,
         context_tokens=4096,
         retries=1,
-        timeout=60,
+        timeout=300,  # one attempt: a slow answer is not retried, and 2 shared cores can take minutes
     )
 
 

@@ -216,13 +216,31 @@ class LLMConfig(Section):
         "HOPGRAPH_LLM_API_KEY",
         description="Name of the environment variable holding the server's API key (empty or unset = none).",
     )
-    concurrency: int = Field(4, ge=1, le=256, description="Requests in flight at once.")
-    timeout: float = Field(120.0, gt=0, description="Seconds before one request is abandoned (then retried).")
+    concurrency: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Requests in flight at once; 0 = as many as the server runs at once where it says (llama.cpp's "
+        "/props total_slots, e.g. `hopgraph llm-server --parallel`), else 4. Set it for vLLM, which batches many "
+        "(e.g. 32).",
+    )
+    timeout: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds one request may take. A server that is up but slower fails at once with a message "
+        "saying so (retrying the same request would take as long again).",
+    )
     retries: int = Field(
-        3, ge=0, le=10, description="Retries after a connection error, timeout or 5xx, with exponential backoff."
+        3, ge=0, le=10, description="Retries after a connection error or 408/429/5xx, with exponential backoff."
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature (0 = greedy, reproducible).")
-    max_tokens: int = Field(1024, ge=16, le=32768, description="Longest completion per call.")
+    max_tokens: int = Field(
+        512,
+        ge=16,
+        le=32768,
+        description="Longest completion per extraction call. 512 fits the timeout on the CPU stand-in (~5-15 "
+        "tokens/s per request on 2 shared cores); raise it (e.g. 1024-2048) with a GPU model and long chunks.",
+    )
     structured: bool = Field(
         True,
         description="Ask the backend to constrain output to the JSON schema (response_format json_schema); off = "

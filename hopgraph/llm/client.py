@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from hopgraph.config import LLMConfig
 from hopgraph.errors import LLMRequestError, LLMUnavailableError
+from hopgraph.llm.probe import FALLBACK_CONCURRENCY, resolved_concurrency, server_answers, server_slots, start_hint
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Done
 
 
@@ -104,9 +105,14 @@ class HttpLLM:
     """OpenAI-compatible chat completions over HTTP with a concurrency limit, timeouts and retries.
 
     Retries are hand-written rather than a retry library's: which failures are worth another try
-    (timeouts, connection errors, 408/429/5xx, but never another 4xx) is the whole policy, and it
-    fits in the loop below. A 429 or 503 with Retry-After waits that long (at most llm.timeout)
-    instead of the exponential back-off.
+    (connection errors, 408/429/5xx, but never another 4xx) is the whole policy, and it fits in
+    the loop below. A 429 or 503 with Retry-After waits that long (at most llm.timeout) instead of
+    the exponential back-off. A timeout from a server that still answers at once is final: the
+    server is slow, and the same greedy request would take as long again (a retry would multiply
+    the wait, and the message would blame a server that is running).
+
+    ``llm.concurrency`` 0 keeps as many requests in flight as the server has slots (asked once):
+    more only queue on the server, where their waiting counts against the timeout.
     """
 
     RETRY_STATUS = {408, 429, 500, 502, 503, 504}
@@ -122,16 +128,44 @@ class HttpLLM:
             base_url=config.base_url.rstrip("/"),
             headers=headers,
             timeout=config.timeout,
-            limits=httpx.Limits(max_connections=config.concurrency),
+            limits=httpx.Limits(max_connections=config.concurrency or None),
         )
+        self._concurrency = config.concurrency or None
+        self._concurrency_lock = threading.Lock()
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight at once: the setting, or (with 0) the server's slot count, asked until
+        the server answers (a server that is down then fails the requests themselves, with its message)."""
+        with self._concurrency_lock:
+            if self._concurrency is None:
+                self._concurrency = resolved_concurrency(self.config, self._http.headers)
+            return self._concurrency or FALLBACK_CONCURRENCY
 
     def _body(self, request: ChatRequest) -> dict[str, Any]:
         return chat_body(self.config, request)
 
+    def _slow(self, request: ChatRequest, waited: str) -> LLMUnavailableError:
+        """The error for a server that is up but did not finish a request in time."""
+        slots = server_slots(self.config, self._http.headers)[1]
+        against = f" against the server's {slots} slots" if slots and slots < self.concurrency else ""
+        return LLMUnavailableError(
+            f"LLM server {self.config.base_url} is slow: {waited} at concurrency {self.concurrency}{against}, "
+            f"max_tokens {request.max_tokens} (it is running: it answers GET /v1/models). Raise llm.timeout, or "
+            "lower llm.concurrency or max_tokens (llm.max_tokens for extraction, answer.max_tokens for answers), "
+            "and run the same command again: finished calls are cached."
+        )
+
+    def _down(self, problem: str, attempts: int) -> LLMUnavailableError:
+        return LLMUnavailableError(
+            f"LLM server {self.config.base_url} is down after {attempts} attempt{'s' * (attempts != 1)}: {problem}. "
+            f"Start it, e.g. {start_hint(self.config)}, and run the same command again: finished calls are cached."
+        )
+
     def _one(self, request: ChatRequest) -> Completion:
         import httpx  # noqa: PLC0415
 
-        problem = ""
+        problem, down = "", False
         asked_wait: float | None = None  # a Retry-After the server sent with its 429/503
         for attempt in range(self.config.retries + 1):
             if attempt:
@@ -141,20 +175,29 @@ class HttpLLM:
             started = time.perf_counter()
             try:
                 response = self._http.post("/chat/completions", json=self._body(request))
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                problem, down = f"cannot connect ({exc.__class__.__name__}: {exc})", True
+                continue
             except httpx.TimeoutException:
-                problem = f"no answer within {self.config.timeout:g} s"
+                waited = f"no answer within {self.config.timeout:g} s"
+                if server_answers(self.config, self._http.headers):
+                    raise self._slow(request, waited) from None
+                problem, down = f"{waited}, and none to GET /v1/models either", False
                 continue
             except httpx.TransportError as exc:
-                problem = f"cannot connect ({exc.__class__.__name__}: {exc})"
+                problem, down = f"the connection failed ({exc.__class__.__name__}: {exc})", False
                 continue
             if response.status_code in self.RETRY_STATUS:
-                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                problem, down = f"HTTP {response.status_code}: {response.text[:200]}", False
                 asked_wait = retry_after_seconds(response.headers.get("retry-after"))
                 continue
             return read_chat_response(self.config, response.status_code, response.text, time.perf_counter() - started)
+        attempts = self.config.retries + 1
+        if down:
+            raise self._down(problem, attempts)
         raise LLMUnavailableError(
-            f"LLM server {self.config.base_url} unavailable after {self.config.retries + 1} attempts: {problem}. "
-            "Start it (see `hopgraph llm-server --help`) and run the same command again: finished calls are cached."
+            f"LLM server {self.config.base_url} is failing after {attempts} attempts: {problem}. See its log, then "
+            "run the same command again: finished calls are cached."
         )
 
     async def stream(self, request: ChatRequest) -> AsyncGenerator[Completion, None]:
@@ -191,13 +234,18 @@ class HttpLLM:
                         return
                     if data:
                         yield _piece(self.config, data)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise self._down(f"cannot connect ({exc.__class__.__name__}: {exc})", 1) from None
         except httpx.TimeoutException:
+            waited = f"wrote nothing for {self.config.timeout:g} s"
+            if server_answers(self.config, self._http.headers):
+                raise self._slow(request, waited) from None
             raise LLMUnavailableError(
-                f"LLM server {self.config.base_url} wrote nothing for {self.config.timeout:g} s"
+                f"LLM server {self.config.base_url} {waited} and does not answer GET /v1/models either"
             ) from None
         except httpx.TransportError as exc:
             raise LLMUnavailableError(
-                f"LLM server {self.config.base_url} unavailable ({exc.__class__.__name__}: {exc})"
+                f"LLM server {self.config.base_url}: the connection failed ({exc.__class__.__name__}: {exc})"
             ) from None
 
     def complete(
@@ -205,7 +253,7 @@ class HttpLLM:
     ) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
         with (
-            ThreadPoolExecutor(max_workers=self.config.concurrency) as pool,
+            ThreadPoolExecutor(max_workers=self.concurrency if requests else 1) as pool,
             tqdm(total=len(requests), desc=desc, unit="call", disable=not progress or not requests) as bar,
         ):
             futures = {pool.submit(self._one, r): i for i, r in enumerate(requests)}

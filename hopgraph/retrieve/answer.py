@@ -74,10 +74,12 @@ def answer_request(result: RetrievalResult, config: AnswerConfig, keep: int | No
 
 
 def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig, keep: int | None = None) -> Answer:
+    """The answer in ``raw`` with its citations; "not found" cites nothing, whatever marks the model
+    wrote after it (evidence that does not hold the answer is no source of it)."""
     shown = len(result.evidence) if keep is None else keep
-    cited = [int(n) for n in dict.fromkeys(_CITATION.findall(raw)) if 1 <= int(n) <= shown]
     text = " ".join(_CITATION.sub("", raw).split()).strip(" .") or config.not_found
     found = bool(result.evidence) and not normalize_answer(text).startswith(normalize_answer(config.not_found)[:20])
+    cited = [int(n) for n in dict.fromkeys(_CITATION.findall(raw)) if 1 <= int(n) <= shown] if found else []
     citations = [
         {
             "evidence": n,

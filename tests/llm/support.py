@@ -38,15 +38,17 @@ def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int =
 
 
 class ScriptedServer:
-    """``with ScriptedServer(reply) as server:`` serves POST /v1/chat/completions at ``server.base_url``.
+    """``with ScriptedServer(reply) as server:`` serves POST /v1/chat/completions at ``server.base_url``
+    (and GET /props with ``props``, as llama.cpp's server reports its slots; other GETs are 404).
 
     Every request body that arrives is kept in ``server.bodies`` (in arrival order, its headers in
     ``server.headers`` with lower-case names) before the reply is computed, so a test can check
     both what the client sent and how often it tried.
     """
 
-    def __init__(self, reply: Reply, raw: bool = False):
+    def __init__(self, reply: Reply, raw: bool = False, props: dict[str, Any] | None = None):
         self.reply, self.raw = reply, raw  # raw: a 200's content is sent as is, not wrapped
+        self.props = props  # served at GET /props as llama.cpp does (e.g. {"total_slots": 2}); else 404
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -75,6 +77,15 @@ class ScriptedServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (timeout tests)
                     pass
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+                found = self.path == "/props" and owner.props is not None
+                data = json.dumps(owner.props if found else {"error": {"code": 404, "message": "not found"}}).encode()
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass

@@ -8,6 +8,7 @@ from the stand-in.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -17,6 +18,7 @@ from hopgraph.errors import LLMRequestError, LLMUnavailableError
 from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
+from hopgraph.llm.probe import FALLBACK_CONCURRENCY, server_slots
 from hopgraph.llm.standin import free_port
 from tests.llm.support import ScriptedServer
 
@@ -87,14 +89,107 @@ def test_backend_down_names_the_server_and_says_work_is_kept(tmp_path):
     assert "cached" in message and "run the same command again" in message
 
 
-def test_slow_backend_times_out_after_every_attempt(tmp_path):
-    # Scripted: an answer later than the client timeout (the stand-in cannot be slowed on demand).
-    with ScriptedServer(lambda body, n: (200, "late", 5.0)) as server:
+def test_a_server_that_is_down_is_called_down_with_the_command_that_starts_it(tmp_path):
+    port = free_port()  # nothing listens there: a real connection refused
+    config = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", cache="", retries=0, timeout=5)
+    with pytest.raises(LLMUnavailableError) as failure:
+        HttpLLM(config).complete([QUESTIONS[0]])
+    message = str(failure.value)
+    assert "is down after 1 attempt: cannot connect" in message
+    assert f"hopgraph llm-server --port {port}" in message and "slow" not in message
+
+
+def test_a_slow_server_is_called_slow_at_once_and_never_told_to_start(tmp_path):
+    # Scripted: a running server (llama.cpp-like, 2 slots) whose answer comes after the client timeout;
+    # the stand-in cannot be slowed on demand.
+    with ScriptedServer(lambda body, n: (200, "late", 3.0), props={"total_slots": 2}) as server:
         started = time.perf_counter()
-        with pytest.raises(LLMUnavailableError, match=r"after 2 attempts: no answer within 0\.5 s"):
-            HttpLLM(scripted_config(server, tmp_path, timeout=0.5, retries=1)).complete([QUESTIONS[0]])
-        assert time.perf_counter() - started < 4.0  # 2 × 0.5 s timeout + 0.5 s backoff, never the 5 s answer
-        assert len(server.bodies) == 2
+        with pytest.raises(LLMUnavailableError) as failure:
+            HttpLLM(scripted_config(server, tmp_path, timeout=0.5, retries=3, concurrency=4)).complete([QUESTIONS[0]])
+        took = time.perf_counter() - started
+        assert len(server.bodies) == 1  # not retried: the same greedy request would take as long again
+    message = str(failure.value)
+    assert f"LLM server {server.base_url} is slow: no answer within 0.5 s at concurrency 4 against the " in message
+    assert "server's 2 slots, max_tokens 24" in message
+    assert "Raise llm.timeout, or lower llm.concurrency or max_tokens" in message
+    assert "Start it" not in message and "down" not in message
+    assert took < 2.5  # one timeout and two probes; four attempts with back-off took 5.5 s
+
+
+def test_a_stream_from_a_slow_server_is_called_slow(tmp_path):
+    import asyncio
+
+    async def read(llm: HttpLLM) -> list[str]:
+        return [piece.text async for piece in llm.stream(QUESTIONS[0])]
+
+    with ScriptedServer(lambda body, n: (200, "late", 3.0)) as server:  # scripted: slower than the timeout
+        with pytest.raises(LLMUnavailableError, match=r"is slow: wrote nothing for 0\.5 s at concurrency 4") as failure:
+            asyncio.run(read(HttpLLM(scripted_config(server, tmp_path, timeout=0.5))))
+    assert "Start it" not in str(failure.value)
+
+
+def test_a_server_that_accepts_but_never_answers_is_not_called_slow(tmp_path):
+    import socket
+
+    # A real fault: a socket that listens but never accepts; the kernel completes connections into
+    # its backlog, so requests are sent and nothing ever answers, not even GET /v1/models.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        config = LLMConfig(base_url=url, model="m", cache="", retries=1, timeout=0.5, concurrency=1)
+        with pytest.raises(LLMUnavailableError) as failure:
+            HttpLLM(config).complete([QUESTIONS[0]])
+    message = str(failure.value)
+    assert "after 2 attempts: no answer within 0.5 s, and none to GET /v1/models either" in message
+    assert "is slow" not in message
+
+
+def test_concurrency_0_follows_the_slots_the_server_reports_and_explicit_values_are_kept(tmp_path):
+    # Scripted: a server reporting 3 slots at /props (as llama.cpp does), to count requests in flight.
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+
+    def reply(body, n):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        time.sleep(0.3)
+        with lock:
+            state["now"] -= 1
+        return 200, "ok", 0
+
+    requests = [ask(f"question {i}") for i in range(8)]
+    with ScriptedServer(reply, props={"total_slots": 3}) as server:
+        auto = HttpLLM(scripted_config(server, tmp_path))
+        assert auto.config.concurrency == 0 and auto.concurrency == 3
+        auto.complete(requests)
+        assert state["most"] == 3
+        state["most"] = 0
+        HttpLLM(scripted_config(server, tmp_path, concurrency=1)).complete(requests[:3])
+        assert state["most"] == 1
+    with ScriptedServer(lambda body, n: (200, "ok", 0)) as other:  # scripted: no /props (vLLM, others)
+        assert HttpLLM(scripted_config(other, tmp_path)).concurrency == FALLBACK_CONCURRENCY == 4
+
+
+def test_the_standin_past_the_timeout_is_called_slow_and_not_retried(llm_config):
+    # A real slow server: the stand-in writing 300 tokens takes seconds even on idle cores.
+    config = llm_config.model_copy(update={"timeout": 2.0, "retries": 3, "cache": ""})
+    started = time.perf_counter()
+    with pytest.raises(LLMUnavailableError) as failure:
+        HttpLLM(config).complete([ask("Write a long story about a harbour, its ships and their crews.", 300)])
+    took = time.perf_counter() - started
+    message = str(failure.value)
+    assert "is slow: no answer within 2 s at concurrency 2, max_tokens 300" in message and "Start it" not in message
+    assert took < 8  # one attempt and the probes; four attempts with back-off take over 11 s
+
+
+def test_the_standin_reports_its_slots_and_the_client_matches_them(llm_server, llm_config):
+    # The fixture serves with --parallel 2.
+    assert server_slots(llm_config) == (True, 2)
+    llm = HttpLLM(llm_config)
+    assert llm_config.concurrency == 0 and llm.concurrency == 2
+    assert all(c.text.strip() for c in llm.complete(QUESTIONS))
 
 
 def test_a_503_is_retried_until_an_answer_comes(tmp_path):

@@ -1,0 +1,81 @@
+"""What an OpenAI-compatible server says about itself: how many requests it runs at once, and
+whether it is up at all, so that the client matches its concurrency to the server and tells a
+slow server from one that is down.
+
+llama.cpp's server (the stand-in) reports its parallel slots as ``total_slots`` at ``/props``;
+vLLM and others do not report a count (they batch many requests at once), so the configured
+fallback applies there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hopgraph.config import LLMConfig
+
+# Requests in flight when llm.concurrency is 0 and the server does not say how many it runs at once.
+FALLBACK_CONCURRENCY = 4
+# How long a probe may take: a server that is up answers a request without model work at once
+# (within llm.timeout where that is shorter, but never under a second: a busy CPU server is not down).
+PROBE_SECONDS = 5.0
+
+
+def server_root(base_url: str) -> str:
+    """The server's address without the API's ``/v1`` (llama.cpp serves ``/props`` and ``/health`` there)."""
+    root = base_url.rstrip("/")
+    return root[: -len("/v1")] if root.endswith("/v1") else root
+
+
+def _get(config: LLMConfig, url: str, headers: Any) -> Any:
+    import httpx  # noqa: PLC0415
+
+    return httpx.get(url, headers=headers, timeout=min(PROBE_SECONDS, max(config.timeout, 1.0)))
+
+
+def server_slots(config: LLMConfig, headers: Any = None) -> tuple[bool, int | None]:
+    """(whether the server answered, the number of requests it runs at once where it reports one:
+    llama.cpp's ``/props`` ``total_slots``; None where it does not say)."""
+    import httpx  # noqa: PLC0415
+
+    try:
+        response = _get(config, server_root(config.base_url) + "/props", headers)
+    except httpx.HTTPError:
+        return False, None
+    try:
+        slots = response.json().get("total_slots") if response.status_code == 200 else None
+    except (ValueError, AttributeError):
+        slots = None
+    return True, slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
+
+
+def server_answers(config: LLMConfig, headers: Any = None) -> bool:
+    """Whether the server answers a request that needs no model work (``GET /v1/models``) within a
+    few seconds: any HTTP answer, even an error status, means it is running."""
+    import httpx  # noqa: PLC0415
+
+    try:
+        _get(config, config.base_url.rstrip("/") + "/models", headers)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def resolved_concurrency(config: LLMConfig, headers: Any = None) -> int | None:
+    """Requests to keep in flight: an explicit ``llm.concurrency`` is honoured; 0 means as many as
+    the server runs at once (asked only then), else :data:`FALLBACK_CONCURRENCY` where the server
+    does not say. None while the server cannot be reached (ask again later)."""
+    if config.concurrency:
+        return config.concurrency
+    answered, slots = server_slots(config, headers)
+    return (slots or FALLBACK_CONCURRENCY) if answered else None
+
+
+def start_hint(config: LLMConfig) -> str:
+    """How to start the server the settings point at (the stand-in's command for a local port)."""
+    import httpx  # noqa: PLC0415
+
+    url = httpx.URL(config.base_url)
+    if url.host in {"127.0.0.1", "localhost"}:
+        port = url.port or 80
+        return f"`hopgraph llm-server --port {port}` (the CPU stand-in) or `vllm serve MODEL_DIR --port {port}`"
+    return "`vllm serve MODEL_DIR` there (or another OpenAI-compatible server)"

@@ -1,0 +1,81 @@
+"""Answers read from the model's text: "not found" never comes with citations, wherever it is shown
+(the answer reader, `hopgraph query --answer`, the server's /v1/answer and its OpenAI-compatible
+chat endpoint, which all read answers through :func:`read_answer`).
+
+Small models often write "not found" followed by the evidence numbers they were shown; that
+listed every piece of evidence as a source of an answer that has none. The model for the end-to-end
+test is :class:`tests.llm.ScriptedServer` (a real HTTP server in a thread): the stand-in cannot be
+made to write exactly this on demand.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from hopgraph.cli import main
+from hopgraph.config import AnswerConfig
+from hopgraph.retrieve.answer import read_answer
+from hopgraph.retrieve.packing import Evidence, RetrievalResult
+from tests.llm.support import ScriptedServer
+from tests.serve.support import LiveServer, auth
+
+NOT_FOUND_WITH_MARKS = "Not found in the documents. [1] [2] [3] [4] [5] [6] [7] [8]"
+QUESTION = "Who chairs the Orrin Basin Water Board?"
+
+
+def result_with(n: int) -> RetrievalResult:
+    evidence = [Evidence("unit", i, 1.0, "p", 5, f"text {i}", i, [f"d{i}"], [f"T{i}"]) for i in range(n)]
+    return RetrievalResult(query="q", method="text", budget=100, evidence=evidence)
+
+
+@pytest.mark.parametrize(
+    "raw", [NOT_FOUND_WITH_MARKS, "[1][2] Not found in the documents", "not found in the documents [3]."]
+)
+def test_not_found_cites_nothing_whatever_marks_the_model_wrote(raw):
+    reply = read_answer(raw, result_with(8), AnswerConfig())
+    assert not reply.found and reply.text == AnswerConfig().not_found
+    assert reply.citations == [] and reply.raw == raw
+
+
+def test_a_found_answer_keeps_its_citations():
+    reply = read_answer("Mirela Tasch [2] [3] [9]", result_with(3), AnswerConfig())
+    assert reply.found and [c["evidence"] for c in reply.citations] == [2, 3]
+
+
+def test_not_found_carries_no_citations_in_the_cli_and_the_server(sample_index, sample_config, tmp_path):
+    with ScriptedServer(lambda body, n: (200, NOT_FOUND_WITH_MARKS, 0)) as llm:
+        options = ["--llm.base_url", llm.base_url, "--llm.model", "scripted", "--llm.cache", ""]
+        runner = CliRunner()
+        shown = runner.invoke(main, ["query", str(sample_index), QUESTION, "--answer", *options])
+        as_json = runner.invoke(main, ["query", str(sample_index), QUESTION, "--answer", "--json", *options])
+        assert shown.exit_code == 0, shown.output
+        assert as_json.exit_code == 0, as_json.output
+        assert len(llm.bodies) == 2  # both asked the model, with evidence
+        assert "answer: Not found in the documents." in shown.output and "  [1] chunk" not in shown.output
+        cli_answer = json.loads(as_json.output)["answer"]
+        assert cli_answer["found"] is False and cli_answer["citations"] == []
+
+        llm_config = sample_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+        config = sample_config.model_copy(
+            update={
+                "llm": llm_config,
+                "serve": sample_config.serve.model_copy(update={"rate_limit": 0.0}),
+                "embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / "vectors.sqlite")}),
+            }
+        )
+        with LiveServer(sample_index, config) as live, httpx.Client(base_url=live.url, timeout=60) as client:
+            answer = client.post("/v1/answer", json={"query": QUESTION, "method": "text"}, headers=auth("guest"))
+            chat = client.post(
+                "/v1/chat/completions",
+                json={"model": "hopgraph-text", "messages": [{"role": "user", "content": QUESTION}]},
+                headers=auth("guest"),
+            )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["found"] is False and answer.json()["citations"] == [] and answer.json()["evidence"]
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["hopgraph"]["citations"] == [] and chat.json()["hopgraph"]["found"] is False
+    assert "Sources:" not in chat.json()["choices"][0]["message"]["content"]
