@@ -128,32 +128,55 @@ def incremental() -> str:
 
 def server() -> str:
     parts = []
-    if (RESULTS / "serve_load.json").exists():
-        d = _load("serve_load.json")
+    if (RESULTS / "serve_throughput.json").exists():
+        d = _load("serve_throughput.json")
         rows = [
             "| phase | requests | errors | requests/s | p50 ms | p95 ms | p99 ms |",
             "|---|---|---|---|---|---|---|",
         ]
-        for label, r in (("read-only", d["read_only"]), ("with insert jobs", d["mixed_with_inserts"])):
+        for label, r in d["phases"].items():
             rows.append(
                 f"| {label} | {r['requests']:,} | {r['errors']} | {r['throughput_rps']} | {r['latency_ms_p50']} | "
                 f"{r['latency_ms_p95']} | {r['latency_ms_p99']} |"
             )
-        jobs = d["mixed_with_inserts"]["insert_jobs"]
-        ratio = d["mixed_over_read_only"]
+        jobs = d["phases"]["with_inserts"].get("insert_jobs", [])
         parts.append(
-            f"Load (`python3 {d['command']}` → `serve_load.json`): {d['clients']} clients, each with its own token "
-            "and one keep-alive "
-            f"connection, {d['seconds_per_phase']:g} s per phase, `/v1/retrieve` with `{d['method']}` at "
-            f"λ={d['budget']} on {d['dataset']}.\n\n"
+            f"Throughput (`python3 {d['command']}` → `serve_throughput.json`): {d['clients']} clients, each with its "
+            f"own token and one keep-alive connection, {d['seconds_per_phase']:g} s per phase, `/v1/retrieve` with "
+            f"`{d['method']}` at λ={d['budget']} on {d['dataset']}; baseline = commit {d['baseline_commit']}'s "
+            f"server, then this checkout's with `{d['serve_options'] or 'defaults'}`, in one run.\n\n"
             + "\n".join(rows)
-            + f"\n\nDuring the mixed phase {len(jobs)} insert jobs ran ({sum(j['documents'] for j in jobs)} documents, "
-            f"{', '.join(str(j['seconds']) for j in jobs)} s from submit to done, statuses "
-            f"{sorted({j['status'] for j in jobs})}); reader latency "
-            f"mixed / read-only p50 {ratio['p50']}×, p95 {ratio['p95']}×, p99 {ratio['p99']}× against the stated "
-            "bound of "
-            f"{d['bound']}× on p50 and p95 with 0 errors: **{'met' if d['readers_within_bound'] else 'not met'}** "
-            f"(update worker at nice {d['job_niceness']})."
+            + f"\n\nRequests/s over the baseline: **{d['rps_over_baseline']}×** ({d['baseline_rps']} → {d['rps']}, "
+            f"p99 {d['p99_ms']} ms, {d['errors']} errors); readers restricted to half the corpus by ACL / open "
+            f"readers, p50: **{d['restricted_over_open']}×**; with insert jobs running / read-only, p50: "
+            f"**{d['with_insert_over_read_only']}×** ({len(jobs)} insert jobs of "
+            f"{sum(j['documents'] for j in jobs)} documents, {', '.join(str(j['seconds']) for j in jobs)} s each)."
+        )
+    if (RESULTS / "serve_replicas.json").exists():
+        d = _load("serve_replicas.json")
+        follow = d["insert_to_follower"]
+        parts.append(
+            f"Replicas (`python3 {d['command']}` → `serve_replicas.json`): {d['clients']} clients for "
+            f"{d['seconds_per_phase']:g} s against one replica, then split over two on the same {d['cpu_cores']} "
+            f"cores: {d['one_replica']['throughput_rps']} → {d['two_replicas']['throughput_rps']} requests/s "
+            f"({d['two_over_one_rps']}×; same cores, so no gain is expected here), "
+            f"{d['one_replica']['errors'] + d['two_replicas']['errors']} errors. An insert sent to the replica that "
+            f"does not run jobs: both served the new version {follow['both_s']} s after it was published "
+            f"(serve.refresh_seconds {d['refresh_seconds']:g}), {follow['submit_to_both_s']} s after submit."
+        )
+    if (RESULTS / "insert_cost.json").exists():
+        d = _load("insert_cost.json")
+        lines = []
+        for size, runs in d["sizes"].items():
+            for label, r in runs.items():
+                lines.append(
+                    f"| {size} | {label} | {r['chunks']:,} | {r['insert_seconds']} | "
+                    f"{r.get('insert_share_of_cold_build', r['insert_share_of_build']):.1%} | {r['embedder']} |"
+                )
+        parts.append(
+            "Insert cost (`python3 scripts/bench_insert_cost.py` → `insert_cost.json`): one document inserted into "
+            "an index, median of 3 inserts.\n\n| size | code | chunks | insert s | share of a cold build | embedder |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(lines)
         )
     if (RESULTS / "crash_safety.json").exists():
         d = _load("crash_safety.json")
