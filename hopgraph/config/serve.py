@@ -149,6 +149,13 @@ class ServeConfig(Section):
     batch_max: int = Field(
         32, ge=1, le=1024, description="Most questions embedded in one model call (1 = no batching)."
     )
+    batch_group: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Questions per forward pass within a batch, shortest first: a pass pads every question to its "
+        "longest, so small groups of like length pad least.",
+    )
     compute_threads: int = Field(
         1,
         ge=0,

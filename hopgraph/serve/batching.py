@@ -44,9 +44,10 @@ class QueryBatcher:
     models in one call.
     """
 
-    def __init__(self, wait_ms: float = 2.0, max_batch: int = 32):
-        if wait_ms < 0 or max_batch < 1:
-            raise ValueError(f"wait_ms must be ≥ 0 and max_batch ≥ 1, got {wait_ms} and {max_batch}")
+    def __init__(self, wait_ms: float = 2.0, max_batch: int = 32, group: int = 8):
+        if wait_ms < 0 or max_batch < 1 or group < 1:
+            raise ValueError(f"wait_ms must be ≥ 0, max_batch and group ≥ 1, got {wait_ms}, {max_batch} and {group}")
+        self.group = group
         self.wait = wait_ms / 1000.0
         self.max_batch = max_batch
         self._queue: deque[_Pending] = deque()
@@ -127,12 +128,24 @@ class QueryBatcher:
                 continue
             self.batches = [*self.batches[-99:], len(live)]
             try:
-                vectors = live[0].encode([item.text for item in live])
-                if len(vectors) != len(live):
-                    raise RuntimeError(f"the embedder returned {len(vectors)} vectors for {len(live)} questions")
+                vectors = self._encode(live)
             except BaseException as exc:  # noqa: BLE001 - every waiting request gets the failure, the thread goes on
                 for item in live:
                     item.future.set_exception(exc)
                 continue
             for item, vector in zip(live, vectors):
                 item.future.set_result(vector)
+
+    def _encode(self, live: list[_Pending]) -> list[np.ndarray]:
+        """Vectors of ``live`` in order, embedded shortest first in groups of ``group``: a forward pass
+        pads every question to its longest, so questions of like length in small groups pad least."""
+        order = sorted(range(len(live)), key=lambda i: len(live[i].text))
+        vectors: list[np.ndarray] = [np.empty(0)] * len(live)
+        for start in range(0, len(order), self.group):
+            chosen = order[start : start + self.group]
+            rows = live[chosen[0]].encode([live[i].text for i in chosen])
+            if len(rows) != len(chosen):
+                raise RuntimeError(f"the embedder returned {len(rows)} vectors for {len(chosen)} questions")
+            for i, row in zip(chosen, rows):
+                vectors[i] = row
+        return vectors

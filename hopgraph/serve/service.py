@@ -55,8 +55,8 @@ class Service:
         self.serve = config.serve
         limit_compute_threads(self.serve.compute_threads)  # before the first model call (the version warm-up)
         self.holder = IndexHolder(root, config)
-        # Concurrent requests' questions share embedding calls (serve.batch_wait_ms, serve.batch_max).
-        self.batcher = QueryBatcher(self.serve.batch_wait_ms, self.serve.batch_max)
+        # Concurrent requests' questions share embedding calls (serve.batch_wait_ms, batch_max, batch_group).
+        self.batcher = QueryBatcher(self.serve.batch_wait_ms, self.serve.batch_max, self.serve.batch_group)
         self.request_log = RequestLog.open(self.serve.request_log)
         self.jobs = JobRunner(root, self.holder, config)
         self.metrics = Metrics()

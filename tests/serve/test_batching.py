@@ -52,6 +52,26 @@ def test_batched_vectors_equal_the_vectors_embedded_alone(embedder):
         np.testing.assert_allclose(vector, alone, atol=1e-5)
 
 
+def test_a_batch_runs_in_groups_of_like_length_and_answers_in_the_callers_order(embedder):
+    passes: list[list[str]] = []
+
+    def recorded(texts):  # the real model, with each forward pass's questions written down
+        passes.append(list(texts))
+        return embedder.encode_queries(texts)
+
+    batcher = QueryBatcher(wait_ms=2000, max_batch=len(QUESTIONS), group=3)
+    try:
+        together = embed_together(batcher, QUESTIONS, recorded)
+    finally:
+        batcher.close()
+    assert batcher.batches == [len(QUESTIONS)]
+    assert [len(p) for p in passes] == [3, 3, 2]
+    lengths = [len(q) for p in passes for q in p]
+    assert lengths == sorted(lengths)  # shortest first: each pass pads to a like length
+    for question, vector in zip(QUESTIONS, together):
+        np.testing.assert_allclose(vector, embedder.encode_queries([question])[0], atol=1e-5)
+
+
 def test_a_failed_batch_fails_every_waiting_request_and_the_next_batch_works(embedder):
     calls: list[int] = []
 
