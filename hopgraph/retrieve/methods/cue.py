@@ -6,7 +6,13 @@ anchoring). From every anchor entity the search adds one of its K units nearest 
 vector, subtracts that unit's vector from the state's query vector (so the next hop looks for what
 is still missing), scores the state's units joined together with the reranker, keeps the M best
 states, and continues from the entities of the units just added, for D depths. Chunks holding any
-unit of a kept state are reranked against the question; the N best are the paper's context.
+unit of a kept state are reranked against the question; the N best are the paper's context. The
+rest of the budget is filled as every method fills it: what the search found, then the dense
+ranking's chunks, so a question the graph cannot anchor (no entity found) still gets a context.
+
+The bi-encoder fallback reranker scores from the index's vectors (a chunk's stored vector; a set
+of units as the unit-length mean of theirs, as a long text is embedded as the mean of its windows)
+instead of encoding every passage again for every query.
 
 Forbidden chunks are cut out first: their units are never anchors or expansions, and an entity
 whose every unit is forbidden cannot be matched, so nothing is reached through them.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,9 +30,11 @@ import scipy.sparse as sp
 from hopgraph.config import CueMethod, RetrievalConfig
 from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError
+from hopgraph.kernels import normalize_rows
 from hopgraph.models import load_embedder
 from hopgraph.ner import query_entities
 from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods import text as dense
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import Query, Scope, top_indices
 from hopgraph.retrieve.registry import register
@@ -44,6 +53,12 @@ class CueGraph:
 
     def units_of(self, entity: int) -> np.ndarray:
         return self.entity_units.indices[self.entity_units.indptr[entity] : self.entity_units.indptr[entity + 1]]
+
+    def set_vectors(self, unit_sets: Sequence[tuple[int, ...]]) -> np.ndarray:
+        """One unit-length vector per set of units: the normalised mean of the units' vectors."""
+        if not unit_sets:
+            return np.zeros((0, self.unit_vectors.shape[1]), dtype=np.float32)
+        return normalize_rows(np.stack([self.unit_vectors[list(units)].sum(axis=0) for units in unit_sets]))
 
 
 def cue_graph(index: LoadedIndex) -> CueGraph:
@@ -142,7 +157,9 @@ def search(
 
 def anchor_entities(index: LoadedIndex, graph: CueGraph, query: Query, usable: np.ndarray, cfg: CueMethod) -> list[int]:
     """Entity-Anchoring (Alg. 4): spreading activation, then knowledge anchoring; only entities
-    that still have a usable unit can be seeds."""
+    that still have a usable unit can be seeds. Knowledge anchoring takes the K nearest units that
+    name an entity: a unit naming none anchors nothing, and a question without entities relies on
+    this source alone."""
     seeds: list[int] = []
     reachable = graph.entity_units @ usable.astype(np.float32) > 0
     names = query_entities(query.text) if cfg.spreading_activation else []
@@ -152,9 +169,10 @@ def anchor_entities(index: LoadedIndex, graph: CueGraph, query: Query, usable: n
         for column in similarity.T:
             nearest = top_indices(np.where(reachable, column, -np.inf), cfg.top_k)
             seeds.extend(nearest[reachable[nearest]].tolist())
-    if cfg.knowledge_anchoring and usable.any():
-        nearest = top_indices(np.where(usable, graph.unit_vectors @ query.vector, -np.inf), cfg.top_k)
-        for unit in nearest[usable[nearest]]:
+    anchorable = usable & (np.diff(graph.unit_entities.indptr) > 0)
+    if cfg.knowledge_anchoring and anchorable.any():
+        nearest = top_indices(np.where(anchorable, graph.unit_vectors @ query.vector, -np.inf), cfg.top_k)
+        for unit in nearest[anchorable[nearest]]:
             seeds.extend(graph.entities_of(int(unit)).tolist())
     return list(dict.fromkeys(seeds))
 
@@ -182,7 +200,12 @@ def _assemble(
         hop, entity, _ = reached[unit]
         return f"q-iter depth {hop} via entity:{names[entity]}"
 
-    scores = reranker.score(query.text, [index.chunks["text"][c] for c in chunks])
+    scores = reranker.score_embedded(
+        query.text,
+        query.vector,
+        [index.chunks["text"][c] for c in chunks],
+        index.array("chunk_vectors")[np.asarray(chunks)],
+    )
     order = sorted(range(len(chunks)), key=lambda i: (-scores[i], chunks[i]))
     top = {chunks[i] for i in order[:n_chunks]}
     for rank_, i in enumerate(order[:n_chunks], 1):
@@ -203,7 +226,7 @@ def _assemble(
     order=100,
     needs=("cue_graph",),
     settings="cue",
-    description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank.",
+    description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank; dense chunks fill the rest.",
 )
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.cue
@@ -213,7 +236,12 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     texts = index.table("cue_units")["text"]
 
     def score(unit_sets: list[tuple[int, ...]]) -> np.ndarray:
-        return reranker.score(query.text, [" ".join(texts[u] for u in units) for units in unit_sets])
+        return reranker.score_embedded(
+            query.text,
+            query.vector,
+            [" ".join(texts[u] for u in units) for units in unit_sets],
+            graph.set_vectors(unit_sets),
+        )
 
     seeds = anchor_entities(index, graph, query, usable, cfg)
     trace = search(
@@ -227,4 +255,4 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         beam=cfg.beam,
         query_update=cfg.query_update,
     )
-    return _assemble(index, graph, query, trace, reranker, cfg.chunks)
+    return chain(_assemble(index, graph, query, trace, reranker, cfg.chunks), dense.rank(index, query, scope, config))
