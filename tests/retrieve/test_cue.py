@@ -237,3 +237,20 @@ def test_a_question_without_entities_is_still_anchored(cue_index):
     assert [c.index for c in alone] == [
         c.index for c in text.rank(index, query, cue_index.scope(None), RetrievalConfig())
     ]
+
+
+def test_question_entities_the_index_has_take_their_stored_vectors(cue_index):
+    """Anchoring embedded the question's entity names for every query; a known name has its vector."""
+    graph = cue.cue_graph(cue_index.index)
+    embedder = load_embedder(cue_index.index.config.embedding)
+    asked: list[list[str]] = []
+
+    def embed(names: list[str]) -> np.ndarray:
+        asked.append(names)
+        return embedder.encode(names)
+
+    known = [n for n in query_entities(MAYOR) if n in graph.entity_ids]
+    assert known and asked == []
+    vectors = graph.name_vectors([*known, "ermengarde of tours"], embed)
+    assert asked == [["ermengarde of tours"]]  # only the name the index lacks goes to the model
+    np.testing.assert_allclose(vectors, embedder.encode([*known, "ermengarde of tours"]), atol=1e-5)

@@ -47,12 +47,23 @@ class CueGraph:
     unit_entities: sp.csr_matrix  # units × entities (E_e)
     entity_units: sp.csr_matrix  # entities × units (E_e, other direction)
     unit_chunk: np.ndarray  # chunk of each unit (E_c)
+    entity_vectors: np.ndarray  # entities × dim, unit length: each name as the index embedded it
+    entity_ids: dict[str, int]  # normalised name → entity
 
     def entities_of(self, unit: int) -> np.ndarray:
         return self.unit_entities.indices[self.unit_entities.indptr[unit] : self.unit_entities.indptr[unit + 1]]
 
     def units_of(self, entity: int) -> np.ndarray:
         return self.entity_units.indices[self.entity_units.indptr[entity] : self.entity_units.indptr[entity + 1]]
+
+    def name_vectors(self, names: Sequence[str], embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        """Vectors of a question's entity names made as the index made its entity nodes' (names
+        compared with names): the stored vector of a name the index has, ``embed`` for the rest, so
+        a question naming only known entities costs no model call."""
+        rows = [self.entity_ids.get(name, -1) for name in names]
+        missing = [name for name, row in zip(names, rows) if row < 0]
+        fresh = iter(normalize_rows(embed(missing)) if missing else ())
+        return np.stack([self.entity_vectors[row] if row >= 0 else next(fresh) for row in rows])
 
     def set_vectors(self, unit_sets: Sequence[tuple[int, ...]]) -> np.ndarray:
         """One unit-length vector per set of units: the normalised mean of the units' vectors."""
@@ -73,6 +84,8 @@ def cue_graph(index: LoadedIndex) -> CueGraph:
             unit_entities,
             unit_entities.T.tocsr(),
             np.asarray(index.table("cue_units")["chunk"], dtype=np.int64),
+            index.array("cue_entity_vectors"),
+            {name: i for i, name in enumerate(index.table("cue_entities")["name"])},
         )
 
     return index.memo("cue", "graph", load)
@@ -164,8 +177,7 @@ def anchor_entities(index: LoadedIndex, graph: CueGraph, query: Query, usable: n
     reachable = graph.entity_units @ usable.astype(np.float32) > 0
     names = query_entities(query.text) if cfg.spreading_activation else []
     if names and reachable.any():
-        name_vectors = load_embedder(index.config.embedding).encode_queries(names)
-        similarity = index.array("cue_entity_vectors") @ name_vectors.T
+        similarity = graph.entity_vectors @ graph.name_vectors(names, load_embedder(index.config.embedding).encode).T
         for column in similarity.T:
             nearest = top_indices(np.where(reachable, column, -np.inf), cfg.top_k)
             seeds.extend(nearest[reachable[nearest]].tolist())
