@@ -146,6 +146,7 @@ def main() -> None:
                                 k: record.get(k)
                                 for k in (
                                     "coverage",
+                                    "coverage_whole_word",
                                     "supporting_recall",
                                     "em",
                                     "f1",
@@ -192,6 +193,7 @@ def main() -> None:
         "method",
         "variant",
         "coverage",
+        "coverage_whole_word",
         "supporting_recall",
         "em",
         "f1",

@@ -44,16 +44,17 @@ def main() -> None:
     for values in itertools.product(*grid.values()):
         settings = dict(zip(grid, values))
         started = time.perf_counter()
-        hits = [
-            coverage_hit(
-                retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings).context, q.answers
-            )
-            for q, v in zip(bench.questions, vectors)
+        contexts = [
+            retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings).context
+            for v, q in zip(vectors, bench.questions)
         ]
+        hits = [coverage_hit(c, q.answers) for c, q in zip(contexts, bench.questions)]
+        word_hits = [coverage_hit(c, q.answers, whole_words=True) for c, q in zip(contexts, bench.questions)]
         rows.append(
             {
                 **settings,
                 "coverage": round(100 * float(np.mean(hits)), 2),
+                "coverage_whole_word": round(100 * float(np.mean(word_hits)), 2),
                 "seconds": round(time.perf_counter() - started, 1),
             }
         )

@@ -1,4 +1,5 @@
-"""Answer metrics: SQuAD normalisation, Coverage, EM, F1, Accuracy and supporting-passage recall.
+"""Answer metrics: SQuAD normalisation, Coverage (the papers' and whole-word), EM, F1, Accuracy
+and supporting-passage recall.
 
 All scores are fractions in [0, 1]; turning them into percentages is left to the report.
 """
@@ -17,12 +18,18 @@ def _normalized_answers(answers: Iterable[str]) -> list[str]:
     return [norm for norm in (normalize_answer(a) for a in answers) if norm]
 
 
-def coverage_hit(context: str, answers: Sequence[str]) -> bool:
+def coverage_hit(context: str, answers: Sequence[str], *, whole_words: bool = False) -> bool:
     """The papers' Coverage: some gold answer occurs in the retrieved context.
 
-    The (possibly 12k-token) context is normalised once and reused for every alias.
+    The papers match substrings, so the answer "no" is found inside "not" or "known". With
+    ``whole_words`` the answer must occur as whole words of the normalised context (stricter,
+    reported beside the papers' figure). The (possibly 12k-token) context is normalised once and
+    reused for every alias.
     """
     haystack = normalize_answer(context)
+    if whole_words:  # normalised text is words joined by single spaces: pad both sides
+        haystack = f" {haystack} "
+        return any(f" {answer} " in haystack for answer in _normalized_answers(answers))
     return any(answer in haystack for answer in _normalized_answers(answers))
 
 

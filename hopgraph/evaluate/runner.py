@@ -77,18 +77,20 @@ def evaluate(
     records = []
     llm = open_llm(config.llm) if answers else None
     for method in methods:
-        hits, recalls, latencies, results = [], [], [], []
+        hits, word_hits, recalls, latencies, results = [], [], [], [], []
         for q, vector in tqdm(list(zip(bench.questions, vectors)), desc=method, unit="q", disable=not progress):
             result = retriever.retrieve(q.text, method=method, vector=vector)
             results.append(result)
             latencies.append(result.seconds)
             hits.append(coverage_hit(result.context, q.answers))
+            word_hits.append(coverage_hit(result.context, q.answers, whole_words=True))
             recall = supporting_recall(result.doc_ids, q.supporting_ids)
             if recall is not None:
                 recalls.append(recall)
         record: dict[str, Any] = {
             "method": method,
             "coverage": round(100.0 * float(np.mean(hits)), 2),
+            "coverage_whole_word": round(100.0 * float(np.mean(word_hits)), 2),
             "supporting_recall": round(100.0 * float(np.mean(recalls)), 2) if recalls else None,
             "latency_ms_p50": percentile_ms(latencies, 50),
             "latency_ms_p95": percentile_ms(latencies, 95),
@@ -136,7 +138,7 @@ def evaluate(
 
 
 def result_columns(rows: list[dict[str, Any]]) -> list[str]:
-    columns = ["method", "coverage", "supporting_recall", "latency_ms_p50", "latency_ms_p95"]
+    columns = ["method", "coverage", "coverage_whole_word", "supporting_recall", "latency_ms_p50", "latency_ms_p95"]
     return columns + [c for c in ("em", "f1", "accuracy", "not_found", "reranker") if any(c in r for r in rows)]
 
 
@@ -160,7 +162,9 @@ def write_outputs(payload: dict[str, Any], out: Path) -> list[Path]:
         f"# {payload['dataset']}: n={payload['n_questions']}, ℓ={payload['chunk_size']} (τ={payload['splits']}), "
         f"λ={payload['budget']}\n\nCommand: `{payload['command']}`  \nMachine: "
         f"{report.machine_line(payload['machine'])}, "
-        f"commit {payload['git_commit']}; latency excludes query embedding.  \n{_index_line(payload)}\n\n"
+        f"commit {payload['git_commit']}; latency excludes query embedding. coverage: a gold answer occurs in the "
+        f"context (the papers' substring match); coverage_whole_word: it occurs as whole words.  \n"
+        f"{_index_line(payload)}\n\n"
     )
     text = header + report.markdown_table(rows, result_columns(rows))
     report.atomic_write(table, lambda tmp: tmp.write_text(text, encoding="utf-8"))

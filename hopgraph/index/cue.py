@@ -235,6 +235,33 @@ def _entities(texts: Sequence[str], cache: str | Path | None = None) -> list[lis
     return [[(name, label) for name, label in per_text] for per_text in found]
 
 
+def _unit_vectors(store: IndexStore, texts: list[str], embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    """Unit vectors, embedding only texts the index has not embedded as sentences already.
+
+    At α=0 the units are punkt sentences, nearly all identical to the index's own sentences, whose
+    vectors the same embedder made (long texts as averaged windows, as ``embed`` does): embedding
+    them again doubled the model work of an LLM-free build. A unit that a chunk boundary cut (or
+    an LLM unit) is embedded here.
+    """
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    known: dict[str, int] = {}
+    if store.has("tables", "sentences") and store.has("arrays", "sentence_vectors"):
+        known = {text: i for i, text in enumerate(store.read_table("sentences")["text"])}
+    row = np.array([known.get(text, -1) for text in texts], dtype=np.int64)
+    reused = row >= 0
+    stored = store.read_array("sentence_vectors", mmap=True) if reused.any() else None
+    if stored is not None and reused.all():
+        return normalize_rows(np.asarray(stored[row], dtype=np.float32))
+    fresh = np.flatnonzero(~reused)
+    computed = embed([texts[i] for i in fresh])
+    vectors = np.zeros((len(texts), computed.shape[1]), dtype=np.float32)
+    vectors[fresh] = computed
+    if stored is not None:
+        vectors[reused] = stored[row[reused]]
+    return normalize_rows(vectors)
+
+
 def write_cue_graph(
     store: IndexStore,
     chunk_units: Sequence[Sequence[str]],
@@ -246,7 +273,8 @@ def write_cue_graph(
 
     ``chunk_units[c]`` are chunk c's knowledge units (LLM units or sentences), ``unit_source`` the
     origin of each unit in flattened order. Blank units are dropped with their source label.
-    Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays.
+    Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays; a
+    unit that is one of the index's sentences takes its stored vector.
     ``entity_cache`` (a SQLite file) keeps spaCy's entities per text, so a rebuild runs NER only
     on new units.
     """
@@ -278,7 +306,7 @@ def write_cue_graph(
         ),
         shape=(len(texts), len(names)),
     )
-    unit_vectors = normalize_rows(embed(texts)) if texts else np.zeros((0, 0), dtype=np.float32)
+    unit_vectors = _unit_vectors(store, texts, embed)
     entity_vectors = normalize_rows(embed(names)) if names else np.zeros((0, unit_vectors.shape[1]), dtype=np.float32)
     store.write_table(
         "cue_units",

@@ -27,6 +27,13 @@ class Reranker(Protocol):
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """One relevance score per text (higher = more relevant), float32."""
 
+    def score_embedded(
+        self, query: str, query_vector: np.ndarray, texts: Sequence[str], vectors: np.ndarray
+    ) -> np.ndarray:
+        """:meth:`score` for passages the index has already embedded (``vectors``, unit rows, one per
+        text) and a query it has embedded (``query_vector``): a reranker that only compares
+        embeddings reads them instead of encoding every passage again per query."""
+
 
 class CrossEncoderReranker:
     """A BGE cross-encoder (FlagEmbedding ``FlagReranker``) from a local folder; fp16 on CUDA."""
@@ -62,6 +69,12 @@ class CrossEncoderReranker:
             return np.atleast_1d(np.asarray(scores, dtype=np.float32))
 
         return in_batches(texts, self.batch_size, one_batch)
+
+    def score_embedded(
+        self, query: str, query_vector: np.ndarray, texts: Sequence[str], vectors: np.ndarray
+    ) -> np.ndarray:
+        """A cross-encoder reads query and passage together; stored vectors do not help it."""
+        return self.score(query, texts)
 
 
 # Fallback limit of a cross-encoder whose tokenizer and config record none (BERT-sized models).
@@ -134,6 +147,16 @@ class BiEncoderReranker:
             )
 
         return in_batches(texts, self.batch_size, one_batch)
+
+    def score_embedded(
+        self, query: str, query_vector: np.ndarray, texts: Sequence[str], vectors: np.ndarray
+    ) -> np.ndarray:
+        """The same cosine from the index's vectors: they come from this embedder, with long texts
+        averaged over windows as :meth:`score` does, so only the per-query encoding is saved."""
+        check_deadline()
+        if len(vectors) != len(texts):
+            raise ValueError(f"{len(vectors)} stored vectors for {len(texts)} passages")
+        return np.asarray(vectors @ query_vector, dtype=np.float32).reshape(len(texts))
 
 
 def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: str = "cl100k_base") -> Reranker:

@@ -82,3 +82,23 @@ def test_aggregate_means_fields_and_ignores_none() -> None:
     assert result["marked"] is None
     assert "id" not in result
     assert aggregate([]) == {}
+
+
+def test_whole_word_coverage_does_not_find_an_answer_inside_a_longer_word() -> None:
+    context = "It is not known who built it."
+    # The papers' substring match finds "no" inside "not" and "known"; whole words do not.
+    assert coverage_hit(context, ["No"]) is True
+    assert coverage_hit(context, ["No"], whole_words=True) is False
+    assert coverage_hit("Was it rebuilt? No, never.", ["no"], whole_words=True) is True
+    assert coverage_hit("Was it rebuilt? No, never.", ["no"]) is True
+    # Normalised as the papers' metric: case, punctuation and articles; aliases; multi-word answers.
+    context = "In 1889, THE Eiffel Tower opened; its designer was Gustave Eiffel."
+    assert coverage_hit(context, ["the eiffel tower"], whole_words=True) is True
+    assert coverage_hit(context, ["Lyon", "gustave eiffel."], whole_words=True) is True
+    assert coverage_hit(context, ["188"], whole_words=True) is False and coverage_hit(context, ["188"]) is True
+    assert coverage_hit(context, ["tower opened its"], whole_words=True) is True  # at the string's ends too
+    assert coverage_hit(context, ["in 1889"], whole_words=True) and coverage_hit(context, ["eiffel"], whole_words=True)
+    assert (
+        coverage_hit(context, ["the"], whole_words=True) is False
+        and coverage_hit(context, [], whole_words=True) is False
+    )

@@ -170,3 +170,28 @@ def test_write_cue_graph_links_units_chunks_and_entities(tmp_path):
         write_cue_graph(store, chunk_units, sources[:-1], embedder.encode)
     with pytest.raises(InputError, match="2 chunks"):
         write_cue_graph(store, chunk_units[:2], sources, embedder.encode)
+
+
+def test_units_that_are_index_sentences_reuse_their_vectors(tmp_path):
+    """At α=0 nearly every unit is one of the index's sentences, which the build has embedded
+    already: embedding them again doubled the model work of the CUE graph."""
+    store = IndexStore(tmp_path / "index")
+    texts = CORPUS[:2]
+    store.write_table(
+        "chunks", {"text": texts, "tokens": [count_tokens(t) for t in texts], "docs": [[0], [1]], "acl": [None, None]}
+    )
+    embedder = load_embedder(EmbeddingConfig(cache=""))
+    sentences = [CORPUS[0], "Sorvik is a small town on the eastern shore of Lake Orrin."]
+    store.write_table("sentences", {"text": sentences})
+    store.write_array("sentence_vectors", embedder.encode(sentences))
+    embedded: list[str] = []
+
+    def embed(batch: list[str]) -> np.ndarray:
+        embedded.extend(batch)
+        return embedder.encode(batch)
+
+    cut = "It has a population of roughly 4,200."  # a unit the index has no sentence for
+    write_cue_graph(store, [[CORPUS[0]], [sentences[1], cut]], ["sentence"] * 3, embed)
+    names = store.read_table("cue_entities")["name"]
+    assert embedded == [cut, *names]  # units: only the new one; then the entity names
+    np.testing.assert_allclose(store.read_array("cue_unit_vectors"), embedder.encode([*sentences, cut]), atol=1e-5)

@@ -7,15 +7,18 @@ from hopgraph.config import EmbeddingConfig, RetrievalConfig
 from hopgraph.errors import ConfigError
 from hopgraph.index.cue import write_cue_graph
 from hopgraph.models import load_embedder, sentence_spans
+from hopgraph.ner import query_entities
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.retrieve.methods import cue
+from hopgraph.retrieve.methods import cue, text
 from hopgraph.retrieve.packing import pack
 from hopgraph.retrieve.query import Scope, make_query
+from hopgraph.retrieve.rerank import reranker_for
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import IndexStore
 
 MAYOR = "Who is the mayor of Sorvik, the town with a campus of the Halvern Harbor Institute?"
+NO_ENTITY = "What happened after a series of algal blooms?"  # spaCy finds no entity in it
 BUDGET = "What budget did the Orrin Basin Water Board approve for the Sorvik campus in 2025?"
 
 
@@ -52,17 +55,28 @@ def test_index_without_cue_graph_is_refused(sample_index):
         cue.rank(retriever.index, _query(retriever, MAYOR), retriever.scope(None), RetrievalConfig())
 
 
+def _q_iter_then_dense(candidates):
+    """Split a cue ranking into what Q-Iter found and the dense ranking that fills the budget after it."""
+    found = [c for c in candidates if c.path != "dense"]
+    assert candidates[: len(found)] == found, "Q-Iter's pieces come first"
+    return found, candidates[len(found) :]
+
+
 def test_q_iter_reaches_the_answer_and_says_how(cue_index):
     candidates = _rank(cue_index, MAYOR)
     evidence = pack(cue_index.index, candidates, 600)
     assert any("Jonah Brekke" in e.text for e in evidence)
-    assert [c.kind for c in candidates[:5]] == ["chunk"] * 5  # N = 5 reranked chunks come first
-    assert len({(c.kind, c.index) for c in candidates}) == len(candidates)
-    for c in candidates:
+    found, fill = _q_iter_then_dense(candidates)
+    assert [c.kind for c in found[:5]] == ["chunk"] * 5  # N = 5 reranked chunks come first
+    assert len({(c.kind, c.index) for c in found}) == len(found)
+    for c in found:
         assert c.path.startswith("q-iter depth ") and " via entity:" in c.path
         assert c.path.endswith("(rerank: bi-encoder cosine (offline:all-minilm-l6-v2))")
-    chunk_scores = [c.score for c in candidates if c.kind == "chunk"]
+    chunk_scores = [c.score for c in found if c.kind == "chunk"]
     assert chunk_scores[:5] == sorted(chunk_scores[:5], reverse=True)
+    assert [c.index for c in fill] == [
+        c.index for c in text.rank(cue_index.index, _query(cue_index, MAYOR), cue_index.scope(None), RetrievalConfig())
+    ]
 
 
 @pytest.mark.parametrize("top_k,depth,beam", [(1, 1, 1), (2, 2, 3), (3, 3, 5), (3, 4, 2)])
@@ -161,3 +175,82 @@ def test_forbidden_chunks_are_never_reached(cue_index):
     assert any("3.1 million" in e.text for e in pack(cue_index.index, board, 5000))
     nothing = Scope(outsider.units, np.zeros_like(outsider.chunks))
     assert _rank(cue_index, BUDGET, nothing) == []
+
+
+def test_fallback_reranker_scores_from_the_index_vectors(cue_index, monkeypatch):
+    """The bi-encoder fallback read every passage through the model again for every query."""
+    index = cue_index.index
+    query = _query(cue_index, MAYOR)
+    reranker = reranker_for(index)
+    units = index.table("cue_units")["text"]
+    vectors = index.array("cue_unit_vectors")
+    # Same math: the stored vector of a text is what the fallback computes from the text.
+    np.testing.assert_allclose(
+        reranker.score_embedded(MAYOR, query.vector, units, vectors), reranker.score(MAYOR, units), atol=1e-5
+    )
+    graph = cue.cue_graph(index)
+    pair = (0, 3)  # a set of units: the unit-length mean of their vectors, as windows of a long text are
+    expected = vectors[list(pair)].mean(axis=0)
+    np.testing.assert_allclose(graph.set_vectors([pair])[0], expected / np.linalg.norm(expected), atol=1e-6)
+
+    encoded: list[str] = []
+    passages = reranker.embedder.encode
+
+    def counting(texts, **kwargs):
+        encoded.extend(texts)
+        return passages(texts, **kwargs)
+
+    monkeypatch.setattr(reranker.embedder, "encode", counting)  # a spy on the real embedder: it still embeds
+    candidates = _rank(cue_index, MAYOR)
+    assert candidates and encoded == []  # no passage embedded at query time
+    chunk_vectors = index.array("chunk_vectors")
+    for c in _q_iter_then_dense(candidates)[0][:5]:  # the chunk rerank is the stored chunk vector's cosine
+        assert c.score == pytest.approx(float(chunk_vectors[c.index] @ query.vector), abs=1e-6)
+
+
+def test_a_small_search_still_fills_the_budget(cue_index):
+    """Q-Iter reaches few chunks; the dense ranking fills the rest of the budget after them."""
+    index = cue_index.index
+    candidates = _rank(cue_index, MAYOR, top_k=1, depth=1, beam=1)
+    found, fill = _q_iter_then_dense(candidates)
+    assert found and fill and all(c.kind == "chunk" for c in fill)
+    chunks = index.chunks
+    evidence = pack(index, candidates, 600)
+    assert sum(chunks["tokens"]) <= 600 and {e.chunk for e in evidence} == set(range(len(chunks["text"])))
+    assert [e.path for e in evidence[: len(found)]] == [c.path for c in found]
+
+
+def test_a_question_without_entities_is_still_anchored(cue_index):
+    """Its nearest unit names no entity: knowledge anchoring took no seed from it and cue returned nothing."""
+    assert query_entities(NO_ENTITY) == []
+    index, graph = cue_index.index, cue.cue_graph(cue_index.index)
+    query = _query(cue_index, NO_ENTITY)
+    usable = np.ones(len(graph.unit_chunk), dtype=bool)
+    nearest = int(np.argmax(graph.unit_vectors @ query.vector))
+    assert len(graph.entities_of(nearest)) == 0
+    seeds = cue.anchor_entities(index, graph, query, usable, RetrievalConfig().cue.model_copy(update={"top_k": 1}))
+    assert seeds
+    found, _ = _q_iter_then_dense(_rank(cue_index, NO_ENTITY, top_k=1))
+    assert found and found[0].path.startswith("q-iter depth ")
+    # With no anchoring at all, the context is the dense ranking's, not empty.
+    alone = _rank(cue_index, NO_ENTITY, spreading_activation=False, knowledge_anchoring=False)
+    assert [c.index for c in alone] == [
+        c.index for c in text.rank(index, query, cue_index.scope(None), RetrievalConfig())
+    ]
+
+
+def test_question_entities_the_index_has_take_their_stored_vectors(cue_index):
+    """Anchoring embedded the question's entity names for every query; a known name has its vector."""
+    graph = cue.cue_graph(cue_index.index)
+    embedder = load_embedder(cue_index.index.config.embedding)
+    asked: list[list[str]] = []
+
+    def embed(names: list[str]) -> np.ndarray:
+        asked.append(names)
+        return embedder.encode(names)
+
+    known = [n for n in query_entities(MAYOR) if n in graph.entity_ids]
+    assert known and asked == []
+    vectors = graph.name_vectors([*known, "ermengarde of tours"], embed)
+    assert asked == [["ermengarde of tours"]]  # only the name the index lacks goes to the model
+    np.testing.assert_allclose(vectors, embedder.encode([*known, "ermengarde of tours"]), atol=1e-5)

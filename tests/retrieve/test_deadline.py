@@ -25,9 +25,11 @@ OVERSHOOT = 6.0
 def test_expensive_cue_search_stops_at_its_deadline(cue_index):  # noqa: F811
     cue_index.retrieve(MAYOR, method="text", budget=200)  # models loaded before the clock starts
     started = time.monotonic()
-    with pytest.raises(DeadlineExceeded, match="deadline of 1 s"):
-        cue_index.retrieve(MAYOR, method="cue", budget=32000, overrides=HOSTILE_CUE, deadline=1.0)
-    assert time.monotonic() - started < 1.0 + OVERSHOOT
+    # Scored from the index's vectors, this search takes about half a second on the sample corpus
+    # (it took minutes when the fallback reranker embedded every state): a deadline well below that.
+    with pytest.raises(DeadlineExceeded, match="deadline of 0.1 s"):
+        cue_index.retrieve(MAYOR, method="cue", budget=32000, overrides=HOSTILE_CUE, deadline=0.1)
+    assert time.monotonic() - started < 0.1 + OVERSHOOT
 
 
 @pytest.mark.parametrize("method", [*LLM_FREE, "cue"])

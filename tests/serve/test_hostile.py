@@ -19,6 +19,7 @@ import pytest
 from hopgraph.config import EmbeddingConfig
 from hopgraph.llm.standin import free_port
 from hopgraph.models import FairLock, load_embedder
+from hopgraph.retrieve.rerank import BiEncoderReranker
 from tests.serve.support import USERS, LiveServer, auth
 
 DEADLINE = 2.0
@@ -75,8 +76,19 @@ def config(serve_config):
 
 @pytest.fixture(scope="module")
 def server(cue_index, config):
-    with LiveServer(cue_index, config) as live:
-        yield live
+    # The costliest accepted request must outlast the deadline. With the fallback reranker reading
+    # stored vectors it takes a fraction of a second on the sample corpus, so here the fallback
+    # reads every passage's text per query, as a cross-encoder does (no cross-encoder weights are
+    # available to tests): an injected cost, the one way left to reach the deadline.
+    patch = pytest.MonkeyPatch()
+    patch.setattr(
+        BiEncoderReranker, "score_embedded", lambda self, query, query_vector, texts, vectors: self.score(query, texts)
+    )
+    try:
+        with LiveServer(cue_index, config) as live:
+            yield live
+    finally:
+        patch.undo()
 
 
 def test_most_expensive_request_is_cut_while_ordinary_readers_are_answered(server, config):

@@ -6,7 +6,13 @@ anchoring). From every anchor entity the search adds one of its K units nearest 
 vector, subtracts that unit's vector from the state's query vector (so the next hop looks for what
 is still missing), scores the state's units joined together with the reranker, keeps the M best
 states, and continues from the entities of the units just added, for D depths. Chunks holding any
-unit of a kept state are reranked against the question; the N best are the paper's context.
+unit of a kept state are reranked against the question; the N best are the paper's context. The
+rest of the budget is filled as every method fills it: what the search found, then the dense
+ranking's chunks, so a question the graph cannot anchor (no entity found) still gets a context.
+
+The bi-encoder fallback reranker scores from the index's vectors (a chunk's stored vector; a set
+of units as the unit-length mean of theirs, as a long text is embedded as the mean of its windows)
+instead of encoding every passage again for every query.
 
 Forbidden chunks are cut out first: their units are never anchors or expansions, and an entity
 whose every unit is forbidden cannot be matched, so nothing is reached through them.
@@ -16,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,9 +30,11 @@ import scipy.sparse as sp
 from hopgraph.config import CueMethod, RetrievalConfig
 from hopgraph.deadline import check_deadline
 from hopgraph.errors import ConfigError
+from hopgraph.kernels import normalize_rows
 from hopgraph.models import load_embedder
 from hopgraph.ner import query_entities
 from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods import text as dense
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import SEEDS_TRACED, Query, Scope, top_indices
 from hopgraph.retrieve.registry import register
@@ -38,12 +47,29 @@ class CueGraph:
     unit_entities: sp.csr_matrix  # units × entities (E_e)
     entity_units: sp.csr_matrix  # entities × units (E_e, other direction)
     unit_chunk: np.ndarray  # chunk of each unit (E_c)
+    entity_vectors: np.ndarray  # entities × dim, unit length: each name as the index embedded it
+    entity_ids: dict[str, int]  # normalised name → entity
 
     def entities_of(self, unit: int) -> np.ndarray:
         return self.unit_entities.indices[self.unit_entities.indptr[unit] : self.unit_entities.indptr[unit + 1]]
 
     def units_of(self, entity: int) -> np.ndarray:
         return self.entity_units.indices[self.entity_units.indptr[entity] : self.entity_units.indptr[entity + 1]]
+
+    def name_vectors(self, names: Sequence[str], embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        """Vectors of a question's entity names made as the index made its entity nodes' (names
+        compared with names): the stored vector of a name the index has, ``embed`` for the rest, so
+        a question naming only known entities costs no model call."""
+        rows = [self.entity_ids.get(name, -1) for name in names]
+        missing = [name for name, row in zip(names, rows) if row < 0]
+        fresh = iter(normalize_rows(embed(missing)) if missing else ())
+        return np.stack([self.entity_vectors[row] if row >= 0 else next(fresh) for row in rows])
+
+    def set_vectors(self, unit_sets: Sequence[tuple[int, ...]]) -> np.ndarray:
+        """One unit-length vector per set of units: the normalised mean of the units' vectors."""
+        if not unit_sets:
+            return np.zeros((0, self.unit_vectors.shape[1]), dtype=np.float32)
+        return normalize_rows(np.stack([self.unit_vectors[list(units)].sum(axis=0) for units in unit_sets]))
 
 
 def cue_graph(index: LoadedIndex) -> CueGraph:
@@ -58,6 +84,8 @@ def cue_graph(index: LoadedIndex) -> CueGraph:
             unit_entities,
             unit_entities.T.tocsr(),
             np.asarray(index.table("cue_units")["chunk"], dtype=np.int64),
+            index.array("cue_entity_vectors"),
+            {name: i for i, name in enumerate(index.table("cue_entities")["name"])},
         )
 
     return index.memo("cue", "graph", load)
@@ -154,20 +182,22 @@ def anchor_entities(
     reachable: np.ndarray | None = None,
 ) -> list[int]:
     """Entity-Anchoring (Alg. 4): spreading activation, then knowledge anchoring; only entities
-    that still have a usable unit (``reachable``, computed from ``usable`` when not given) can be seeds."""
+    that still have a usable unit (``reachable``, computed from ``usable`` when not given) can be seeds.
+    Knowledge anchoring takes the K nearest units that name an entity: a unit naming none anchors
+    nothing, and a question without entities relies on this source alone."""
     seeds: list[int] = []
     if reachable is None:
         reachable = reachable_entities(graph, usable)
     names = query_entities(query.text) if cfg.spreading_activation else []
     if names and reachable.any():
-        name_vectors = load_embedder(index.config.embedding).encode_queries(names)
-        similarity = index.array("cue_entity_vectors") @ name_vectors.T
+        similarity = graph.entity_vectors @ graph.name_vectors(names, load_embedder(index.config.embedding).encode).T
         for column in similarity.T:
             nearest = top_indices(np.where(reachable, column, -np.inf), cfg.top_k)
             seeds.extend(nearest[reachable[nearest]].tolist())
-    if cfg.knowledge_anchoring and usable.any():
-        nearest = top_indices(np.where(usable, graph.unit_vectors @ query.vector, -np.inf), cfg.top_k)
-        for unit in nearest[usable[nearest]]:
+    anchorable = usable & (np.diff(graph.unit_entities.indptr) > 0)
+    if cfg.knowledge_anchoring and anchorable.any():
+        nearest = top_indices(np.where(anchorable, graph.unit_vectors @ query.vector, -np.inf), cfg.top_k)
+        for unit in nearest[anchorable[nearest]]:
             seeds.extend(graph.entities_of(int(unit)).tolist())
     return list(dict.fromkeys(seeds))
 
@@ -195,7 +225,12 @@ def _assemble(
         hop, entity, _ = reached[unit]
         return f"q-iter depth {hop} via entity:{names[entity]}"
 
-    scores = reranker.score(query.text, [index.chunks["text"][c] for c in chunks])
+    scores = reranker.score_embedded(
+        query.text,
+        query.vector,
+        [index.chunks["text"][c] for c in chunks],
+        index.array("chunk_vectors")[np.asarray(chunks)],
+    )
     order = sorted(range(len(chunks)), key=lambda i: (-scores[i], chunks[i]))
     top = {chunks[i] for i in order[:n_chunks]}
     for rank_, i in enumerate(order[:n_chunks], 1):
@@ -216,7 +251,7 @@ def _assemble(
     order=100,
     needs=("cue_graph",),
     settings="cue",
-    description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank.",
+    description="CUE-RAG Q-Iter over the chunk–unit–entity graph, then a chunk rerank; dense chunks fill the rest.",
 )
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.cue
@@ -228,7 +263,12 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     texts = index.table("cue_units")["text"]
 
     def score(unit_sets: list[tuple[int, ...]]) -> np.ndarray:
-        return reranker.score(query.text, [" ".join(texts[u] for u in units) for units in unit_sets])
+        return reranker.score_embedded(
+            query.text,
+            query.vector,
+            [" ".join(texts[u] for u in units) for units in unit_sets],
+            graph.set_vectors(unit_sets),
+        )
 
     seeds = anchor_entities(index, graph, query, usable, cfg, reachable)
     names = index.table("cue_entities")["name"]
@@ -244,4 +284,4 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         beam=cfg.beam,
         query_update=cfg.query_update,
     )
-    return _assemble(index, graph, query, trace, reranker, cfg.chunks)
+    return chain(_assemble(index, graph, query, trace, reranker, cfg.chunks), dense.rank(index, query, scope, config))
