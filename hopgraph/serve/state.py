@@ -84,7 +84,8 @@ class IndexHolder:
         self._failed: tuple[str, float] | None = None  # a version that could not be loaded, and when (monotonic)
         self.retry_after = 3 * config.serve.refresh_seconds  # seconds before a version that failed is tried again
         self.switched = time.monotonic()  # when the live snapshot was last replaced (monotonic seconds)
-        self._snapshot = self._open(versions.live_version(root))
+        live = versions.live_root(root)  # a clear error where CURRENT names a missing or incomplete version
+        self._snapshot = self._open("" if live == Path(root) else live.name)
 
     def _open(self, version: str) -> Snapshot:
         """Open exactly ``version`` ("" = the root index), not whatever CURRENT names by then."""
