@@ -51,12 +51,17 @@ def namesakes(index_dir: str | Path, ids: list[str]) -> list[tuple[str, str]]:
     The usual cause is a file passed without the ``--root`` its original was indexed under, which
     adds a second document instead of replacing the first.
     """
-    existing = [doc.id for doc in read_documents(live_root(index_dir))]
+    return pair_namesakes([doc.id for doc in read_documents(live_root(index_dir))], ids)
+
+
+def pair_namesakes(existing: list[str], ids: list[str]) -> list[tuple[str, str]]:
+    """(new id, existing id) of the same file name, for each id of ``ids`` not in ``existing``, in order.
+
+    One lookup per id in a table from file name to existing ids: an update of many documents
+    against a large index stays linear.
+    """
     known = set(existing)
-    return [
-        (new, old)
-        for new in ids
-        if new not in known
-        for old in existing
-        if PurePosixPath(old).name == PurePosixPath(new).name
-    ]
+    by_name: dict[str, list[str]] = {}
+    for old in existing:
+        by_name.setdefault(PurePosixPath(old).name, []).append(old)
+    return [(new, old) for new in ids if new not in known for old in by_name.get(PurePosixPath(new).name, ())]

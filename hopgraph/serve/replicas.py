@@ -133,7 +133,11 @@ class Heartbeats:
     def protected(self, timeout: float) -> set[str]:
         """Versions named by heartbeats that changed within ``timeout`` seconds; removes dead ones' files."""
         now, needed = time.monotonic(), set()
-        for path in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
+        paths = sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []
+        present = {path.name for path in paths}
+        for name in [name for name in self._seen if name not in present]:  # removed (a process that ended)
+            del self._seen[name]
+        for path in paths:
             try:
                 text = path.read_text(encoding="utf-8")
             except FileNotFoundError:
@@ -200,8 +204,8 @@ class Replica:
             self.jobs.start()
             _log(f"process {os.getpid()} runs the update jobs of {self.root}")
 
-    def _beat(self, *extra: str) -> None:
-        self.heartbeats.beat(self.holder.versions_in_use() | set(extra), self.leading)
+    def _beat(self) -> None:
+        self.heartbeats.beat(self.holder.versions_in_use(), self.leading)
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.serve.refresh_seconds):
@@ -219,7 +223,7 @@ class Replica:
                 live = versions.live_version(self.root)
                 if live == self.holder.current.version:
                     continue
-                self._beat(live)  # named before it is loaded: the leader spares it meanwhile
-                self.holder.refresh()
-            except Exception as exc:  # noqa: BLE001 - keep serving the old version; CURRENT moving retries
+                # In use from before its files are read, and named at once: the leader spares it meanwhile.
+                self.holder.refresh(live, announce=self._beat)
+            except Exception as exc:  # noqa: BLE001 - keep serving the old version; the holder retries later
                 _log(f"cannot load the new index version (serving {self.holder.current.version or 'root'}): {exc}")

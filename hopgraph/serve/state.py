@@ -31,6 +31,7 @@ from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
 from hopgraph.retrieve.partitioned import PartitionedIndex, open_index
 from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import version_dir
 
 
 def warm(index: LoadedIndex | PartitionedIndex) -> None:
@@ -79,12 +80,18 @@ class IndexHolder:
         self._lock = threading.Lock()  # one load at a time
         self._state = threading.Lock()  # the live snapshot and the reader counts, changed together
         self._readers: Counter[str] = Counter()
-        self._failed: Path | None = None  # a published version that could not be loaded
+        self._loading: str | None = None  # the version being loaded: in use from before its files are read
+        self._failed: tuple[str, float] | None = None  # a version that could not be loaded, and when (monotonic)
+        self.retry_after = 3 * config.serve.refresh_seconds  # seconds before a version that failed is tried again
         self.switched = time.monotonic()  # when the live snapshot was last replaced (monotonic seconds)
-        self._snapshot = self._open()
+        live = versions.live_root(root)  # a clear error where CURRENT names a missing or incomplete version
+        self._snapshot = self._open("" if live == Path(root) else live.name)
 
-    def _open(self) -> Snapshot:
-        index = open_index(self.root)
+    def _open(self, version: str) -> Snapshot:
+        """Open exactly ``version`` ("" = the root index), not whatever CURRENT names by then."""
+        index = open_index(version_dir(self.root, version))
+        if version:
+            index.version = version  # a version's directory opened on its own reads as a root index
         warm(index)
         # The server's retrieval settings: stored ones under its --config file and command line.
         retriever = Retriever(index, self.config.retrieval, device=self.config.embedding.device)
@@ -113,21 +120,36 @@ class IndexHolder:
                     del self._readers[snap.version]
 
     def versions_in_use(self) -> set[str]:
-        """The live version and every version a request still reads."""
+        """The live version, the one being loaded and every version a request still reads."""
         with self._state:
-            return {self._snapshot.version, *self._readers}
+            loading = () if self._loading is None else (self._loading,)
+            return {self._snapshot.version, *loading, *self._readers}
 
-    def refresh(self) -> bool:
-        """Switch to the live version on disk if it changed; True if it did."""
+    def refresh(self, version: str | None = None, announce: Callable[[], None] | None = None) -> bool:
+        """Switch to ``version`` (by default the live version on disk) if it is not served yet; True if it did.
+
+        The version is recorded as in use before any of its files is read, and ``announce()`` is
+        called then (a heartbeat names it to the process that collects old versions). A version that
+        failed to load is tried again after ``retry_after`` seconds (storage may have caught up).
+        """
         with self._lock:
-            live = versions.live_root(self.root)
-            if live == self._snapshot.index.store.root or live == self._failed:
-                return False  # unchanged, or the version that failed to load (retried once CURRENT moves)
+            target = versions.live_version(self.root) if version is None else version
+            if target == self._snapshot.version:
+                return False
+            if self._failed and self._failed[0] == target and time.monotonic() - self._failed[1] < self.retry_after:
+                return False
+            with self._state:
+                self._loading = target
             try:
-                fresh = self._open()
+                if announce is not None:
+                    announce()
+                fresh = self._open(target)
             except Exception:
-                self._failed = live
+                self._failed = (target, time.monotonic())
                 raise
+            finally:
+                with self._state:
+                    self._loading = None
             self._failed = None
             with self._state:
                 self._snapshot = fresh
@@ -175,10 +197,11 @@ class JobRunner:
         self._wake.set()  # jobs left by a previous server run are resumed at once
 
     def stop(self) -> None:
+        """End the worker, then the loop: once this returns, nothing here switches or collects any more
+        (the leader lock may be released). A job the worker ran resumes on the next start, its
+        attempts not counted against it."""
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
         with self._lock:
             if self._child and self._child.poll() is None:
                 self._child.terminate()  # the job resumes from its finished stages next time
@@ -187,6 +210,8 @@ class JobRunner:
                 except subprocess.TimeoutExpired:
                     self._child.kill()
                     self._child.wait()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)  # at most one load or collection in progress
 
     def submit(self, add: list[Any], delete: list[str]) -> dict[str, Any]:
         """Queue a job; QueueFullError when serve.max_queued_jobs are unfinished."""
@@ -228,12 +253,16 @@ class JobRunner:
             exited = self._run_child()
             if self.queue_depth():
                 self._wake.set()  # more batches (or a retry) follow without waiting
+        if self._stop.is_set():
+            return  # stopping: the leader lock may be released next, so no switch and no collection
         try:
             self.holder.refresh()  # unless the following thread (hopgraph.serve.replicas) switched already
             if exited is not None and self.holder.current.version != serving:  # 0: switched before the exit
                 self.publish_seconds.append({"exit_to_switch": round(max(0.0, self.holder.switched - exited), 3)})
         except Exception as exc:  # keep serving the old snapshot; the next pass tries again
             print(f"hopgraph serve: cannot load the new index version: {exc}", file=sys.stderr, flush=True)
+            return
+        if self._stop.is_set():
             return
         removed = versions.collect_garbage(self.root, keep=self.config.serve.keep_versions, protect=self.protect)
         if removed:
@@ -261,6 +290,8 @@ class JobRunner:
         started = time.monotonic()
         code = self._child.wait()
         exited = time.monotonic()
+        if self._stop.is_set():  # ended by stop(): a shutdown, not a crash to count against its jobs
+            return exited
         if code == 0:
             self._crashes = 0
             return exited

@@ -158,3 +158,27 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
             client, insert(client, "survivor", "A later document about the Sorvik ferry.").json()["id"]
         )
         assert after["status"] == "done" and "survivor" in server.app.state.holder.current.doc_ids
+
+
+def test_stopping_the_server_during_a_job_is_not_a_crash_and_the_job_finishes_later(index_copy, serve_config):
+    config = configured(serve_config, job_attempts=3)
+    job_id = ""
+    for restart in range(3):  # three restarts (or deploys) while the worker builds the job
+        with LiveServer(index_copy, config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+            runner = server.app.state.jobs
+            if not job_id:
+                job_id = insert(client, "tem-observatory", "The Tem Observatory opened in 1994 on Tem.").json()["id"]
+            wait_until(
+                lambda: versions.read_job(index_copy, job_id).get("attempts", 0) > restart
+                and runner._child is not None
+                and runner._child.poll() is None,
+                timeout=120,
+            )
+            child = runner._child
+        assert child.returncode == -signal.SIGTERM  # the shutdown ended the worker mid-build
+        record = versions.read_job(index_copy, job_id)
+        assert record["status"] in versions.UNFINISHED, record  # neither failed nor waited for
+    with LiveServer(index_copy, config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        record = wait_for_job(client, job_id, timeout=240)
+        assert record["status"] == "done", record
+        assert "tem-observatory" in server.app.state.holder.current.doc_ids

@@ -226,3 +226,16 @@ def test_stored_arrays_are_memory_mapped_read_only(acl_index):
     assert type(vectors) is np.ndarray  # a plain array to every consumer
     with pytest.raises(ValueError):
         vectors[0, 0] = 1.0
+
+
+def test_the_leader_forgets_heartbeats_whose_files_are_gone(index_copy):
+    leader = Heartbeats(index_copy, {"id": "here-2-def", "host": "here", "pid": 2})
+    for n in range(5):  # processes that beat once and ended cleanly (each respawn has a new id)
+        gone = Heartbeats(index_copy, {"id": f"worker-{n}-abc", "host": "here", "pid": 10 + n})
+        gone.beat({"j000001-aaaaaa"}, leader=False)
+        assert leader.protected(60) == {"j000001-aaaaaa"}
+        gone.remove()
+    alive = Heartbeats(index_copy, {"id": "alive-9-xyz", "host": "here", "pid": 9})
+    alive.beat({"j000002-bbbbbb"}, leader=False)
+    assert leader.protected(60) == {"j000002-bbbbbb"}
+    assert set(leader._seen) == {alive.path.name}  # what it remembers stays bounded by the live processes

@@ -1,0 +1,64 @@
+"""The server's index holder on real index files: the version it loads is in use (and spared by
+garbage collection) from before its files are read, and a version that failed to load is tried again."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from hopgraph.index import versions
+from hopgraph.serve.replicas import Heartbeats
+from hopgraph.serve.state import IndexHolder
+
+OLD, NEW = "j000001-aaaaaa", "j000002-bbbbbb"
+
+
+def add_version(root: Path, name: str) -> Path:
+    """A complete version directory: a copy of the root index's own files."""
+    target = root / versions.VERSIONS / name
+    shutil.copytree(root, target, ignore=lambda folder, names: [versions.VERSIONS] if Path(folder) == root else [])
+    return target
+
+
+def publish(root: Path, name: str) -> None:
+    (root / versions.CURRENT).write_text(f"{versions.VERSIONS}/{name}\n", encoding="utf-8")
+
+
+def test_the_version_being_loaded_is_in_use_and_spared_by_garbage_collection(index_copy, serve_config):
+    holder = IndexHolder(index_copy, serve_config)
+    add_version(index_copy, OLD)
+    add_version(index_copy, NEW)
+    publish(index_copy, NEW)  # CURRENT has moved on while this process still loads OLD
+    here = Heartbeats(index_copy, {"id": "here-1-abc", "host": "here", "pid": 1})
+    leader = Heartbeats(index_copy, {"id": "leader-2-def", "host": "leader", "pid": 2})
+    seen: dict[str, object] = {}
+
+    def announce() -> None:  # the load has begun, no file of OLD read yet: the leader collects now
+        seen["in_use"] = holder.versions_in_use()
+        here.beat(holder.versions_in_use(), leader=False)  # any heartbeat written meanwhile names it
+        seen["removed"] = versions.collect_garbage(index_copy, keep=0, protect=lambda: leader.protected(60))
+
+    assert holder.refresh(OLD, announce=announce)
+    assert seen["in_use"] == {"", OLD} and seen["removed"] == []
+    assert holder.current.version == OLD  # exactly the version recorded, not what CURRENT names by now
+    assert holder.versions_in_use() == {OLD}
+    assert (index_copy / versions.VERSIONS / OLD).is_dir()
+
+
+def test_a_version_that_failed_to_load_is_tried_again_after_a_while(index_copy, serve_config):
+    holder = IndexHolder(index_copy, serve_config)
+    holder.retry_after = 1.0
+    target = add_version(index_copy, NEW)
+    table = next((target / "tables").glob("*.parquet"))
+    saved = table.read_bytes()
+    table.unlink()  # not yet fully on this machine's view of shared storage
+    publish(index_copy, NEW)
+    with pytest.raises(Exception, match=table.name):
+        holder.refresh()
+    table.write_bytes(saved)  # storage catches up; CURRENT does not move
+    assert not holder.refresh() and holder.current.version == ""  # within the back-off: not tried
+    time.sleep(holder.retry_after + 0.1)
+    assert holder.refresh() and holder.current.version == NEW
