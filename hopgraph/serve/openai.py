@@ -43,7 +43,7 @@ from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, finite_json, shown
 from hopgraph.serve.schemas import RetrieveRequest, Strict
-from hopgraph.serve.service import Service, finite, principal, service_of
+from hopgraph.serve.service import Service, answer_payload, finite, principal, service_of
 
 router = APIRouter(tags=["openai"])
 
@@ -175,20 +175,6 @@ def content_of(reply: Answer) -> str:
     return (reply.raw.strip() or reply.text) + sources(reply)
 
 
-def extra(reply: Answer, result: RetrievalResult, version: str, evidence: list[dict[str, Any]]) -> dict[str, Any]:
-    """The structured answer, as /v1/answer gives it."""
-    return {
-        "answer": reply.text,
-        "found": reply.found,
-        "citations": reply.citations,
-        "evidence": evidence,
-        "evidence_dropped": reply.evidence_dropped,
-        "version": version,
-        "method": result.method,
-        "budget": result.budget,
-    }
-
-
 class Head:
     """What every chunk of one completion repeats."""
 
@@ -275,7 +261,7 @@ async def answer_events(
                 yield head.chunk({"content": reply.text})
             if reply.citations:
                 yield head.chunk({"content": sources(reply)})
-            yield head.chunk({}, "stop", hopgraph=extra(reply, result, version, evidence))
+            yield head.chunk({}, "stop", hopgraph=answer_payload(reply, result, version, evidence))
             if body.stream_options and body.stream_options.include_usage:
                 yield event(head.body("chat.completion.chunk", choices=[], usage=usage_of(usage)))
             yield "data: [DONE]\n\n"
@@ -344,5 +330,5 @@ async def chat_completions(
     return Head(body.model).body(
         "chat.completion",
         choices=[{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
-        hopgraph=extra(reply, result, version, evidence),
+        hopgraph=answer_payload(reply, result, version, evidence),
     )
