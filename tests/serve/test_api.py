@@ -425,3 +425,14 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
     assert len(codes) == 40 and 200 in codes and set(codes) <= {200, 503}
     busy = [r for r in answers if r.status_code == 503]
     assert busy and all(r.json()["error"]["code"] == "answers_busy" and r.headers["retry-after"] == "8" for r in busy)
+
+
+@pytest.mark.parametrize("path", ["/static/web/index.html", "/static/web//index.html", "/static/web/./index.html"])
+def test_the_page_carries_its_policy_on_every_path_that_serves_it(client, path):
+    page = client.get("/")
+    same = client.get(path)
+    assert same.status_code == 200 and same.content == page.content
+    policy = same.headers.get("content-security-policy", "")
+    assert policy == page.headers["content-security-policy"] and "frame-ancestors 'none'" in policy
+    assert same.headers["x-content-type-options"] == "nosniff" and same.headers["referrer-policy"] == "no-referrer"
+    assert "content-security-policy" not in client.get("/static/web/app.js").headers  # assets need none
