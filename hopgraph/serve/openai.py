@@ -21,12 +21,13 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hopgraph.llm.client import context_window, joined, stream_completion
@@ -229,7 +230,7 @@ async def answer_events(
     result: RetrievalResult,
     version: str,
     evidence: list[dict[str, Any]],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The server-sent events of one streamed answer, inside an answer slot taken before the first event."""
     head, config = Head(body.model), service.config.answer
     async with service.answer_slot():
@@ -277,10 +278,30 @@ def usage_of(usage: Usage) -> dict[str, int]:
     }
 
 
-async def resumed(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
-    yield first
-    async for item in rest:
-        yield item
+class SlotStream(StreamingResponse):
+    """The events of one streamed answer, closed as soon as the response ends, however it ends.
+
+    A reader that hangs up leaves the event generator suspended at a ``yield``: unless closed here
+    it keeps its answer slot (and its LLM connection) until the garbage collector finalizes it."""
+
+    def __init__(self, first: str, events: AsyncGenerator[str, None]):
+        self.events = events
+        super().__init__(
+            self.resumed(first),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def resumed(self, first: str) -> AsyncIterator[str]:
+        yield first
+        async for item in self.events:
+            yield item
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.events.aclose()  # gives the answer slot back and closes the LLM stream
 
 
 # ---------------------------------------------------------------------- endpoints
@@ -320,11 +341,7 @@ async def chat_completions(
     if body.stream:
         events = answer_events(request, service, body, result, version, evidence)
         first = await anext(events)  # takes the answer slot: busy is still a 503 with Retry-After
-        return StreamingResponse(
-            resumed(first, events),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return SlotStream(first, events)
     reply = await service.generate(result)
     message = {"role": "assistant", "content": content_of(reply)}
     return Head(body.model).body(
