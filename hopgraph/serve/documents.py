@@ -56,14 +56,18 @@ def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None) -> list[
         read.extend(result.documents)
     if problems:
         more = len(problems) - MAX_PROBLEMS
-        raise APIError(422, "unreadable_upload", "; ".join(problems[:MAX_PROBLEMS]) + (f"; and {more} more" if more > 0 else ""))
+        raise APIError(
+            422, "unreadable_upload", "; ".join(problems[:MAX_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+        )
     documents = []
     for doc in read:
         metadata = {k: v for k, v in doc.metadata.items() if k != "source_path"}
         if acl:
             metadata["acl"] = acl
         try:
-            documents.append(DocumentIn(id=doc.id, text=doc.text, title=doc.title, source=doc.source, metadata=metadata))
+            documents.append(
+                DocumentIn(id=doc.id, text=doc.text, title=doc.title, source=doc.source, metadata=metadata)
+            )
         except ValidationError as exc:
             problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors())
             raise APIError(422, "invalid_request", f"document {shown(doc.id)}: {problem}") from None
@@ -74,7 +78,11 @@ def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None) -> list[
 def upload(
     files: Annotated[list[UploadFile], File(description="Files as `hopgraph index` reads them: " + _FORMATS)],
     acl: Annotated[
-        str, Form(description="Groups that may read the documents, comma-separated; set on every document (empty: as the files say)")
+        str,
+        Form(
+            description="Groups that may read the documents, comma-separated; set on every document "
+            "(empty: as the files say)"
+        ),
     ] = "",
     who: Principal = Depends(admin),
     service: Service = Depends(service_of),
@@ -114,7 +122,9 @@ def list_documents(
         "offset": offset,
         "limit": limit,
         "documents": [
-            document_row(table["id"][i], table["title"][i], table["source"][i] if "source" in table else "", table["metadata"][i])
+            document_row(
+                table["id"][i], table["title"][i], table["source"][i] if "source" in table else "", table["metadata"][i]
+            )
             for i in rows
         ],
     }

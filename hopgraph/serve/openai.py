@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from starlette.types import Receive, Scope, Send
 
 from hopgraph.llm.client import context_window, joined, stream_completion
 from hopgraph.llm.types import Completion, Usage

@@ -37,7 +37,9 @@ router = APIRouter()
 
 def queue_full(exc: QueueFullError, limit: int) -> APIError:
     """429 with Retry-After; the message is the server's own (the error's names the index folder, a server path)."""
-    message = f"the update-job queue is full: the limit is {limit} jobs queued or running; try again when one has finished"
+    message = (
+        f"the update-job queue is full: the limit is {limit} jobs queued or running; try again when one has finished"
+    )
     return APIError(429, "queue_full", message, {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
 

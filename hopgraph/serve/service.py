@@ -261,7 +261,9 @@ def finite_response(payload: dict[str, Any]) -> FastJSON:
     return FastJSON(finite(payload))
 
 
-def answer_payload(reply: Answer, result: RetrievalResult, version: str, evidence: list[dict[str, Any]]) -> dict[str, Any]:
+def answer_payload(
+    reply: Answer, result: RetrievalResult, version: str, evidence: list[dict[str, Any]]
+) -> dict[str, Any]:
     """The structured answer: the body of /v1/answer and the ``hopgraph`` field of a chat completion."""
     return {
         "answer": reply.text,

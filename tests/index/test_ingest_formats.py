@@ -242,5 +242,7 @@ def test_a_docx_bomb_and_a_pdf_of_too_many_pages_are_skipped_before_parsing(tmp_
     result = read_corpus([tmp_path])
     assert [d.id for d in result.documents] == ["fine.docx"]
     reasons = {Path(p.path).name: p.reason for p in result.problems}
-    assert reasons["bomb.docx"].startswith("DOCX unzips to ") and f"over the {MAX_DOCX_UNZIPPED}" in reasons["bomb.docx"]
+    assert (
+        reasons["bomb.docx"].startswith("DOCX unzips to ") and f"over the {MAX_DOCX_UNZIPPED}" in reasons["bomb.docx"]
+    )
     assert reasons["long.pdf"] == f"PDF has {MAX_PDF_PAGES + 1} pages, over the {MAX_PDF_PAGES} read"

@@ -380,7 +380,10 @@ def test_an_uploaded_jsonl_file_becomes_documents_with_their_metadata(index_copy
     with LiveServer(index_copy, serve_config) as live, httpx.Client(base_url=live.url, timeout=60) as c:
         job = c.post(
             "/v1/documents/upload",
-            files=[("files", ("tides.jsonl", records, "text/plain")), ("files", ("moon.txt", b"Moon at Tem.", "text/plain"))],
+            files=[
+                ("files", ("tides.jsonl", records, "text/plain")),
+                ("files", ("moon.txt", b"Moon at Tem.", "text/plain")),
+            ],
             data={"acl": "board"},
             headers=auth("admin"),
         )
