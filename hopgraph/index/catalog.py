@@ -17,17 +17,23 @@ def list_documents(index_dir: str | Path) -> dict[str, Any]:
     """
     root = live_root(index_dir)
     IndexStore(root).require_complete()
-    rows = [
-        {
-            "id": doc.id,
-            "title": doc.title,
-            "source": doc.source,
-            "acl": doc.acl,
-            "timestamp": doc.metadata.get("timestamp") or doc.metadata.get("modified"),
-        }
-        for doc in read_documents(root)
-    ]
+    rows = [document_row(doc.id, doc.title, doc.source, doc.metadata) for doc in read_documents(root)]
     return {"version": live_version(index_dir) or "root", "documents": rows}
+
+
+def document_row(doc_id: str, title: str, source: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """One listed document: ``{id, title, source, acl, timestamp}``, the same for the CLI and the server.
+
+    ``timestamp`` is the document's own (metadata ``timestamp``), else its file's modification time.
+    """
+    acl = metadata.get("acl")
+    return {
+        "id": doc_id,
+        "title": title,
+        "source": source,
+        "acl": None if acl is None else [str(group) for group in acl],
+        "timestamp": metadata.get("timestamp") or metadata.get("modified"),
+    }
 
 
 def file_ids(index_dir: str | Path) -> dict[str, str]:

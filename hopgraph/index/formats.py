@@ -22,6 +22,7 @@ import bisect
 import codecs
 import io
 import re
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,13 @@ _HTML_BLOCKS = (
     "p", "div", "section", "article", "main", "header", "footer", "li", "ul", "ol", "table", "tr", "pre",
     "blockquote", "h1", "h2", "h3", "h4", "h5", "h6", "dt", "dd", "dl", "figure", "figcaption", "hr", "form",
 )  # fmt: skip
+# A crafted file can be small on disk and huge to parse. A DOCX is a zip: the sizes its parts
+# declare (zipfile never inflates a part past its declared size) may sum to 100 MB at most, about
+# twenty times the largest text-heavy DOCX seen in practice, while lxml's tree of 100 MB of XML
+# already takes around a gigabyte. A PDF may have at most 5,000 pages (a long manual has under
+# 2,000); each page is parsed on its own, so the page count bounds the work.
+MAX_DOCX_UNZIPPED = 100_000_000
+MAX_PDF_PAGES = 5000
 _SPACES = re.compile(r"[ \t\u00a0\u200b]+")
 _BLANK_LINES = re.compile(r"\n{3,}")
 
@@ -116,6 +124,8 @@ def read_pdf(data: bytes) -> Extracted:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise Unreadable("encrypted PDF (a password is needed)")
+        if len(reader.pages) > MAX_PDF_PAGES:
+            raise Unreadable(f"PDF has {len(reader.pages)} pages, over the {MAX_PDF_PAGES} read")
         texts = [tidy(page.extract_text() or "") for page in reader.pages]
         info = reader.metadata
         title = str(info.title).strip() if info is not None and info.title else ""
@@ -152,6 +162,13 @@ def read_docx(data: bytes) -> Extracted:
     import docx  # noqa: PLC0415
     from docx.table import Table  # noqa: PLC0415
 
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unzipped = sum(info.file_size for info in archive.infolist())
+    except (zipfile.BadZipFile, ValueError) as error:
+        raise Unreadable(f"DOCX could not be read (not a zip archive: {error})") from None
+    if unzipped > MAX_DOCX_UNZIPPED:
+        raise Unreadable(f"DOCX unzips to {unzipped} bytes, over the {MAX_DOCX_UNZIPPED} read (a zip bomb?)")
     blocks: list[tuple[int, str]] = []
     try:
         document = docx.Document(io.BytesIO(data))

@@ -10,13 +10,16 @@ with the token the person signs in with, so they are open like ``/openapi.json``
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 
 WEB = Path(__file__).resolve().parent / "web"
 WEB_ASSETS = "/static/web"
@@ -38,6 +41,19 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
+
+
+class WebAssets(StaticFiles):
+    """The page's folder: an HTML file in it (``/static/web/index.html``) carries the page's headers
+    too, so no path serves the page without its policy (a frame of another site, inline scripts)."""
+
+    def file_response(
+        self, full_path: Any, stat_result: os.stat_result, scope: Any, status_code: int = 200
+    ) -> Response:
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        if str(full_path).endswith((".html", ".htm")):
+            response.headers.update(PAGE_HEADERS)
+        return response
 
 
 def docs_assets() -> Path:
@@ -86,5 +102,5 @@ def install_pages(app: FastAPI) -> None:
         )
 
     app.include_router(router)
-    app.mount(WEB_ASSETS, StaticFiles(directory=WEB), name="web-assets")
+    app.mount(WEB_ASSETS, WebAssets(directory=WEB), name="web-assets")
     app.mount(DOCS_ASSETS, StaticFiles(directory=docs_assets()), name="docs-assets")

@@ -51,13 +51,17 @@ class RequestLog:
     several server processes sharing one file never interleave, however long a line (a trace) is.
     """
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, max_queued: int = 10_000):
         self._fd: int | None = None
+        self.dropped = 0  # lines not logged because the queue was full (a stuck disk or stderr)
+        self._reported = 0
         if target != "-":
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-        self._queue: queue.SimpleQueue[tuple[float, dict[str, Any]] | None] = queue.SimpleQueue()
+        # Bounded: a log that cannot keep up (a stalled disk, a stderr nobody reads) drops lines, counted,
+        # instead of holding every request's line in memory.
+        self._queue: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue(max_queued)
         self._thread = threading.Thread(target=self._drain, name="hopgraph-request-log", daemon=True)
         self._thread.start()
 
@@ -67,12 +71,16 @@ class RequestLog:
         return cls(target) if target else None
 
     def write(self, entry: dict[str, Any]) -> None:
-        """Queue one line (the dict must hold no text of documents or questions, and no token)."""
-        self._queue.put((time.time(), entry))
+        """Queue one line (the dict must hold no text of documents or questions, and no token); never blocks."""
+        try:
+            self._queue.put_nowait((time.time(), entry))
+        except queue.Full:
+            self.dropped += 1
 
     def close(self) -> None:
         """Write what is queued, then stop the thread and close the file."""
-        self._queue.put(None)
+        with contextlib.suppress(queue.Full):
+            self._queue.put(None, timeout=10)
         self._thread.join(timeout=10)
         if self._fd is not None:
             with contextlib.suppress(OSError):
@@ -82,6 +90,10 @@ class RequestLog:
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
             stamp, entry = item
+            dropped = self.dropped
+            if dropped > self._reported:  # once the log keeps up again, it says how many lines it lost
+                entry = {**entry, "dropped_before": dropped - self._reported}
+                self._reported = dropped
             line = orjson.dumps(
                 {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp)) + "Z", **entry},
                 option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE,

@@ -14,19 +14,33 @@ from hopgraph.serve.errors import error_body
 from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
 
-_ENDPOINTS = [
+_KNOWN = {
+    "/",
+    "/v1/retrieve",
+    "/v1/answer",
+    "/v1/documents",
+    "/v1/documents/upload",
+    "/v1/index",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/healthz",
+    "/metrics",
+    "/docs",
+    "/redoc",
+    "/openapi.json",
+}
+_ENDPOINTS = [  # tried after the known paths, so /v1/documents/upload is not an id
     (re.compile(r"^/v1/documents/.+$"), "/v1/documents/{id}"),
     (re.compile(r"^/v1/jobs/[^/]+$"), "/v1/jobs/{id}"),
+    (re.compile(r"^/v1/models/[^/]+$"), "/v1/models/{id}"),
 ]
-_KNOWN = {"/v1/retrieve", "/v1/answer", "/v1/documents", "/v1/index", "/healthz", "/metrics", "/docs", "/openapi.json"}
 
 
 def endpoint_label(path: str) -> str:
     """Bounded label set: ids never become metric labels."""
-    for pattern, label in _ENDPOINTS:
-        if pattern.match(path):
-            return label
-    return path if path in _KNOWN else "other"
+    if path in _KNOWN:
+        return path
+    return next((label for pattern, label in _ENDPOINTS if pattern.fullmatch(path)), "other")
 
 
 class _BodyTooLarge(Exception):

@@ -21,13 +21,14 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from starlette.types import Receive, Scope, Send
 
 from hopgraph.llm.client import context_window, joined, stream_completion
 from hopgraph.llm.types import Completion, Usage
@@ -43,7 +44,7 @@ from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, finite_json, shown
 from hopgraph.serve.schemas import RetrieveRequest, Strict
-from hopgraph.serve.service import Service, finite, principal, service_of
+from hopgraph.serve.service import Service, answer_payload, finite, principal, service_of
 
 router = APIRouter(tags=["openai"])
 
@@ -175,20 +176,6 @@ def content_of(reply: Answer) -> str:
     return (reply.raw.strip() or reply.text) + sources(reply)
 
 
-def extra(reply: Answer, result: RetrievalResult, version: str, evidence: list[dict[str, Any]]) -> dict[str, Any]:
-    """The structured answer, as /v1/answer gives it."""
-    return {
-        "answer": reply.text,
-        "found": reply.found,
-        "citations": reply.citations,
-        "evidence": evidence,
-        "evidence_dropped": reply.evidence_dropped,
-        "version": version,
-        "method": result.method,
-        "budget": result.budget,
-    }
-
-
 class Head:
     """What every chunk of one completion repeats."""
 
@@ -243,7 +230,7 @@ async def answer_events(
     result: RetrievalResult,
     version: str,
     evidence: list[dict[str, Any]],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The server-sent events of one streamed answer, inside an answer slot taken before the first event."""
     head, config = Head(body.model), service.config.answer
     async with service.answer_slot():
@@ -275,7 +262,7 @@ async def answer_events(
                 yield head.chunk({"content": reply.text})
             if reply.citations:
                 yield head.chunk({"content": sources(reply)})
-            yield head.chunk({}, "stop", hopgraph=extra(reply, result, version, evidence))
+            yield head.chunk({}, "stop", hopgraph=answer_payload(reply, result, version, evidence))
             if body.stream_options and body.stream_options.include_usage:
                 yield event(head.body("chat.completion.chunk", choices=[], usage=usage_of(usage)))
             yield "data: [DONE]\n\n"
@@ -291,10 +278,30 @@ def usage_of(usage: Usage) -> dict[str, int]:
     }
 
 
-async def resumed(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
-    yield first
-    async for item in rest:
-        yield item
+class SlotStream(StreamingResponse):
+    """The events of one streamed answer, closed as soon as the response ends, however it ends.
+
+    A reader that hangs up leaves the event generator suspended at a ``yield``: unless closed here
+    it keeps its answer slot (and its LLM connection) until the garbage collector finalizes it."""
+
+    def __init__(self, first: str, events: AsyncGenerator[str, None]):
+        self.events = events
+        super().__init__(
+            self.resumed(first),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def resumed(self, first: str) -> AsyncIterator[str]:
+        yield first
+        async for item in self.events:
+            yield item
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.events.aclose()  # gives the answer slot back and closes the LLM stream
 
 
 # ---------------------------------------------------------------------- endpoints
@@ -334,15 +341,11 @@ async def chat_completions(
     if body.stream:
         events = answer_events(request, service, body, result, version, evidence)
         first = await anext(events)  # takes the answer slot: busy is still a 503 with Retry-After
-        return StreamingResponse(
-            resumed(first, events),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return SlotStream(first, events)
     reply = await service.generate(result)
     message = {"role": "assistant", "content": content_of(reply)}
     return Head(body.model).body(
         "chat.completion",
         choices=[{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
-        hopgraph=extra(reply, result, version, evidence),
+        hopgraph=answer_payload(reply, result, version, evidence),
     )

@@ -21,13 +21,26 @@ from hopgraph.index.ingest import normalise_metadata
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, shown
 from hopgraph.serve.schemas import InsertRequest, RetrieveRequest
-from hopgraph.serve.service import FastJSON, Service, admin, finite, finite_json, principal, service_of
+from hopgraph.serve.service import (
+    FastJSON,
+    Service,
+    admin,
+    answer_payload,
+    finite,
+    finite_response,
+    principal,
+    service_of,
+)
 
 router = APIRouter()
 
 
-def queue_full(exc: QueueFullError) -> APIError:
-    return APIError(429, "queue_full", str(exc), {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
+def queue_full(exc: QueueFullError, limit: int) -> APIError:
+    """429 with Retry-After; the message is the server's own (the error's names the index folder, a server path)."""
+    message = (
+        f"the update-job queue is full: the limit is {limit} jobs queued or running; try again when one has finished"
+    )
+    return APIError(429, "queue_full", message, {"Retry-After": str(max(1, math.ceil(exc.retry_after)))})
 
 
 @router.get("/healthz", tags=["service"])
@@ -84,7 +97,7 @@ def retrieve(
 ) -> FastJSON:
     """Context and provenance (piece, chunk, documents, graph path) the reader is allowed to see."""
     version, result = service.retrieve(request, body, who)
-    return finite_json({**result.to_dict(), "version": version})
+    return finite_response({**result.to_dict(), "version": version})
 
 
 @router.post("/v1/answer", tags=["query"], response_class=FastJSON)
@@ -100,18 +113,7 @@ async def answer(
     version, result = await service.retrieve_async(request, body, who)
     evidence = finite(result.to_dict())["evidence"]
     reply = await service.generate(result)
-    return FastJSON(  # the evidence was checked above; the rest holds no float
-        {
-            "answer": reply.text,
-            "found": reply.found,
-            "citations": reply.citations,
-            "version": version,
-            "evidence": evidence,
-            "evidence_dropped": reply.evidence_dropped,
-            "method": result.method,
-            "budget": result.budget,
-        }
-    )
+    return FastJSON(answer_payload(reply, result, version, evidence))  # the evidence was checked above
 
 
 @router.post("/v1/documents", tags=["documents"], status_code=202)
@@ -138,7 +140,7 @@ def insert(
     try:
         return service.jobs.submit(documents, [])
     except QueueFullError as exc:
-        raise queue_full(exc) from None
+        raise queue_full(exc, service.serve.max_queued_jobs) from None
 
 
 @router.delete("/v1/documents/{doc_id:path}", tags=["documents"], status_code=202)
@@ -154,7 +156,7 @@ def delete(doc_id: str, who: Principal = Depends(admin), service: Service = Depe
             404, "unknown_document", f"no document {shown(doc_id)} in the index or its queued updates"
         ) from None
     except QueueFullError as exc:
-        raise queue_full(exc) from None
+        raise queue_full(exc, service.serve.max_queued_jobs) from None
 
 
 @router.get("/v1/jobs/{job_id}", tags=["documents"])

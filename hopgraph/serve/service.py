@@ -256,9 +256,25 @@ class FastJSON(Response):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def finite_json(payload: dict[str, Any]) -> FastJSON:
+def finite_response(payload: dict[str, Any]) -> FastJSON:
     """The payload as a fast JSON response, refused with 422 if a number in it is not finite."""
     return FastJSON(finite(payload))
+
+
+def answer_payload(
+    reply: Answer, result: RetrievalResult, version: str, evidence: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The structured answer: the body of /v1/answer and the ``hopgraph`` field of a chat completion."""
+    return {
+        "answer": reply.text,
+        "found": reply.found,
+        "citations": reply.citations,
+        "version": version,
+        "evidence": evidence,
+        "evidence_dropped": reply.evidence_dropped,
+        "method": result.method,
+        "budget": result.budget,
+    }
 
 
 # ---------------------------------------------------------------------- dependencies of the routers

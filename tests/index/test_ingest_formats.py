@@ -223,3 +223,26 @@ def test_progress_is_one_bar_over_the_whole_corpus(tmp_path: Path, capsys: pytes
     final = err.replace("\r", "\n").strip().splitlines()[-1]
     assert err.count("read:   0%") == 1 and "100%" in final and "documents=30" in final, final
     assert f"{total / 1000:.1f}k/{total / 1000:.1f}k" in final, (total, final)
+
+
+def test_a_docx_bomb_and_a_pdf_of_too_many_pages_are_skipped_before_parsing(tmp_path: Path) -> None:
+    import zipfile
+
+    from hopgraph.index.formats import MAX_DOCX_UNZIPPED, MAX_PDF_PAGES
+
+    write_docx(tmp_path / "fine.docx")
+    with zipfile.ZipFile(tmp_path / "fine.docx") as source, zipfile.ZipFile(tmp_path / "bomb.docx", "w") as bomb:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "word/document.xml":  # valid XML: whitespace may follow the root element
+                data += b" " * (MAX_DOCX_UNZIPPED + 1)
+            bomb.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+    assert (tmp_path / "bomb.docx").stat().st_size < MAX_DOCX_UNZIPPED // 500  # tiny on disk, huge unzipped
+    (tmp_path / "long.pdf").write_bytes(pdf_bytes([""] * (MAX_PDF_PAGES + 1)))
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["fine.docx"]
+    reasons = {Path(p.path).name: p.reason for p in result.problems}
+    assert (
+        reasons["bomb.docx"].startswith("DOCX unzips to ") and f"over the {MAX_DOCX_UNZIPPED}" in reasons["bomb.docx"]
+    )
+    assert reasons["long.pdf"] == f"PDF has {MAX_PDF_PAGES + 1} pages, over the {MAX_PDF_PAGES} read"

@@ -205,6 +205,36 @@ def test_index_info_and_metrics(client):
     assert 'endpoint="other"' not in text or "/v1/jobs/j-nope" not in text  # ids never become labels
 
 
+@pytest.mark.parametrize(
+    "path, label",
+    [
+        ("/v1/documents/upload", "/v1/documents/upload"),
+        ("/v1/documents/a/b.md", "/v1/documents/{id}"),
+        ("/v1/chat/completions", "/v1/chat/completions"),
+        ("/v1/models", "/v1/models"),
+        ("/v1/models/hopgraph-ppr", "/v1/models/{id}"),
+        ("/v1/jobs/j-1", "/v1/jobs/{id}"),
+        ("/v1/jobs/j-1/x", "other"),
+        ("/", "/"),
+        ("/docs", "/docs"),
+        ("/redoc", "/redoc"),
+        ("/nowhere", "other"),
+    ],
+)
+def test_every_endpoint_has_its_own_metrics_label(path, label):
+    from hopgraph.serve.middleware import endpoint_label
+
+    assert endpoint_label(path) == label
+
+
+def test_the_metrics_label_the_upload_and_openai_endpoints_apart(client):
+    client.post("/v1/documents/upload", files=[("files", ("t.txt", b"hi", "text/plain"))])  # 401: no token
+    client.get("/v1/models", headers=auth("guest"))
+    text = client.get("/metrics", headers=auth("admin")).text
+    assert 'endpoint="/v1/documents/upload",method="",status="401"' in text
+    assert 'endpoint="/v1/models",method="",status="200"' in text
+
+
 def test_the_rate_limit_is_per_token(acl_index, serve_config):
     config = serve_config.model_copy(
         update={"serve": serve_config.serve.model_copy(update={"rate_limit": 1.0, "rate_burst": 3})}
@@ -395,3 +425,14 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
     assert len(codes) == 40 and 200 in codes and set(codes) <= {200, 503}
     busy = [r for r in answers if r.status_code == 503]
     assert busy and all(r.json()["error"]["code"] == "answers_busy" and r.headers["retry-after"] == "8" for r in busy)
+
+
+@pytest.mark.parametrize("path", ["/static/web/index.html", "/static/web//index.html", "/static/web/./index.html"])
+def test_the_page_carries_its_policy_on_every_path_that_serves_it(client, path):
+    page = client.get("/")
+    same = client.get(path)
+    assert same.status_code == 200 and same.content == page.content
+    policy = same.headers.get("content-security-policy", "")
+    assert policy == page.headers["content-security-policy"] and "frame-ancestors 'none'" in policy
+    assert same.headers["x-content-type-options"] == "nosniff" and same.headers["referrer-policy"] == "no-referrer"
+    assert "content-security-policy" not in client.get("/static/web/app.js").headers  # assets need none

@@ -106,3 +106,45 @@ def test_long_lines_of_several_writers_sharing_a_file_never_interleave(tmp_path)
     entries = [json.loads(line) for line in path.read_text().splitlines()]
     assert sorted((e["writer"], e["i"]) for e in entries) == [(n, i) for n in range(3) for i in range(20)]
     assert all(e["pieces"] == pieces for e in entries)
+
+
+def test_a_log_that_cannot_keep_up_drops_lines_counted_instead_of_growing(tmp_path):
+    import os
+    import threading
+
+    from hopgraph.serve.logs import RequestLog
+
+    fifo = tmp_path / "stalled.log"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # nobody reads yet: the pipe fills, writes stall
+    log = RequestLog(str(fifo), max_queued=10)
+    line = {"endpoint": "/v1/retrieve", "pieces": ["x" * 200]}
+    for _ in range(2000):
+        log.write(line)
+    assert log._queue.qsize() <= 10 and log.dropped >= 2000 - 10 - 64 * 1024 // 200
+    os.set_blocking(reader, True)
+    received = bytearray()
+    drained = threading.Thread(target=lambda: [received.extend(c) for c in iter(lambda: os.read(reader, 65536), b"")])
+    drained.start()
+    log.write(line)
+    log.close()
+    drained.join(timeout=10)
+    os.close(reader)
+    written = [json.loads(x) for x in received.decode().splitlines()]
+    assert len(written) == 2001 - log.dropped
+    assert sum(x.get("dropped_before", 0) for x in written) == log.dropped  # the log says what it lost
+
+
+def test_idle_rate_limit_buckets_are_dropped():
+    import time
+
+    from hopgraph.serve.ratelimit import RateLimiter
+
+    limiter = RateLimiter(rate=1000.0, burst=2)  # an empty bucket refills in 2 ms
+    for n in range(5000):  # unknown tokens from many addresses
+        limiter.allow(f"unknown-token@10.0.{n // 256}.{n % 256}")
+    assert len(limiter) >= 1000
+    time.sleep(0.05)
+    assert limiter.allow("unknown-token@10.9.9.9") == 0.0
+    assert len(limiter) == 1  # every idle bucket was full again, and dropped
+    assert limiter.allow("unknown-token@10.9.9.9") == 0.0 and limiter.allow("unknown-token@10.9.9.9") > 0

@@ -375,15 +375,19 @@ def test_an_uploaded_jsonl_file_becomes_documents_with_their_metadata(index_copy
     records = (
         b'{"id": "tide-1", "title": "Tide table", "text": "High tide at Tem is at noon.", "timestamp": "2026-01-02"}\n'
         b'{"id": "tide-2", "text": "Low tide at Tem is at six.", "metadata": {"acl": ["press"]}}\n'
+        b'{"id": "tide-3", "text": "Spring tides at Tem are high.", "acl": null}\n'
     )
     with LiveServer(index_copy, serve_config) as live, httpx.Client(base_url=live.url, timeout=60) as c:
         job = c.post(
             "/v1/documents/upload",
-            files=[("files", ("tides.jsonl", records, "text/plain"))],
+            files=[
+                ("files", ("tides.jsonl", records, "text/plain")),
+                ("files", ("moon.txt", b"Moon at Tem.", "text/plain")),
+            ],
             data={"acl": "board"},
             headers=auth("admin"),
         )
-        assert job.status_code == 202 and job.json()["add"] == ["tide-1", "tide-2"]
+        assert job.status_code == 202 and job.json()["add"] == ["tide-1", "tide-2", "tide-3", "moon.txt"]
         assert wait_for_job(c, job.json()["id"])["status"] == "done"
         listed = {
             d["id"]: d
@@ -396,4 +400,6 @@ def test_an_uploaded_jsonl_file_becomes_documents_with_their_metadata(index_copy
         "acl": ["board"],
         "timestamp": "2026-01-02",
     }
-    assert listed["tide-2"]["acl"] == ["press"]  # a record's own acl wins over the upload's
+    # The form's acl is set on every document: a record can neither move (tide-2) nor drop (tide-3) it.
+    assert listed["tide-2"]["acl"] == listed["tide-3"]["acl"] == listed["moon.txt"]["acl"] == ["board"]
+    assert listed["moon.txt"]["timestamp"]  # a file's modification time, as `hopgraph documents` lists it
