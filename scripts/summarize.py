@@ -176,7 +176,7 @@ def server() -> str:
             f"Replicas (`python3 {d['command']}` → `serve_replicas.json`): {d['clients']} clients for "
             f"{d['seconds_per_phase']:g} s against one replica, then split over two on the same {d['cpu_cores']} "
             f"cores: {d['one_replica']['throughput_rps']} → {d['two_replicas']['throughput_rps']} requests/s "
-            f"({d['two_over_one_rps']}×; same cores, so no gain is expected here), "
+            f"({d['two_over_one_rps']}×: one replica is one process, so it uses one core for most of its work), "
             f"{d['one_replica']['errors'] + d['two_replicas']['errors']} errors. An insert sent to the replica that "
             f"does not run jobs: both served the new version {follow['both_s']} s after it was published "
             f"(serve.refresh_seconds {d['refresh_seconds']:g}), {follow['submit_to_both_s']} s after submit."
