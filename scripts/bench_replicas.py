@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 import psutil
-from bench_serve import client_loop, start_server, summarise
+from bench_serve import client_loop, load_arguments, start_server, summarise
 
 from hopgraph import Index, load_config
 from hopgraph.evaluate import report
@@ -105,16 +105,7 @@ def workers_memory(index: Path, env: dict[str, str], workers: int) -> dict[str, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--dataset",
-        type=Path,
-        default=REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json",
-    )
-    parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--method", default="ppr")
-    parser.add_argument("--budget", type=int, default=2000)
+    parser = load_arguments(__doc__)
     parser.add_argument("--refresh", type=float, default=2.0, help="serve.refresh_seconds of both replicas")
     parser.add_argument(
         "--index", type=Path, help="index directory to use; built there if missing (else a temporary one)"

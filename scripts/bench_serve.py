@@ -192,8 +192,9 @@ def measured(
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def load_arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options every server load benchmark shares: corpus, clients, phase length, method, budget."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--dataset",
         type=Path,
@@ -201,9 +202,14 @@ def main() -> None:
     )
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each phase, not counted")
     parser.add_argument("--method", default="ppr")
     parser.add_argument("--budget", type=int, default=2000)
+    return parser
+
+
+def main() -> None:
+    parser = load_arguments(__doc__)
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each phase, not counted")
     parser.add_argument("--insert-batch", type=int, default=20, help="documents per insert job in the insert phase")
     parser.add_argument("--baseline", default="4cd2298", help="commit whose server is the baseline ('' to skip)")
     parser.add_argument("--serve", default="", help="extra `--serve.*` options of this checkout's server")

@@ -19,7 +19,7 @@ from hopgraph.errors import InputError
 from hopgraph.index.catalog import document_row
 from hopgraph.index.ingest import read_upload
 from hopgraph.serve.auth import Principal
-from hopgraph.serve.errors import APIError, shown
+from hopgraph.serve.errors import APIError, problems_of, shown
 from hopgraph.serve.routes import insert
 from hopgraph.serve.schemas import DocumentIn, InsertRequest
 from hopgraph.serve.service import Service, admin, service_of
@@ -69,7 +69,7 @@ def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None) -> list[
                 DocumentIn(id=doc.id, text=doc.text, title=doc.title, source=doc.source, metadata=metadata)
             )
         except ValidationError as exc:
-            problem = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'document'}: {e['msg']}" for e in exc.errors())
+            _, problem = problems_of(exc.errors(), whole="document")
             raise APIError(422, "invalid_request", f"document {shown(doc.id)}: {problem}") from None
     return documents
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -82,6 +83,16 @@ def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
 
 
+def problems_of(errors: Sequence[Any], *, skip: int = 0, whole: str = "body") -> tuple[list[dict[str, str]], str]:
+    """Pydantic's validation errors as ``[{"field", "problem"}]`` and one message ``field: problem; …``
+    (``skip`` leading parts of each location dropped, e.g. FastAPI's "body"; ``whole`` names an
+    error about the object itself)."""
+    details = [
+        {"field": ".".join(str(x) for x in e.get("loc", ())[skip:]), "problem": e.get("msg", "")} for e in errors
+    ]
+    return details, "; ".join(f"{d['field'] or whole}: {d['problem']}" for d in details)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Every failure, FastAPI's own and unexpected bugs included, answers as an error body."""
 
@@ -103,10 +114,7 @@ def install_error_handlers(app: FastAPI) -> None:
         problems = exc.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
             return JSONResponse(error_body("malformed_json", "the request body is not valid UTF-8 JSON"), 400)
-        details = [
-            {"field": ".".join(str(x) for x in p.get("loc", ())[1:]), "problem": p.get("msg", "")} for p in problems
-        ]
-        message = "; ".join(f"{d['field'] or 'body'}: {d['problem']}" for d in details)
+        details, message = problems_of(problems, skip=1)
         return JSONResponse(error_body("invalid_request", message, details=details), 422)
 
     @app.exception_handler(HopgraphError)

@@ -42,7 +42,7 @@ from hopgraph.retrieve.answer import (
 )
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal
-from hopgraph.serve.errors import APIError, finite_json, shown
+from hopgraph.serve.errors import APIError, finite_json, problems_of, shown
 from hopgraph.serve.schemas import RetrieveRequest, Strict
 from hopgraph.serve.service import Service, answer_payload, finite, principal, service_of
 
@@ -157,7 +157,7 @@ def retrieve_request(body: ChatCompletionRequest, method: str) -> RetrieveReques
     try:
         return RetrieveRequest(query=question_of(body), method=method, **body.hopgraph.model_dump())
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        _, problems = problems_of(exc.errors())
         raise APIError(422, "invalid_request", f"the question: {problems}") from None
 
 

@@ -180,10 +180,10 @@ class Service:
         returns the version it read and the result."""
         with self.holder.snapshot() as snap:
             result = self._retrieve_in(request, body, who, snap)
-        # For the request log (written by the middleware): piece ids, never text.
-        request.state.version, request.state.pieces = snap.version, piece_ids(result)
-        if self.serve.trace:
-            request.state.trace = trace_of(result)
+        if self.request_log is not None:  # for the request log (written by the middleware): ids, never text
+            request.state.version, request.state.pieces = snap.version, piece_ids(result)
+            if self.serve.trace:
+                request.state.trace = trace_of(result)
         return snap.version, result
 
     # ------------------------------------------------------------------ answers
