@@ -62,8 +62,20 @@ SCHEMA: dict[str, Artifact] = {
             "D",
             "one per document: id, title, source, text, metadata (JSON), acl (list of groups or null)",
         ),
-        Artifact(CHUNKS, "table", "chunks", "C", "ℓ-token chunk: text, tokens, docs (document rows it covers), acl"),
-        Artifact(UNITS, "table", "chunks", "U", "sub-chunk (2^τ per chunk): text, tokens, docs, chunk (its chunk row)"),
+        Artifact(
+            CHUNKS,
+            "table",
+            "chunks",
+            "C",
+            "ℓ-token chunk: text, heading (titles it is searched by), tokens, docs (document rows it covers), acl",
+        ),
+        Artifact(
+            UNITS,
+            "table",
+            "chunks",
+            "U",
+            "sub-chunk (≤2^τ per chunk): text, heading, tokens, docs, chunk (its chunk row)",
+        ),
         Artifact(
             SENTENCES, "table", "chunks", "S", "punkt sentence: text, tokens, doc, unit (the sub-chunk it starts in)"
         ),

@@ -9,6 +9,7 @@ different ACLs never share a chunk, so access control stays exact per piece.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -84,21 +85,75 @@ def stream_groups(documents: Sequence[Document], pack: bool) -> Iterable[list[in
         yield run
 
 
-def cut_points(n_tokens: int, size: int, overlap: int) -> list[tuple[int, int]]:
-    """[start, end) token windows of ≤ size tokens, consecutive windows sharing ``overlap`` tokens."""
-    if n_tokens == 0:
-        return []
-    step = size - overlap
-    windows = [(0, min(size, n_tokens))]
-    while windows[-1][1] < n_tokens:
-        start = windows[-1][0] + step
-        windows.append((start, min(start + size, n_tokens)))
-    return windows
-
-
 def split_equal(start: int, end: int, parts: int) -> list[tuple[int, int]]:
     bounds = [start + round(k * (end - start) / parts) for k in range(parts + 1)]
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+_WORD = re.compile(r"\w")
+
+
+class Boundaries:
+    """Where a token stream may be cut so that no piece starts or ends inside a word.
+
+    A cut before token ``pos`` is clean when whitespace lies on either side of it. Sentence starts
+    are preferred: a cut moves to the nearest one within its slack, else to the nearest clean
+    position, else (a run with no whitespace, such as a long URL) stays where arithmetic put it.
+    """
+
+    def __init__(self, stream: str, token_char: Sequence[int], sentence_starts: Sequence[int]) -> None:
+        self.stream, self.token_char, self.n = stream, token_char, len(token_char)
+        self.sentences = sorted(set(sentence_starts))
+
+    def clean(self, pos: int) -> bool:
+        if pos <= 0 or pos >= self.n:
+            return True
+        c = self.token_char[pos]
+        return c <= 0 or c >= len(self.stream) or self.stream[c - 1].isspace() or self.stream[c].isspace()
+
+    def snap(self, target: int, lo: int, hi: int) -> int:
+        """The best cut in [lo, hi] (clamped to the stream) for a piece meant to end at ``target``."""
+        lo, hi = max(lo, 0), min(hi, self.n)
+        if target >= self.n or target <= 0:
+            return min(max(target, 0), self.n)
+        i = bisect.bisect_left(self.sentences, lo)
+        inside = self.sentences[i : bisect.bisect_right(self.sentences, hi)]
+        if inside:
+            return min(inside, key=lambda pos: (abs(pos - target), pos))
+        for distance in range(max(target - lo, hi - target) + 1):
+            for pos in (target - distance, target + distance):
+                if lo <= pos <= hi and self.clean(pos):
+                    return pos
+        return target
+
+    def chunks(self, size: int, overlap: int) -> list[tuple[int, int]]:
+        """[start, end) token windows of ≤ size tokens, consecutive ones sharing about ``overlap``
+        tokens, each cut moved back to a clean place by at most an eighth of the size."""
+        slack = max(size // 8, 1)
+        windows: list[tuple[int, int]] = []
+        start = 0
+        while start < self.n:
+            end = self.n if start + size >= self.n else self.snap(start + size, start + size - slack, start + size)
+            end = end if end > start else min(start + size, self.n)
+            windows.append((start, end))
+            if end >= self.n:
+                break
+            nxt = end if not overlap else self.snap(end - overlap, end - overlap - slack, end - overlap + slack)
+            start = nxt if windows[-1][0] < nxt <= end else end - overlap
+        return windows
+
+    def units(self, start: int, end: int, parts: int, target: int) -> list[tuple[int, int]]:
+        """At most ``parts`` sub-chunks of about ``target`` tokens (fewer for short chunks, never one
+        below half the target unless the chunk is), with clean cuts."""
+        parts = max(1, min(parts, round((end - start) / max(target, 1))))
+        bounds = [start]
+        for a, b in split_equal(start, end, parts)[:-1]:
+            slack = max((b - a) // 4, 1)
+            cut = self.snap(b, max(b - slack, bounds[-1] + 1), min(b + slack, end - 1))
+            if bounds[-1] < cut < end:
+                bounds.append(cut)
+        bounds.append(end)
+        return list(zip(bounds, bounds[1:]))
 
 
 def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse: Analyse = analyse_texts) -> TextLayers:
@@ -112,10 +167,11 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
     sep_tokens = len(enc.encode(SEPARATOR))
     layers = TextLayers(Pieces(), Pieces(), Pieces())
     parts = 2**config.effective_splits
+    unit_target = max(config.size // parts, 1)
     for group in stream_groups(documents, config.pack_documents):
         text_parts: list[str] = []
         token_char: list[int] = []  # char offset (in the stream text) where each token starts
-        doc_token_start: list[int] = []
+        doc_chars: list[tuple[int, int]] = []  # each document's [start, end) in the stream text
         sentence_pos: list[tuple[int, int, int, int]] = []  # (token start, token count, doc, span index)
         char_base = 0
         spans_by_doc: dict[int, list[tuple[int, int]]] = {}
@@ -126,31 +182,38 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
                 char_base += len(SEPARATOR)
             text = documents[d].text
             offsets, spans = analyses[d].offsets, analyses[d].spans
-            doc_token_start.append(len(token_char))
+            first_token = len(token_char)
             token_char.extend(char_base + off for off in offsets)
             spans_by_doc[d] = spans
             for s, (a, b) in enumerate(spans):
                 first = max(bisect.bisect_right(offsets, a) - 1, 0)
                 last = bisect.bisect_left(offsets, b)
-                sentence_pos.append((doc_token_start[-1] + first, max(last - first, 1), d, s))
+                sentence_pos.append((first_token + first, max(last - first, 1), d, s))
             text_parts.append(text)
+            doc_chars.append((char_base, char_base + len(text)))
             char_base += len(text)
         stream = "".join(text_parts)
         n_tokens = len(token_char)
+        doc_starts = [a for a, _ in doc_chars]
 
         def char_at(pos: int) -> int:
             return token_char[pos] if pos < n_tokens else len(stream)
 
         def docs_in(start: int, end: int) -> list[int]:
-            lo = bisect.bisect_right(doc_token_start, start) - 1
-            hi = bisect.bisect_left(doc_token_start, end)
-            return [group[j] for j in range(max(lo, 0), max(hi, lo + 1))]
+            """The documents that give real text (a letter or digit, not a stray "." or "#") to a piece."""
+            a, b = char_at(start), char_at(end)
+            lo = max(bisect.bisect_right(doc_starts, a) - 1, 0)
+            hi = max(bisect.bisect_left(doc_starts, b), lo + 1)
+            near = range(lo, hi)
+            real = [j for j in near if _WORD.search(stream, max(a, doc_chars[j][0]), min(b, doc_chars[j][1]))]
+            return [group[j] for j in (real or near[:1])]
 
+        cuts = Boundaries(stream, token_char, [pos for pos, *_ in sentence_pos])
         unit_starts: list[int] = []
         unit_ids: list[int] = []
-        for start, end in cut_points(n_tokens, config.size, config.overlap):
+        for start, end in cuts.chunks(config.size, config.overlap):
             chunk = layers.chunks.add(stream[char_at(start) : char_at(end)].strip(), end - start, docs_in(start, end))
-            for a, b in split_equal(start, end, parts):
+            for a, b in cuts.units(start, end, parts, unit_target):
                 unit = layers.units.add(stream[char_at(a) : char_at(b)].strip(), b - a, docs_in(a, b), chunk)
                 if not unit_starts or a > unit_starts[-1]:
                     unit_starts.append(a)
@@ -160,3 +223,27 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
             unit = unit_ids[max(bisect.bisect_right(unit_starts, pos) - 1, 0)] if unit_ids else -1
             layers.sentences.add(documents[d].text[a:b], count, [d], unit)
     return layers
+
+
+def headings(
+    piece_docs: Sequence[Sequence[int]], piece_text: Sequence[str], documents: Sequence[Document]
+) -> list[str]:
+    """Per piece, the titles of its documents that its own text does not already say.
+
+    A passage rarely repeats its title ("He was born in 1921." under "Omar Haddad"), so a question
+    naming the subject would miss it; the heading is embedded and keyword-indexed with the piece
+    (see :func:`searchable`) but not shown as part of it.
+    """
+    out = []
+    for docs, text in zip(piece_docs, piece_text):
+        lowered = text.casefold()
+        titles = dict.fromkeys(t for d in docs if (t := documents[d].title.strip()) and t.casefold() not in lowered)
+        out.append(" · ".join(titles))
+    return out
+
+
+def searchable(table: dict[str, list]) -> list[str]:
+    """The text a piece is embedded and keyword-indexed by: its heading, if any, then its text
+    (tables written before headings existed have none)."""
+    heads = table.get("heading") or [""] * len(table["text"])
+    return [f"{head}\n{text}" if head else text for head, text in zip(heads, table["text"])]

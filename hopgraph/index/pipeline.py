@@ -27,7 +27,7 @@ from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import cue, graphs, keywords, kg
 from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
-from hopgraph.index.chunking import analyse_texts, build_layers
+from hopgraph.index.chunking import analyse_texts, build_layers, headings, searchable
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm
@@ -90,12 +90,20 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
     layers = build_layers(ctx.documents, ctx.config.chunking, ctx.analyser.analyse)
     acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
     ctx.store.write_table(
-        "chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl}
+        "chunks",
+        {
+            "text": layers.chunks.text,
+            "heading": headings(layers.chunks.docs, layers.chunks.text, ctx.documents),
+            "tokens": layers.chunks.tokens,
+            "docs": layers.chunks.docs,
+            "acl": acl,
+        },
     )
     ctx.store.write_table(
         "units",
         {
             "text": layers.units.text,
+            "heading": headings(layers.units.docs, layers.units.text, ctx.documents),
             "tokens": layers.units.tokens,
             "docs": layers.units.docs,
             "chunk": layers.units.parent,
@@ -120,7 +128,7 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
 
 def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.keywords
-    chunks = ctx.store.read_table("chunks")["text"]
+    chunks = searchable(ctx.store.read_table("chunks"))
     if cfg.method == "tokens":  # the vocabulary is every chunk word: one pass over the chunks gives both
         vocabulary, chunk_postings = keywords.vocabulary_and_incidence(chunks, cfg.min_length)
         lookup = {w: i for i, w in enumerate(vocabulary)}
@@ -129,7 +137,7 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
         lookup = {w: i for i, w in enumerate(vocabulary)}
         chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
     ctx.store.write_graph("postings_chunks", chunk_postings)
-    units = ctx.store.read_table("units")["text"]
+    units = searchable(ctx.store.read_table("units"))
     same = units == chunks  # one sub-chunk per chunk (τ=0): the same texts have the same postings
     ctx.store.write_graph(
         "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
@@ -173,7 +181,7 @@ def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
     """Sub-chunk vectors; a chunk's vector is the mean of its sub-chunks' (no truncation)."""
     units = ctx.store.read_table("units")
-    vectors = _embed(ctx, units["text"])
+    vectors = _embed(ctx, searchable(units))
     ctx.store.write_array("unit_vectors", vectors)
     n_chunks = len(ctx.store.read_table("chunks")["tokens"])
     ctx.store.write_array("chunk_vectors", group_mean_vectors(vectors, units["chunk"], n_chunks))

@@ -1,6 +1,8 @@
+import random
+
 from hopgraph.config import ChunkingConfig
 from hopgraph.documents import Document
-from hopgraph.index.chunking import build_layers, cut_points, split_equal
+from hopgraph.index.chunking import build_layers, split_equal
 from hopgraph.models import count_tokens
 
 
@@ -13,13 +15,6 @@ def _docs(n=4, sentences=40, acl=None):
         )
         for i in range(n)
     ]
-
-
-def test_cut_points_cover_the_stream_with_overlap():
-    windows = cut_points(1000, 300, 50)
-    assert windows[0] == (0, 300) and windows[-1][1] == 1000
-    assert all(b[0] == a[0] + 250 for a, b in zip(windows, windows[1:]))
-    assert cut_points(0, 300, 50) == []
 
 
 def test_split_equal_makes_two_to_the_tau_pieces():
@@ -58,3 +53,51 @@ def test_different_acls_never_share_a_chunk():
 def test_no_packing_starts_each_document_fresh():
     layers = build_layers(_docs(), ChunkingConfig(size=2000, overlap=0, pack_documents=False))
     assert [d for d in layers.chunks.docs] == [[0], [1], [2], [3]]
+
+
+def _inside_a_word(stream_text: str, piece: str) -> bool:
+    """Whether ``piece`` (a stripped slice of ``stream_text``) starts or ends in the middle of a word."""
+    at = stream_text.index(piece)
+    before = stream_text[at - 1] if at else " "
+    after = stream_text[at + len(piece)] if at + len(piece) < len(stream_text) else " "
+    return (before.isalnum() and piece[0].isalnum()) or (after.isalnum() and piece[-1].isalnum())
+
+
+def test_no_piece_starts_or_ends_inside_a_word():
+    rng = random.Random(7)
+    names = ["Haddad", "Vellacourt", "Ermengarde", "Bosonid", "geologist", "Kestrelwood", "Anton", "Omar"]
+    words_ = [rng.choice(names) + rng.choice(["", "s", "ian", "ogical"]) for _ in range(3000)]
+    text = " ".join(words_)  # no sentence ends at all: every cut must find whitespace on its own
+    docs = [Document(id="long", text=text)]
+    for size, overlap in ((1200, 100), (150, 0), (97, 10)):
+        layers = build_layers(docs, ChunkingConfig(size=size, overlap=overlap))
+        pieces = layers.chunks.text + layers.units.text
+        assert [p for p in pieces if _inside_a_word(text, p)] == []
+        assert all(t <= size for t in layers.chunks.tokens)
+
+
+def test_sub_chunks_end_at_sentences_where_one_is_near():
+    docs = _docs(n=2, sentences=200)
+    layers = build_layers(docs, ChunkingConfig(size=1200, overlap=100))
+    assert len(layers.units) > 10
+    assert all(text.endswith(".") for text in layers.units.text)
+
+
+def test_short_passages_are_not_cut_into_tiny_sub_chunks():
+    passages = [
+        Document(id=f"p{i}", title=f"Bosonid {i}", text=f"Boso the Elder {i} ruled the march of Tuscany for years.")
+        for i in range(20)
+    ]
+    layers = build_layers(passages, ChunkingConfig(size=1200, overlap=100, pack_documents=False))
+    assert len(layers.units) == len(layers.chunks) == 20  # one sub-chunk per short passage, not 2^τ = 8
+    assert layers.units.text == [p.text for p in passages]
+
+
+def test_a_piece_names_only_the_documents_that_give_it_real_text():
+    docs = [
+        Document(id="a", text="Alpha beta gamma delta. " * 20),
+        Document(id="stray", text="#"),
+        Document(id="c", text="Epsilon zeta eta theta. " * 20),
+    ]
+    layers = build_layers(docs, ChunkingConfig(size=1200, overlap=100))
+    assert layers.chunks.docs == [[0, 2]]

@@ -22,6 +22,7 @@ from hopgraph.config import ExtractionConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError, QueueFullError
 from hopgraph.index import versions
+from hopgraph.index.chunking import searchable
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
@@ -134,8 +135,8 @@ def test_update_equals_full_rebuild_and_embeds_only_new_texts(built, index, samp
     expected = LoadedIndex(rebuild["dir"])
     assert live.documents["id"] == expected.documents["id"] and live.units["text"] == expected.units["text"]
     # Only texts the base version did not have were embedded (the model is the only costly step).
-    old = set(base.units["text"]) | set(base.store.read_table("sentences")["text"])
-    new = (set(live.units["text"]) | set(live.store.read_table("sentences")["text"])) - old
+    old = set(searchable(base.units)) | set(base.store.read_table("sentences")["text"])
+    new = (set(searchable(live.units)) | set(live.store.read_table("sentences")["text"])) - old
     assert cache_rows(built / "cache.sqlite") - rows_before == len(new) > 0
     # Vectors agree with the cold rebuild up to batch-composition noise of the embedder...
     for name in ("unit_vectors", "sentence_vectors", "keyword_vectors"):
@@ -252,7 +253,9 @@ def test_llm_extraction_update_equals_rebuild_with_the_cached_standin(
         return sample_config.model_copy(
             update={
                 "embedding": sample_config.embedding.model_copy(update={"cache": str(tmp_path / cache)}),
-                "extraction": ExtractionConfig(kg="pagerank", core_fraction=0.1),
+                "extraction": ExtractionConfig(
+                    kg="pagerank", core_fraction=0.2
+                ),  # enough that some new chunks go to the LLM
                 "llm": llm_config.model_copy(update={"max_tokens": 96, "parse_retries": 0}),
             }
         )

@@ -169,9 +169,11 @@ def test_stopping_the_server_during_a_job_is_not_a_crash_and_the_job_finishes_la
             if not job_id:
                 job_id = insert(client, "tem-observatory", "The Tem Observatory opened in 1994 on Tem.").json()["id"]
             wait_until(
-                lambda: versions.read_job(index_copy, job_id).get("attempts", 0) > restart
-                and runner._child is not None
-                and runner._child.poll() is None,
+                lambda: (
+                    versions.read_job(index_copy, job_id).get("attempts", 0) > restart
+                    and runner._child is not None
+                    and runner._child.poll() is None
+                ),
                 timeout=120,
             )
             child = runner._child
