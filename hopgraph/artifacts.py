@@ -67,14 +67,14 @@ SCHEMA: dict[str, Artifact] = {
             "table",
             "chunks",
             "C",
-            "ℓ-token chunk: text, heading (titles it is searched by), tokens, docs (document rows it covers), acl",
+            "ℓ-token chunk: text, heading (titles searched with it), tokens, docs (document rows), acl",
         ),
         Artifact(
             UNITS,
             "table",
             "chunks",
             "U",
-            "sub-chunk (≤2^τ per chunk): text, heading, tokens, docs, chunk (its chunk row)",
+            "sub-chunk (≤2^τ per chunk): text, heading, tokens, docs, chunk (its row)",
         ),
         Artifact(
             SENTENCES, "table", "chunks", "S", "punkt sentence: text, tokens, doc, unit (the sub-chunk it starts in)"

@@ -5,8 +5,8 @@ import pytest
 from hopgraph.config import load_config
 from hopgraph.documents import Document
 from hopgraph.index.pipeline import build_index
-from hopgraph.store import IndexStore
 from hopgraph.retrieve.retriever import Retriever
+from hopgraph.store import IndexStore
 
 PEOPLE = {
     "Omar Haddad": "He was born in 1921 in a harbour town and later studied rocks and minerals abroad.",
