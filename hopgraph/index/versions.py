@@ -122,13 +122,14 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies."""
+def _locked(root: Path, name: str, wait: bool = True) -> Iterator[None]:
+    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies.
+    ``wait=False`` raises BlockingIOError at once when another process holds it."""
     IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
     path = root / JOBS / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:
@@ -399,18 +400,25 @@ def run_pending(
 def forgive_interrupted(root: str | Path, run: str) -> list[dict[str, Any]]:
     """Take back the attempt that ``run`` recorded on unfinished jobs, counting it in ``interrupted``
     instead; returns those jobs. For a run ended by a shutdown, not by a failure of its own: restarts
-    and deploys must not use up a job's attempts. Call it once that run's process has ended (it
-    waits for the job lock); a job whose last attempt another run recorded is left as it is."""
+    and deploys must not use up a job's attempts. Call it once that run's process has ended. A job
+    whose last attempt another run recorded is left as it is, and so is everything while another
+    process holds the job lock (never waited for: a shutdown must not hang on a long build elsewhere;
+    that process's own run has taken the jobs over)."""
     root = Path(root)
     if not run:
         return []
-    with _locked(root, ".lock"):
-        forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
-        for record in forgiven:
-            record.update(
-                attempts=max(0, record.get("attempts", 0) - 1), interrupted=record.get("interrupted", 0) + 1, run=None
-            )
-            _write_job(root, record)
+    try:
+        with _locked(root, ".lock", wait=False):
+            forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
+            for record in forgiven:
+                record.update(
+                    attempts=max(0, record.get("attempts", 0) - 1),
+                    interrupted=record.get("interrupted", 0) + 1,
+                    run=None,
+                )
+                _write_job(root, record)
+    except BlockingIOError:
+        return []
     return forgiven
 
 
