@@ -346,8 +346,10 @@ def run_job(
     llm: LLMConfig | None = None,
     progress: bool = False,
     stop_after: str | None = None,
+    run: str | None = None,
 ) -> dict[str, Any]:
     """Run one job (with the batch it was started in, if any) to completion and return its record.
+    ``run`` names this attempt in the records (see :func:`forgive_interrupted`).
 
     Refused while an older job is unfinished: jobs apply in submission order. ``stop_after`` (a
     pipeline stage) ends the run there with the job still 'running', as a killed job is left.
@@ -366,7 +368,7 @@ def run_job(
                 f"run `hopgraph update {root} --resume`"
             )
         batch = [j for j in jobs if j["id"] in members] if record["status"] in UNFINISHED else [record]
-        return next(r for r in _run(root, batch, llm, progress, stop_after) if r["id"] == job_id)
+        return next(r for r in _run(root, batch, llm, progress, stop_after, run=run) if r["id"] == job_id)
 
 
 def run_pending(
