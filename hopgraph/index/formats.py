@@ -23,7 +23,7 @@ import codecs
 import io
 import re
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,15 @@ _HTML_BLOCKS = (
 # 2,000); each page is parsed on its own, so the page count bounds the work.
 MAX_DOCX_UNZIPPED = 100_000_000
 MAX_PDF_PAGES = 5000
+# An HTML page's cost is its tree's, not its size's: 10 MB of "<p>x</p>" is over a million elements.
+# At most 100,000 elements (about 1.2 KB of memory and 30 us of parsing each, so 120 MB and 3 s;
+# a long wiki or manual page has under 20,000) and 512 levels of nesting (where browsers stop
+# nesting too). The text is then read in one walk over the tree, in time linear in its size.
+MAX_HTML_ELEMENTS = 100_000
+MAX_HTML_DEPTH = 512
+_HTML_BLOCK_SET = frozenset(_HTML_BLOCKS)
+_HEADING = re.compile(r"h[1-6]")
+_BLOCK_MARK = "\x1e"  # a block boundary (record separator): split on, and tidy() makes any left a space
 _SPACES = re.compile(r"[ \t\u00a0\u200b]+")
 _BLANK_LINES = re.compile(r"\n{3,}")
 
@@ -188,32 +197,88 @@ def read_docx(data: bytes) -> Extracted:
     return Extracted(text, title, {"format": "docx", "sections": sections})
 
 
+def _bounded_soup(data: bytes | str) -> Any:
+    """The page's tree, built by html.parser, refused (:class:`Unreadable`) at the first element past
+    :data:`MAX_HTML_ELEMENTS` or nested deeper than :data:`MAX_HTML_DEPTH`, with its line and column."""
+    from bs4 import BeautifulSoup  # noqa: PLC0415
+
+    class BoundedSoup(BeautifulSoup):
+        elements = 0
+
+        def pushTag(self, tag: Any) -> None:  # noqa: N802 (bs4's name)
+            super().pushTag(tag)
+            if tag is self:  # the document itself
+                return
+            self.elements += 1
+            depth = len(self.tagStack) - 1
+            if self.elements <= MAX_HTML_ELEMENTS and depth <= MAX_HTML_DEPTH:
+                return
+            where = f"line {tag.sourceline}, column {(tag.sourcepos or 0) + 1}"
+            if depth > MAX_HTML_DEPTH:
+                raise Unreadable(f"HTML nests elements deeper than {MAX_HTML_DEPTH} levels (<{tag.name}> at {where})")
+            raise Unreadable(
+                f"HTML has more than {MAX_HTML_ELEMENTS} elements (the next one is <{tag.name}> at {where})"
+            )
+
+    return BoundedSoup(data, "html.parser")
+
+
+def _html_flow(soup: Any) -> tuple[list[str], list[tuple[int, int, int]]]:
+    """The visible strings of a page in document order, a marker at each block's start and end, a
+    newline per ``<br>`` and a space after each table cell; and each heading as (level, start, end)
+    in that list. One walk over the tree, which is left unchanged: each edit of a bs4 tree costs time
+    in the number of an element's siblings or descendants, so editing every block is quadratic."""
+    from bs4 import CData, NavigableString, Tag  # noqa: PLC0415
+
+    flow: list[str] = []
+    headings: list[list[int]] = []
+    stack: list[tuple[Any, Iterator[Any], list[int] | None]] = [(soup, iter(soup.contents), None)]
+    while stack:
+        tag, children, heading = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if tag.name in _HTML_BLOCK_SET:
+                flow.append(_BLOCK_MARK)
+            elif tag.name in ("td", "th"):
+                flow.append(" ")  # cells of a row stay on the row's line, apart
+            if heading is not None:
+                heading[2] = len(flow)
+            continue
+        if isinstance(child, Tag):
+            if child.name in _HTML_DROPPED:
+                continue
+            if child.name == "br":
+                flow.append("\n")
+                continue
+            if child.name in _HTML_BLOCK_SET:
+                flow.append(_BLOCK_MARK)
+            entry = None
+            if _HEADING.fullmatch(child.name):
+                entry = [int(child.name[1]), len(flow), len(flow)]
+                headings.append(entry)
+            stack.append((child, iter(child.contents), entry))
+        elif type(child) in (NavigableString, CData):  # as get_text(): no comments, doctypes or scripts
+            flow.append(child)
+    return flow, [(level, start, end) for level, start, end in headings]
+
+
 def read_html(data: bytes) -> Extracted:
     """Visible text by blocks (navigation, scripts and styles left out); h1-h6 become ``sections``.
 
-    The page's declared charset is honoured; without one its encoding is detected.
+    The page's declared charset is honoured; without one its encoding is detected. A page past
+    :data:`MAX_HTML_ELEMENTS` elements or :data:`MAX_HTML_DEPTH` levels of nesting is not read.
     """
-    from bs4 import BeautifulSoup  # noqa: PLC0415
     from bs4.dammit import EncodingDetector  # noqa: PLC0415
 
     declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
-    soup = BeautifulSoup(data if declared else decode(data)[0], "html.parser")
+    soup = _bounded_soup(data if declared else decode(data)[0])
     title_tag = soup.find("title")
     title = tidy(title_tag.get_text(" ")) if title_tag else ""
-    for tag in soup.find_all(_HTML_DROPPED):
-        tag.decompose()
-    for tag in soup.find_all("br"):
-        tag.replace_with("\n")
+    flow, headings = _html_flow(soup)
+    pending = [(level, heading) for level, start, end in headings if (heading := tidy(" ".join(flow[start:end])))]
     blocks: list[tuple[int, str]] = []
-    marker = "\x1e"  # a block boundary: record separator, removed again by the split below
-    for tag in soup.find_all(_HTML_BLOCKS):
-        tag.insert_before(marker)
-        tag.append(marker)
-    for tag in soup.find_all(("td", "th")):
-        tag.append(" ")  # cells of a row stay on the row's line, apart
-    headings = ((int(h.name[1]), tidy(h.get_text(" "))) for h in soup.find_all(re.compile(r"^h[1-6]$")))
-    pending = [(level, heading) for level, heading in headings if heading]
-    for piece in soup.get_text("").split(marker):
+    for piece in "".join(flow).split(_BLOCK_MARK):
         piece = tidy(piece)
         if not piece:
             continue

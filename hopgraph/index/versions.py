@@ -122,13 +122,14 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
-    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies."""
+def _locked(root: Path, name: str, wait: bool = True) -> Iterator[None]:
+    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies.
+    ``wait=False`` raises BlockingIOError at once when another process holds it."""
     IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
     path = root / JOBS / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:
@@ -204,7 +205,9 @@ def submit_update(
             "delete": delete,
             "base": None,
             "batch": None,
-            "attempts": 0,
+            "attempts": 0,  # runs that started and did not end by a shutdown (serve.job_attempts bounds them)
+            "interrupted": 0,  # runs ended by a shutdown of the server running them (never counted as attempts)
+            "run": None,  # the run that recorded the last attempt (see forgive_interrupted)
             "version": None,
             "error": None,
         }
@@ -267,8 +270,10 @@ def _run(
     progress: bool,
     stop_after: str | None = None,
     cluster: ClusterConfig | None = None,
+    run: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run (or resume) one batch of jobs as one build; the caller holds the job lock."""
+    """Run (or resume) one batch of jobs as one build; the caller holds the job lock. ``run`` names
+    this attempt in the records, so one ended by a shutdown can be taken back (:func:`forgive_interrupted`)."""
     leader, live = batch[-1]["id"], live_version(root)
     if live == leader:  # killed after switching CURRENT, before recording every member
         return _finish(root, batch, leader, None)
@@ -290,6 +295,7 @@ def _run(
                 base=base,
                 batch=[r["id"] for r in batch],
                 attempts=record.get("attempts", 0) + 1,
+                run=run,
             )
             _write_job(root, record)
         manifest = IndexStore(version_dir(root, base)).require_complete()
@@ -340,8 +346,10 @@ def run_job(
     llm: LLMConfig | None = None,
     progress: bool = False,
     stop_after: str | None = None,
+    run: str | None = None,
 ) -> dict[str, Any]:
     """Run one job (with the batch it was started in, if any) to completion and return its record.
+    ``run`` names this attempt in the records (see :func:`forgive_interrupted`).
 
     Refused while an older job is unfinished: jobs apply in submission order. ``stop_after`` (a
     pipeline stage) ends the run there with the job still 'running', as a killed job is left.
@@ -360,7 +368,7 @@ def run_job(
                 f"run `hopgraph update {root} --resume`"
             )
         batch = [j for j in jobs if j["id"] in members] if record["status"] in UNFINISHED else [record]
-        return next(r for r in _run(root, batch, llm, progress, stop_after) if r["id"] == job_id)
+        return next(r for r in _run(root, batch, llm, progress, stop_after, run=run) if r["id"] == job_id)
 
 
 def run_pending(
@@ -370,9 +378,11 @@ def run_pending(
     cluster: ClusterConfig | None = None,
     progress: bool = False,
     batches: int | None = None,
+    run: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run every queued job, and every job left 'running' by a process that died, oldest first,
     as few builds as possible (at most ``batches`` builds when given); returns their records.
+    ``run`` names these attempts in the records (see :func:`forgive_interrupted`).
 
     Holding the lock proves that no live process is running any of them. Stops at the first
     failure (raised); the jobs after it stay queued.
@@ -384,9 +394,34 @@ def run_pending(
             batch = _next_batch(list_jobs(root))
             if not batch:
                 break
-            done += _run(root, batch, llm, progress, cluster=cluster)
+            done += _run(root, batch, llm, progress, cluster=cluster, run=run)
             batches = None if batches is None else batches - 1
     return done
+
+
+def forgive_interrupted(root: str | Path, run: str) -> list[dict[str, Any]]:
+    """Take back the attempt that ``run`` recorded on unfinished jobs, counting it in ``interrupted``
+    instead; returns those jobs. For a run ended by a shutdown, not by a failure of its own: restarts
+    and deploys must not use up a job's attempts. Call it once that run's process has ended. A job
+    whose last attempt another run recorded is left as it is, and so is everything while another
+    process holds the job lock (never waited for: a shutdown must not hang on a long build elsewhere;
+    that process's own run has taken the jobs over)."""
+    root = Path(root)
+    if not run:
+        return []
+    try:
+        with _locked(root, ".lock", wait=False):
+            forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
+            for record in forgiven:
+                record.update(
+                    attempts=max(0, record.get("attempts", 0) - 1),
+                    interrupted=record.get("interrupted", 0) + 1,
+                    run=None,
+                )
+                _write_job(root, record)
+    except BlockingIOError:
+        return []
+    return forgiven
 
 
 def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:

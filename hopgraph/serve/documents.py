@@ -90,7 +90,8 @@ def upload(
     """Queue an insert of uploaded files (an existing id is replaced); poll GET /v1/jobs/{id}.
 
     A text, Markdown, PDF, DOCX or HTML file is one document whose id is its file name; a JSONL file
-    holds one document per line (``id``, ``text``, ``title``, ``metadata``)."""
+    holds one document per line (``id``, ``text``, ``title``, ``metadata``). An HTML page of over
+    100,000 elements or nested over 512 levels is refused (422, with its line and column)."""
     names = [upload_name(f.filename) for f in files]
     if len(set(names)) != len(names):
         raise APIError(422, "duplicate_files", "the same file name appears twice in the upload")

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+
+class _Counted(Collector):
+    """A counter whose value is kept elsewhere (read when /metrics is scraped, never copied per event)."""
+
+    def __init__(self, name: str, documentation: str, value: Callable[[], float]):
+        self.name, self.documentation, self.value = name, documentation, value
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.documentation, value=self.value())
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, log_dropped: Callable[[], int] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "hopgraph_requests",
@@ -31,6 +45,14 @@ class Metrics:
         self.rate_limited = Counter(
             "hopgraph_rate_limited", "Requests refused by the per-token rate limit.", registry=self.registry
         )
+        if log_dropped is not None:  # only when there is a request log (serve.request_log)
+            self.registry.register(
+                _Counted(
+                    "hopgraph_request_log_dropped",
+                    "Request log lines dropped because the log could not keep up (a stalled disk or stderr).",
+                    log_dropped,
+                )
+            )
 
     def observe(self, endpoint: str, method: str, status: int, seconds: float) -> None:
         self.requests.labels(endpoint, method, str(status)).inc()

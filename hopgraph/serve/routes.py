@@ -53,7 +53,7 @@ async def healthz(service: Service = Depends(service_of)) -> dict[str, Any]:
 def prometheus(who: Principal = Depends(admin), service: Service = Depends(service_of)) -> Response:
     """Prometheus text format (admin scope).
 
-    Request counts and latencies, LLM tokens, documents, job queue depth.
+    Request counts and latencies, LLM tokens, documents, job queue depth, request log lines dropped.
     """
     service.metrics.queue_depth.set(service.jobs.queue_depth())
     service.metrics.documents.set(len(service.holder.current.doc_ids))

@@ -59,7 +59,8 @@ class Service:
         self.batcher = QueryBatcher(self.serve.batch_wait_ms, self.serve.batch_max, self.serve.batch_group)
         self.request_log = RequestLog.open(self.serve.request_log)
         self.jobs = JobRunner(root, self.holder, config)
-        self.metrics = Metrics()
+        log = self.request_log
+        self.metrics = Metrics(log_dropped=(lambda: log.dropped) if log is not None else None)
         self.limiter = RateLimiter(self.serve.rate_limit, self.serve.rate_burst)
         self.llm = open_llm(config.llm.model_copy(update={"timeout": self.serve.answer_timeout, "retries": 0}))
         # Answers wait for the LLM here, never in the pool that serves retrieval; the semaphore bounds

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
+import secrets
 import subprocess
 import sys
 import threading
@@ -183,6 +184,7 @@ class JobRunner:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._child: subprocess.Popen | None = None
+        self._run = ""  # the name of the worker's run, recorded with the attempts it starts
         self._crashes = 0  # consecutive worker deaths (jobs also record the attempts that started)
         self.publish_seconds: list[dict[str, float]] = []  # per build: worker run, worker exit → switch
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
@@ -198,8 +200,8 @@ class JobRunner:
 
     def stop(self) -> None:
         """End the worker, then the loop: once this returns, nothing here switches or collects any more
-        (the leader lock may be released). A job the worker ran resumes on the next start, its
-        attempts not counted against it."""
+        (the leader lock may be released). A job the worker ran resumes on the next start, the
+        attempt it was in taken back (counted as ``interrupted``, not against serve.job_attempts)."""
         self._stop.set()
         self._wake.set()
         with self._lock:
@@ -210,6 +212,8 @@ class JobRunner:
                 except subprocess.TimeoutExpired:
                     self._child.kill()
                     self._child.wait()
+                if self._child.returncode != 0:  # ended by this shutdown, not by the job
+                    versions.forgive_interrupted(self.root, self._run)
         if self._thread.is_alive():
             self._thread.join(timeout=30)  # at most one load or collection in progress
 
@@ -286,6 +290,8 @@ class JobRunner:
         with self._lock:
             if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)
                 return time.monotonic()
+            self._run = secrets.token_hex(8)
+            command += ["--run", self._run]
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()
         code = self._child.wait()

@@ -26,12 +26,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batches", type=int, default=None, help="run at most this many builds (each publishes one version), then exit"
     )
+    parser.add_argument("--run", default=None, help="a name for this run, recorded with the attempts it starts")
     args = parser.parse_args(argv)
     if args.nice and hasattr(os, "nice"):
         os.nice(args.nice)
     try:
         versions.run_pending(
-            args.index, llm=validate_section(LLMConfig, json.loads(args.llm), "--llm"), batches=args.batches
+            args.index,
+            llm=validate_section(LLMConfig, json.loads(args.llm), "--llm"),
+            batches=args.batches,
+            run=args.run,
         )
     except HopgraphError as exc:  # the job record holds the message too
         print(f"hopgraph worker: {exc}", file=sys.stderr)

@@ -322,6 +322,41 @@ def test_killed_batch_resumes_as_the_same_batch(index):
     assert "press-2023" not in LoadedIndex(index).documents["id"]
 
 
+def test_an_attempt_ended_by_a_shutdown_is_taken_back_and_counted_apart(index):
+    """Only the attempt the stopped run recorded is taken back, and never while another process holds
+    the job lock (a shutdown does not wait for someone else's build)."""
+    import threading
+
+    job = versions.submit_update(index, [new_documents()[0]], [])
+    assert (job["attempts"], job["interrupted"]) == (0, 0)
+    stopped = versions.run_job(index, job["id"], stop_after="embed_units", run="first")
+    assert (stopped["status"], stopped["attempts"], stopped["run"]) == ("running", 1, "first")
+    assert versions.forgive_interrupted(index, "another") == []  # not the run that recorded the attempt
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:  # another process's build, as far as flock is concerned (its own open file)
+        with versions._locked(index, ".lock"):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    held.wait(10)
+    try:
+        assert versions.forgive_interrupted(index, "first") == []  # at once, not after that build
+    finally:
+        release.set()
+        holder.join()
+    assert versions.read_job(index, job["id"])["attempts"] == 1
+    (forgiven,) = versions.forgive_interrupted(index, "first")
+    record = versions.read_job(index, job["id"])
+    assert forgiven["id"] == job["id"] and (record["attempts"], record["interrupted"], record["run"]) == (0, 1, None)
+    assert versions.forgive_interrupted(index, "first") == []  # once only
+    done = versions.run_pending(index, run="second")
+    assert [(j["status"], j["attempts"], j["interrupted"]) for j in done] == [("done", 1, 1)]
+    assert versions.forgive_interrupted(index, "second") == []  # a finished job keeps its attempt
+
+
 def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_documents, sample_config, monkeypatch):
     """The CUE graph stage caches spaCy's entities per text: a second build repeats NER for nothing."""
     nlp = ner.ner_pipeline()

@@ -160,8 +160,16 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
         assert after["status"] == "done" and "survivor" in server.app.state.holder.current.doc_ids
 
 
+def started(root: Path, job_id: str) -> int:
+    """Runs of a job that began: attempts and those a shutdown interrupted."""
+    record = versions.read_job(root, job_id)
+    return record.get("attempts", 0) + record.get("interrupted", 0)
+
+
 def test_stopping_the_server_during_a_job_is_not_a_crash_and_the_job_finishes_later(index_copy, serve_config):
-    config = configured(serve_config, job_attempts=3)
+    """Restarts (or deploys) during a build are not attempts: after three of them, one real crash of
+    the worker still leaves the job a retry under serve.job_attempts=2, and it finishes."""
+    config = configured(serve_config, job_attempts=2)
     job_id = ""
     for restart in range(3):  # three restarts (or deploys) while the worker builds the job
         with LiveServer(index_copy, config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
@@ -170,9 +178,7 @@ def test_stopping_the_server_during_a_job_is_not_a_crash_and_the_job_finishes_la
                 job_id = insert(client, "tem-observatory", "The Tem Observatory opened in 1994 on Tem.").json()["id"]
             wait_until(
                 lambda: (
-                    versions.read_job(index_copy, job_id).get("attempts", 0) > restart
-                    and runner._child is not None
-                    and runner._child.poll() is None
+                    started(index_copy, job_id) > restart and runner._child is not None and runner._child.poll() is None
                 ),
                 timeout=120,
             )
@@ -180,7 +186,17 @@ def test_stopping_the_server_during_a_job_is_not_a_crash_and_the_job_finishes_la
         assert child.returncode == -signal.SIGTERM  # the shutdown ended the worker mid-build
         record = versions.read_job(index_copy, job_id)
         assert record["status"] in versions.UNFINISHED, record  # neither failed nor waited for
+        assert record["attempts"] == 0, record  # an interrupted run is not an attempt ...
+        assert record["interrupted"] == restart + 1, record  # ... it is counted apart
     with LiveServer(index_copy, config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        runner = server.app.state.jobs
+        runner.backoff = 0.2
+        wait_until(
+            lambda: started(index_copy, job_id) > 3 and runner._child is not None and runner._child.poll() is None,
+            timeout=120,
+        )
+        runner._child.kill()  # a real crash mid-build (as the OOM killer would): the first attempt of two
         record = wait_for_job(client, job_id, timeout=240)
         assert record["status"] == "done", record
+        assert (record["attempts"], record["interrupted"]) == (2, 3), record
         assert "tem-observatory" in server.app.state.holder.current.doc_ids

@@ -149,6 +149,47 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
     assert waited < 5, f"the second stream waited {waited:.1f} s for the slot"
 
 
+def test_a_stream_whose_send_fails_gives_its_slot_back_when_the_response_ends():
+    """A server that reports a hang-up by failing ``send`` (ASGI 2.4; the installed uvicorn cancels the
+    stream instead, so the failure is injected here) leaves the event generator paused at a ``yield``,
+    its answer slot held. The response closes it as it ends, so the slot never waits for the garbage
+    collector, whatever else still refers to the generator (here: this test)."""
+    import asyncio
+
+    from starlette.requests import ClientDisconnect
+
+    from hopgraph.serve.openai import SlotStream
+
+    async def scenario() -> tuple[bool, bool]:
+        slot = asyncio.Semaphore(1)
+
+        async def events():
+            async with slot:  # as the events of a streamed answer hold their answer slot
+                for n in range(3):
+                    yield f"data: {n}\n\n"
+
+        generator = events()
+        response = SlotStream(await anext(generator), generator)
+        sent: list[dict] = []
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                raise OSError("connection reset by peer")  # the reader hung up
+            sent.append(message)
+
+        async def receive() -> dict:
+            return {"type": "http.disconnect"}
+
+        held = slot.locked()
+        with pytest.raises(ClientDisconnect):
+            await response({"type": "http", "asgi": {"spec_version": "2.4"}}, receive, send)
+        assert [m["type"] for m in sent] == ["http.response.start"]
+        return held, slot.locked()
+
+    held, still_held = asyncio.run(scenario())
+    assert held and not still_held, "the answer slot stayed taken after the response ended"
+
+
 def test_cited_evidence_is_listed_with_its_titles(acl_index, serve_config):
     # Scripted: a model that cites (SmolLM2-135M, the stand-in, rarely writes [n] marks), answering whole
     # although asked to stream, as some OpenAI-compatible servers do.

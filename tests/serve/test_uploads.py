@@ -22,3 +22,65 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
     # Without a form acl, each record keeps its own (a record's null stays open).
     kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None)}
     assert kept == {"open": None, "moved": ["x"], "nested": ["press"]}
+
+
+def test_hostile_html_is_refused_fast_saying_what_and_where_while_the_server_answers(acl_index, serve_config) -> None:
+    """A small HTML file can be a huge tree: nesting past 512 levels or more than 100,000 elements is
+    refused (422, naming the file, the limit and the line and column), in seconds, and the upload is
+    parsed off the event loop, so /healthz answers meanwhile. Before, reading a page edited its
+    tree once per block, in time quadratic in the page: these two took hours."""
+    import threading
+    import time
+
+    import httpx
+
+    from tests.serve.support import LiveServer, auth
+
+    deep = b"<html><body>" + b"<div>" * 200_000 + b"deep"  # 1 MB; the 511th <div> is the 513th level
+    wide = b"<p>x</p>" * 150_000  # 1.2 MB
+    latencies: list[float] = []
+    with LiveServer(acl_index, serve_config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        done = threading.Event()
+
+        def ask_health() -> None:
+            with httpx.Client(base_url=server.url, timeout=60) as other:
+                while not done.is_set():
+                    started = time.monotonic()
+                    assert other.get("/healthz").status_code == 200
+                    latencies.append(time.monotonic() - started)
+                    time.sleep(0.05)
+
+        prober = threading.Thread(target=ask_health)
+        prober.start()
+        try:
+            for name, data, what in [
+                ("deep.html", deep, "HTML nests elements deeper than 512 levels (<div> at line 1, column 2563)"),
+                ("wide.html", wide, "HTML has more than 100000 elements (the next one is <p> at line 1, column"),
+            ]:
+                started = time.monotonic()
+                response = client.post(
+                    "/v1/documents/upload", files=[("files", (name, data, "text/html"))], headers=auth("admin")
+                )
+                seconds = time.monotonic() - started
+                assert response.status_code == 422, response.text
+                error = response.json()["error"]
+                assert error["code"] == "unreadable_upload" and error["message"].startswith(f"{name}: {what}"), error
+                assert seconds < 30, f"{name} took {seconds:.1f} s to refuse"
+        finally:
+            done.set()
+            prober.join(timeout=60)
+        assert client.get("/v1/jobs/j000001-000000", headers=auth("admin")).status_code == 404  # nothing queued
+    assert latencies and max(latencies) < 2.0, f"/healthz waited {max(latencies):.1f} s during the parse"
+
+
+def test_a_long_html_page_is_read_in_linear_time() -> None:
+    """90,000 paragraphs (under the element limit): read in seconds. Before, each block's boundary was
+    inserted into the tree, a scan of its siblings each time: about 1 s for 8,000, minutes for these."""
+    import time
+
+    page = b"".join(b"<p>Paragraph %d of the harbour manual.</p>" % n for n in range(90_000))
+    started = time.monotonic()
+    (document,) = documents_of([("manual.html", page)], None)
+    seconds = time.monotonic() - started
+    assert document.text.count("\n\n") == 89_999 and document.text.endswith("Paragraph 89999 of the harbour manual.")
+    assert seconds < 30, f"read in {seconds:.1f} s"
