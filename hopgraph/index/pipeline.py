@@ -91,9 +91,8 @@ def stage_documents(ctx: BuildContext) -> dict[str, int]:
 def stage_chunks(ctx: BuildContext) -> dict[str, int]:
     layers = build_layers(ctx.documents, ctx.config.chunking, ctx.analyser.analyse)
     acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
-    ctx.store.write_table(
-        "chunks", {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl}
-    )
+    chunks = {"text": layers.chunks.text, "tokens": layers.chunks.tokens, "docs": layers.chunks.docs, "acl": acl}
+    ctx.store.write_table("chunks", {**chunks, **_starts(layers.chunks)})
     ctx.store.write_table(
         "units",
         {
@@ -101,6 +100,7 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
             "tokens": layers.units.tokens,
             "docs": layers.units.docs,
             "chunk": layers.units.parent,
+            **_starts(layers.units),
         },
     )
     ctx.store.write_table(
@@ -118,6 +118,13 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
         "sentences": len(layers.sentences),
         "tokens": int(sum(layers.chunks.tokens)),
     }
+
+
+def _starts(pieces: Any) -> dict[str, Any]:
+    """Each piece's start offset in each of its documents (``starts``, parallel to ``docs``), where
+    chunking records it: citations name the page or section a piece starts in from it."""
+    starts = getattr(pieces, "starts", None)
+    return {} if starts is None else {"starts": starts}
 
 
 def stage_keywords(ctx: BuildContext) -> dict[str, int]:
