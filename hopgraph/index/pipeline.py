@@ -47,6 +47,11 @@ class BuildContext:
     engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
     run: RunProgress | None = None  # the build's progress bar, which stages tell of their work
 
+    @property
+    def tell(self) -> Callable[[int, int], None] | None:
+        """Where a stage reports (work done, work in all): the whole-run bar, if any."""
+        return self.run.within if self.run else None
+
     @functools.cached_property
     def llm(self) -> LLM:
         return open_llm(self.config.llm, backend=self.engine.llm(self.config.llm) if self.engine else None)
@@ -121,8 +126,7 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
 
 
 def _starts(pieces: Any) -> dict[str, Any]:
-    """Each piece's start offset in each of its documents (``starts``, parallel to ``docs``), where
-    chunking records it: citations name the page or section a piece starts in from it."""
+    """``starts`` (each piece's offset in each of its documents, for citations) where chunking records it."""
     starts = getattr(pieces, "starts", None)
     return {} if starts is None else {"starts": starts}
 
@@ -184,7 +188,7 @@ def embed_texts(
 
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder, ctx.run.within if ctx.run else None)
+    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder, ctx.tell)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
@@ -251,7 +255,7 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
         cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept")
     )
     texts = ctx.store.read_table("chunks")["text"]
-    results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
+    results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress, tell=ctx.tell)
     counts = write_kg(
         ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress, embedder=ctx.embedder
     )
@@ -313,7 +317,7 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         vectors,
     )
     units, usage = (
-        extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress)
+        extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress, tell=ctx.tell)
         if len(chosen)
         else ([], Usage())
     )
@@ -540,25 +544,19 @@ def build_index(
         shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
     manifest = start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
-    stages = planned_stages(config)
-    run = RunProgress([name for name, _ in stages], documents, manifest["counts"].get("tokens"), progress)
+    names = [name for name, _ in planned_stages(config)]
+    run = RunProgress(names, documents, manifest["counts"].get("tokens"), progress)
     ctx = BuildContext(store, config, documents, progress, engine=engine, run=run)
     try:
-        return _run_stages(ctx, run, manifest, stages, stop_after)
+        return _run_stages(ctx, run, manifest, stop_after)
     finally:
         run.close()
 
 
-def _run_stages(
-    ctx: BuildContext,
-    run: RunProgress,
-    manifest: dict[str, Any],
-    stages: list[tuple[str, Callable[[BuildContext], dict[str, int]]]],
-    stop_after: str | None,
-) -> dict:
+def _run_stages(ctx: BuildContext, run: RunProgress, manifest: dict[str, Any], stop_after: str | None) -> dict:
     """The stages not done yet, each recorded in the manifest as it finishes; the whole-run bar told."""
     store, config, engine = ctx.store, ctx.config, ctx.engine
-    for number, (name, stage) in enumerate(stages):
+    for number, (name, stage) in enumerate(planned_stages(config)):
         record = manifest["stages"].get(name, {})
         damaged = record.get("done") and store.damaged(record.get("files", {}))
         if record.get("done") and not damaged:

@@ -55,3 +55,15 @@ def test_bar_moves_within_a_stage_as_texts_are_embedded(
     stage, share = names.index("embed_sentences"), 100 / len(names)
     inside = {p for p, _, postfix in index_lines(capsys.readouterr().err) if "embed_sentences" in postfix}
     assert any(stage * share < p < (stage + 1) * share for p in inside), inside
+
+
+def test_a_resumed_build_counts_only_the_work_left(tmp_path: Path, sample_documents, sample_config, capsys) -> None:
+    pipeline.build_index(sample_documents, tmp_path / "idx", sample_config, progress=False, stop_after="embed_units")
+    pipeline.build_index(sample_documents, tmp_path / "idx", sample_config, progress=True)
+    shown = index_lines(capsys.readouterr().err)
+    first_run = next(i for i, (_, _, postfix) in enumerate(shown) if postfix.startswith("stage 5/8 embed_sentences,"))
+    assert all("(done earlier)" in postfix for _, _, postfix in shown[1:first_run])
+    assert shown[first_run][0] == 0, "stages done earlier take no share of the bar"
+    assert shown[-1][0] == 100 and shown[-1][2].startswith("done,")
+    pipeline.build_index(sample_documents, tmp_path / "idx", sample_config, progress=True)  # nothing left to do
+    assert index_lines(capsys.readouterr().err)[-1][:1] == (100,)
