@@ -45,12 +45,7 @@ class BuildContext:
     progress: bool
     usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
     engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
-    run: RunProgress | None = None  # the build's progress bar, which stages tell of their work
-
-    @property
-    def tell(self) -> Callable[[int, int], None] | None:
-        """Where a stage reports (work done, work in all): the whole-run bar, if any."""
-        return self.run.within if self.run else None
+    run: RunProgress = field(default_factory=RunProgress.off)  # the build's bar: stages tell it of their work
 
     @functools.cached_property
     def llm(self) -> LLM:
@@ -188,7 +183,7 @@ def embed_texts(
 
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder, ctx.tell)
+    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder, ctx.run.within)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
@@ -255,7 +250,9 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
         cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept")
     )
     texts = ctx.store.read_table("chunks")["text"]
-    results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress, tell=ctx.tell)
+    results, usage = extract(
+        ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress, tell=ctx.run.within
+    )
     counts = write_kg(
         ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress, embedder=ctx.embedder
     )
@@ -317,7 +314,9 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         vectors,
     )
     units, usage = (
-        extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress, tell=ctx.tell)
+        extract(
+            ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress, tell=ctx.run.within
+        )
         if len(chosen)
         else ([], Usage())
     )
@@ -544,18 +543,19 @@ def build_index(
         shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
     manifest = start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
-    names = [name for name, _ in planned_stages(config)]
-    run = RunProgress(names, documents, manifest["counts"].get("tokens"), progress)
+    run = RunProgress(
+        [name for name, _ in planned_stages(config)], documents, manifest["counts"].get("tokens"), progress
+    )
     ctx = BuildContext(store, config, documents, progress, engine=engine, run=run)
     try:
-        return _run_stages(ctx, run, manifest, stop_after)
+        return _run_stages(ctx, manifest, stop_after)
     finally:
         run.close()
 
 
-def _run_stages(ctx: BuildContext, run: RunProgress, manifest: dict[str, Any], stop_after: str | None) -> dict:
+def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | None) -> dict:
     """The stages not done yet, each recorded in the manifest as it finishes; the whole-run bar told."""
-    store, config, engine = ctx.store, ctx.config, ctx.engine
+    store, config, engine, run = ctx.store, ctx.config, ctx.engine, ctx.run
     for number, (name, stage) in enumerate(planned_stages(config)):
         record = manifest["stages"].get(name, {})
         damaged = record.get("done") and store.damaged(record.get("files", {}))

@@ -34,6 +34,11 @@ class RunProgress:
             total=len(self.stages) * STEPS, desc="index", bar_format=BAR_FORMAT, disable=not enabled, file=sys.stderr
         )
 
+    @classmethod
+    def off(cls) -> RunProgress:
+        """A bar that shows nothing (a build context outside :func:`build_index`)."""
+        return cls([], [], 0, False)
+
     def _move(self, position: int, note: str = "") -> None:
         self.bar.update(max(position - self.bar.n, 0))
         self.bar.set_postfix_str(
