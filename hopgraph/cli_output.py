@@ -64,22 +64,22 @@ def read_questions(source: typing.TextIO | None) -> typing.Iterator[str]:
 
 
 def print_result(result: Any, reply: Any, header: bool) -> None:
+    from hopgraph.retrieve.packing import source_names  # noqa: PLC0415  (the CLI starts without retrieval code)
+
     if header:
         click.secho(f"\n=== {result.query}", bold=True)
     if reply is not None:
         click.secho(f"answer: {reply.text}", bold=True, fg="green" if reply.found else "yellow")
         for c in reply.citations:
-            click.echo(
-                f"  [{c['evidence']}] chunk {c['chunk']} of "
-                f"{', '.join(t or d for d, t in zip(c['doc_ids'], c['titles']))}  path: {c['path']}"
-            )
+            names = source_names(c["doc_ids"], c["titles"], c.get("places"))
+            click.echo(f"  [{c['evidence']}] chunk {c['chunk']} of {', '.join(names)}  path: {c['path']}")
     click.secho(
         f"{result.method}: {len(result.evidence)} pieces, {result.tokens}/{result.budget} tokens, "
         f"{result.seconds * 1000:.1f} ms",
         bold=True,
     )
     for rank, ev in enumerate(result.evidence[:10], 1):
-        source = ", ".join(t or d for d, t in zip(ev.doc_ids, ev.titles))
+        source = ", ".join(ev.sources())
         click.secho(
             f"\n[{rank}] {ev.kind} {ev.index} (chunk {ev.chunk}) score={ev.score:.3f}  path: {ev.path}", fg="cyan"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,24 @@ def strip_control(text: str) -> str:
     format rather than signs of a corrupted file.
     """
     return _CONTROL.sub(" ", text)
+
+
+def place(metadata: dict[str, Any], offset: int) -> str:
+    """Where character ``offset`` of a document lies, for a citation: "p. 3", a heading, both, or "".
+
+    ``metadata`` is what the format's reader kept (:mod:`hopgraph.index.formats`): ``pages`` (PDF),
+    each page's start offset; ``sections`` (DOCX, HTML), ``[offset, level, heading]`` per heading.
+    """
+    parts = []
+    pages = metadata.get("pages")
+    if pages:
+        parts.append(f"p. {bisect.bisect_right(pages, offset)}")
+    sections = metadata.get("sections")
+    if sections:
+        at = bisect.bisect_right([s[0] for s in sections], offset)
+        if at:
+            parts.append(str(sections[at - 1][2]))
+    return ", ".join(parts)
 
 
 @dataclass

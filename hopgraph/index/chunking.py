@@ -28,11 +28,13 @@ class Pieces:
     tokens: list[int] = field(default_factory=list)
     docs: list[list[int]] = field(default_factory=list)  # indices into the document list
     parent: list[int] = field(default_factory=list)  # units → chunk, sentences → unit; chunks: -1
+    starts: list[list[int]] = field(default_factory=list)  # per doc in ``docs``: where the text starts in it
 
-    def add(self, text: str, tokens: int, docs: list[int], parent: int = -1) -> int:
+    def add(self, text: str, tokens: int, docs: list[int], starts: list[int], parent: int = -1) -> int:
         self.text.append(text)
         self.tokens.append(tokens)
         self.docs.append(docs)
+        self.starts.append(starts)
         self.parent.append(parent)
         return len(self.text) - 1
 
@@ -195,6 +197,7 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
         stream = "".join(text_parts)
         n_tokens = len(token_char)
         doc_starts = [a for a, _ in doc_chars]
+        doc_offset = dict(zip(group, doc_starts))
 
         def char_at(pos: int) -> int:
             return token_char[pos] if pos < n_tokens else len(stream)
@@ -208,20 +211,27 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
             real = [j for j in near if _WORD.search(stream, max(a, doc_chars[j][0]), min(b, doc_chars[j][1]))]
             return [group[j] for j in (real or near[:1])]
 
+        def piece(start: int, end: int) -> tuple[str, int, list[int], list[int]]:
+            """Text, tokens, documents and, per document, the offset in it where the text begins
+            (a citation turns it into a page or a section)."""
+            raw = stream[char_at(start) : char_at(end)]
+            begin, docs = char_at(start) + len(raw) - len(raw.lstrip()), docs_in(start, end)
+            return raw.strip(), end - start, docs, [max(begin - doc_offset[d], 0) for d in docs]
+
         cuts = Boundaries(stream, token_char, [pos for pos, *_ in sentence_pos])
         unit_starts: list[int] = []
         unit_ids: list[int] = []
         for start, end in cuts.chunks(config.size, config.overlap):
-            chunk = layers.chunks.add(stream[char_at(start) : char_at(end)].strip(), end - start, docs_in(start, end))
+            chunk = layers.chunks.add(*piece(start, end))
             for a, b in cuts.units(start, end, parts, unit_target):
-                unit = layers.units.add(stream[char_at(a) : char_at(b)].strip(), b - a, docs_in(a, b), chunk)
+                unit = layers.units.add(*piece(a, b), parent=chunk)
                 if not unit_starts or a > unit_starts[-1]:
                     unit_starts.append(a)
                     unit_ids.append(unit)
         for pos, count, d, s in sentence_pos:
             a, b = spans_by_doc[d][s]
             unit = unit_ids[max(bisect.bisect_right(unit_starts, pos) - 1, 0)] if unit_ids else -1
-            layers.sentences.add(documents[d].text[a:b], count, [d], unit)
+            layers.sentences.add(documents[d].text[a:b], count, [d], [a], unit)
     return layers
 
 

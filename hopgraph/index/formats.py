@@ -12,13 +12,13 @@ its headings kept more than that, and dropping ``nav``/``aside``/``script``/``st
 
 Where a citation should point inside a document, metadata keeps it: ``pages`` (PDF) is the
 character offset at which each page starts, ``sections`` (DOCX, HTML) is ``[offset, level,
-heading]`` per heading; :func:`place` turns an offset into "p. 3" or "Heading". A PDF stays one
-document (its id is its file's), so replacing or deleting the file by id takes all its pages.
+heading]`` per heading; :func:`hopgraph.documents.place` turns an offset into "p. 3" or "Heading"
+(retrieval names it in citations). A PDF stays one document (its id is its file's), so replacing or
+deleting the file by id takes all its pages.
 """
 
 from __future__ import annotations
 
-import bisect
 import codecs
 import io
 import re
@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from hopgraph.documents import place as place  # re-exported: where a reader's metadata is read
 from hopgraph.documents import strip_control
 
 PDF, DOCX, HTML = (".pdf",), (".docx",), (".html", ".htm", ".xhtml")
@@ -109,20 +110,6 @@ def tidy(text: str) -> str:
     """Text from a layout (PDF, HTML, DOCX): control characters as spaces, runs of spaces and blank lines cut."""
     lines = (_SPACES.sub(" ", line).strip() for line in strip_control(text.replace("\r\n", "\n")).split("\n"))
     return _BLANK_LINES.sub("\n\n", "\n".join(lines)).strip()
-
-
-def place(metadata: dict[str, Any], offset: int) -> str:
-    """Where character ``offset`` of a document lies, for a citation: "p. 3", a heading, both, or ""."""
-    parts = []
-    pages = metadata.get("pages")
-    if pages:
-        parts.append(f"p. {bisect.bisect_right(pages, offset)}")
-    sections = metadata.get("sections")
-    if sections:
-        at = bisect.bisect_right([s[0] for s in sections], offset)
-        if at:
-            parts.append(str(sections[at - 1][2]))
-    return ", ".join(parts)
 
 
 def read_pdf(data: bytes) -> Extracted:

@@ -28,6 +28,7 @@ from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import cue, graphs, keywords, kg
 from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
 from hopgraph.index.chunking import analyse_texts, build_layers, headings, searchable
+from hopgraph.index.progress import RunProgress
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.llm import LLM, Usage, open_llm
@@ -44,6 +45,7 @@ class BuildContext:
     progress: bool
     usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
     engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
+    run: RunProgress = field(default_factory=RunProgress.off)  # the build's bar: stages tell it of their work
 
     @functools.cached_property
     def llm(self) -> LLM:
@@ -96,6 +98,7 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
             "heading": headings(layers.chunks.docs, layers.chunks.text, ctx.documents),
             "tokens": layers.chunks.tokens,
             "docs": layers.chunks.docs,
+            "starts": layers.chunks.starts,
             "acl": acl,
         },
     )
@@ -107,6 +110,7 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
             "tokens": layers.units.tokens,
             "docs": layers.units.docs,
             "chunk": layers.units.parent,
+            "starts": layers.units.starts,
         },
     )
     ctx.store.write_table(
@@ -154,9 +158,15 @@ EMBED_SLICE = 1024  # texts per call of the embedder while one progress bar runs
 
 
 def embed_texts(
-    config: HopgraphConfig, texts: list[str], progress: bool = False, embedder: Embedder | None = None
+    config: HopgraphConfig,
+    texts: list[str],
+    progress: bool = False,
+    embedder: Embedder | None = None,
+    done: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
-    """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows."""
+    """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows.
+
+    ``done(texts embedded, all texts)`` is told after each slice (a build's whole-run bar)."""
     cfg = config.embedding
     embedder = embedder or load_embedder(cfg, cached=True)
     if not texts:
@@ -171,11 +181,13 @@ def embed_texts(
                 embed_long_texts(embedder, part, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding)
             )
             bar.update(len(part))
+            if done is not None:
+                done(start + len(part), len(texts))
     return np.concatenate(parts)
 
 
 def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder)
+    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder, ctx.run.within)
 
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
@@ -242,7 +254,9 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
         cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept")
     )
     texts = ctx.store.read_table("chunks")["text"]
-    results, usage = extract(ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress)
+    results, usage = extract(
+        ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress, tell=ctx.run.within
+    )
     counts = write_kg(
         ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress, embedder=ctx.embedder
     )
@@ -304,7 +318,9 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         vectors,
     )
     units, usage = (
-        extract(ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress)
+        extract(
+            ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress, tell=ctx.run.within
+        )
         if len(chosen)
         else ([], Usage())
     )
@@ -531,22 +547,35 @@ def build_index(
         shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
     manifest = start_manifest(store, config, corpus_fingerprint(documents), overwrite)
     store.write_manifest(manifest)
-    ctx = BuildContext(store, config, documents, progress, engine=engine)
-    bar = tqdm(planned_stages(config), desc="index", unit="stage", disable=not progress)
-    for name, stage in bar:
+    run = RunProgress(
+        [name for name, _ in planned_stages(config)], documents, manifest["counts"].get("tokens"), progress
+    )
+    ctx = BuildContext(store, config, documents, progress, engine=engine, run=run)
+    try:
+        return _run_stages(ctx, manifest, stop_after)
+    finally:
+        run.close()
+
+
+def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | None) -> dict:
+    """The stages not done yet, each recorded in the manifest as it finishes; the whole-run bar told."""
+    store, config, engine, run = ctx.store, ctx.config, ctx.engine, ctx.run
+    for number, (name, stage) in enumerate(planned_stages(config)):
         record = manifest["stages"].get(name, {})
         damaged = record.get("done") and store.damaged(record.get("files", {}))
         if record.get("done") and not damaged:
-            bar.set_postfix_str(f"{name} (done earlier)")
+            run.stage(number, name, done_earlier=True)
             continue
         if damaged:
             tqdm.write(f"{damaged}; rebuilding stage {name}", file=sys.stderr)
-        bar.set_postfix_str(name)
+        run.stage(number, name)
         store.take_written()
         started = time.perf_counter()
         ctx.usage = {}
         work_before = _model_work(ctx)
         counts = stage(ctx)
+        if "tokens" in counts:
+            run.counted(counts["tokens"])
         for key, value in counts.items():
             manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
         record = {"done": True, "seconds": round(time.perf_counter() - started, 3), "files": store.take_written()}
@@ -566,6 +595,7 @@ def build_index(
         store.write_manifest(manifest)
         if name == stop_after:
             return manifest
+    run.finish()
     manifest["complete"] = True
     manifest["models"] = {
         "embedding": config.embedding.model,

@@ -20,7 +20,7 @@ from typing import Any
 from hopgraph.config import LLMConfig
 from hopgraph.llm.jsonparse import parse_json
 from hopgraph.llm.templates import prompt
-from hopgraph.llm.types import LLM, ChatRequest, Usage
+from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 from hopgraph.models import count_tokens, get_encoding
 
 # Bounded string lengths matter with small models: their typical failure is a description that
@@ -133,9 +133,18 @@ def fit_passage(passage: str, template: str, config: LLMConfig) -> str:
 
 
 def extract(
-    llm: LLM, task_name: str, passages: Sequence[str], config: LLMConfig, *, progress: bool = False
+    llm: LLM,
+    task_name: str,
+    passages: Sequence[str],
+    config: LLMConfig,
+    *,
+    progress: bool = False,
+    tell: Callable[[int, int], None] | None = None,
 ) -> tuple[list[Any | None], Usage]:
-    """Validated results per passage (None where every attempt failed: the caller's fallback applies)."""
+    """Validated results per passage (None where every attempt failed: the caller's fallback applies).
+
+    ``tell(passages answered, all passages)`` as the first attempt's completions arrive (cached ones
+    first), so a build's whole-run bar follows the calls; retries of the few that failed are not counted."""
     task = TASKS[task_name]
     template = prompt(task.prompt)
     messages = [(("user", template.replace("{passage}", fit_passage(p, template, config))),) for p in passages]
@@ -145,6 +154,13 @@ def extract(
     # either: the cache key then tells a prompt-only completion from a constrained one.
     schema = task.schema if config.structured else None
     pending = list(range(len(passages)))
+    answered: list[int] = []
+
+    def arrived(i: int, completion: Completion) -> None:
+        answered.append(i)
+        if tell is not None:
+            tell(len(answered), len(passages))
+
     for attempt in range(config.parse_retries + 1):
         if not pending:
             break
@@ -152,7 +168,10 @@ def extract(
         temperature = config.temperature if attempt == 0 else max(config.temperature, 0.7)
         requests = [ChatRequest(messages[i], schema, config.max_tokens, temperature, attempt) for i in pending]
         done = llm.complete(
-            requests, progress=progress, desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else "")
+            requests,
+            progress=progress,
+            desc=f"{task_name} extraction" + (f" retry {attempt}" if attempt else ""),
+            on_done=arrived if attempt == 0 and tell is not None else None,
         )
         usage.add(done)
         if attempt:

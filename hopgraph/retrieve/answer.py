@@ -33,7 +33,7 @@ RESERVE_TOKENS = 48
 class Answer:
     text: str  # the answer without citation marks
     found: bool
-    citations: list[dict[str, Any]] = field(default_factory=list)  # evidence number, chunk, documents, path
+    citations: list[dict[str, Any]] = field(default_factory=list)  # evidence number, chunk, documents, places, path
     raw: str = ""
     evidence_dropped: int = 0  # evidence items left out of the prompt to fit the model's context
 
@@ -86,6 +86,7 @@ def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig, keep: i
             "chunk": result.evidence[n - 1].chunk,
             "doc_ids": result.evidence[n - 1].doc_ids,
             "titles": result.evidence[n - 1].titles,
+            "places": result.evidence[n - 1].places,
             "path": result.evidence[n - 1].path,
         }
         for n in cited

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from hopgraph.deadline import check_deadline
+from hopgraph.documents import place
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.loaded import LoadedIndex
 
@@ -40,6 +41,28 @@ class Evidence:
     chunk: int
     doc_ids: list[str]
     titles: list[str]
+    places: list[str] = field(default_factory=list)  # per document: "p. 3", a heading, or "" (see ``places_of``)
+
+    def sources(self) -> list[str]:
+        return source_names(self.doc_ids, self.titles, self.places)
+
+
+def source_names(doc_ids: list[str], titles: list[str], places: list[str] | None = None) -> list[str]:
+    """How a citation names its documents: the title (the id where there is none) and where in it the
+    piece starts, e.g. "Q3 report (p. 2)" or "Handbook (Tools)"."""
+    where = places or [""] * len(doc_ids)
+    return [(t or d) + (f" ({p})" if p else "") for d, t, p in zip(doc_ids, titles, where)]
+
+
+def places_of(index: LoadedIndex, table: dict[str, list], row: int, doc_idx: list[int]) -> list[str]:
+    """Where piece ``row`` starts in each of its documents, as a page or section where the document's
+    format keeps them (PDF, DOCX, HTML). ``starts`` (the piece's start offset in each of its documents,
+    parallel to ``docs``) is read where the index has it; without it, or for plain text, places are ""."""
+    starts = table.get("starts")
+    if starts is None:
+        return [""] * len(doc_idx)
+    metadata = index.documents["metadata"]
+    return [place(metadata[d], int(offset)) for d, offset in zip(doc_idx, starts[row])]
 
 
 @dataclass
@@ -94,10 +117,12 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
         tokens = piece_tokens(index, cand)
         if cand.text is not None:
             text, doc_idx, chunk = cand.text, cand.docs or [], cand.chunk
+            places = [""] * len(doc_idx)
         else:
             table = index.pieces(cand.kind)
             text, doc_idx = table["text"][cand.index], table["docs"][cand.index]
             chunk = int(table["chunk"][cand.index]) if "chunk" in table else int(cand.index)
+            places = places_of(index, table, cand.index, doc_idx)
         if used + tokens > budget:
             misses += 1
             if misses >= MAX_MISSES or budget - used < 8:
@@ -117,6 +142,7 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
                 chunk=chunk,
                 doc_ids=[docs["id"][d] for d in doc_idx],
                 titles=[docs["title"][d] for d in doc_idx],
+                places=places,
             )
         )
     return packed

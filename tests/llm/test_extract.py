@@ -168,7 +168,9 @@ def check_consistent(results, usage, task_name, passages):
 def test_extract_from_the_standin_gives_valid_values_or_recorded_fallbacks(llm_config, task_name, structured):
     config = llm_config.model_copy(update={"structured": structured, "parse_retries": 1})
     llm = open_llm(config)
-    results, usage = extract(llm, task_name, PASSAGES, config)
+    told: list[tuple[int, int]] = []
+    results, usage = extract(llm, task_name, PASSAGES, config, tell=lambda done, total: told.append((done, total)))
+    assert told == [(k, len(PASSAGES)) for k in range(1, len(PASSAGES) + 1)]  # each first answer, as it arrives
     check_consistent(results, usage, task_name, PASSAGES)
     if structured:  # the grammar enforces the schema's string bounds (a looping description is cut, not fatal)
         bound = SENTENCE["maxLength"]
