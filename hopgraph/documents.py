@@ -11,6 +11,15 @@ from typing import Any
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
+def timestamp_of(metadata: dict[str, Any]) -> Any:
+    """A document's time: its own ``timestamp``, else its file's modification time (``modified``).
+
+    Listing, filtering and freshness all use this one rule, so a filter on ``timestamp`` matches
+    what ``hopgraph documents`` shows.
+    """
+    return metadata.get("timestamp") or metadata.get("modified")
+
+
 def text_problem(text: str) -> str | None:
     """Why ``text`` cannot be indexed as a document, or None if it can.
 

@@ -62,7 +62,7 @@ def test_query_takes_a_config_file_over_the_index_settings(index, tmp_path):
 
 @pytest.mark.slow  # loads the embedding model in a fresh process
 def test_query_where_filters_with_operators_and_refuses_unknown_fields(index):
-    where = json.dumps({"timestamp": {"gte": "2024-01-01"}})
+    where = json.dumps({"timestamp": {"gte": "2024-01-01", "lt": "2025-06-01"}})  # files: their mtime, later
     result = json.loads(hopgraph("query", str(index), QUESTIONS[1], "--json", "--where", where).stdout)
     cited = {d for ev in result["evidence"] for d in ev["doc_ids"]}
     assert cited and cited <= {"memo-2024-03", "budget-2025"}

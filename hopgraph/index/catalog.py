@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from hopgraph.documents import timestamp_of
 from hopgraph.index.versions import read_documents
 from hopgraph.store import IndexStore, live_root, live_version
 
@@ -32,7 +33,7 @@ def document_row(doc_id: str, title: str, source: str, metadata: dict[str, Any])
         "title": title,
         "source": source,
         "acl": None if acl is None else [str(group) for group in acl],
-        "timestamp": metadata.get("timestamp") or metadata.get("modified"),
+        "timestamp": timestamp_of(metadata),
     }
 
 

@@ -5,9 +5,10 @@ forbidden passage can never reach a context, a citation or an evidence path.
 
 A ``where`` filter maps a field to a condition: a value (equality), a flat list of values (any of
 them), or an object of operators (``{"gte": "2024-01-01", "lt": "2025-01-01"}``, ``{"in": [...]}``,
-``{"ne": ...}``). Fields are the document columns ``id``, ``title``, ``source`` and the metadata keys
-of the index; an unknown field is refused with the list of known ones (:func:`check_fields`), never
-silently matched against nothing. One implementation serves the command line and the server.
+``{"ne": ...}``). Fields are the document columns ``id``, ``title``, ``source``, the document's
+``timestamp`` (its own, else its file's modification time) and the metadata keys of the index; an
+unknown field is refused with the list of known ones (:func:`check_fields`), never silently matched
+against nothing. One implementation serves the command line and the server.
 
 A ``where`` filter comes from clients, so its size is bounded (:func:`check_where`) and its cost
 is one pass over the documents per key: the allowed values of each key become a set once, and each
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from hopgraph.documents import timestamp_of
 from hopgraph.retrieve.loaded import LoadedIndex
 
 Scalar = (str, int, float, bool, type(None))
@@ -100,6 +102,8 @@ def field_kinds(index: Any, reader: MetadataFilter | None = None) -> dict[str, s
         for meta in compress(docs["metadata"], readable):
             for key, value in meta.items():
                 kinds.setdefault(key, set()).add(_kind(value))
+            if (stamp := timestamp_of(meta)) is not None:
+                kinds.setdefault("timestamp", set()).add(_kind(stamp))
         return kinds
 
     memo = getattr(index, "memo", None)
@@ -181,6 +185,8 @@ def _in_range(value: Any, bounds: list[tuple[str, Any]]) -> bool:
 def _column(docs: dict[str, list], key: str) -> list[Any]:
     if key in COLUMNS and key in docs:
         return docs[key]
+    if key == "timestamp":
+        return [timestamp_of(meta) for meta in docs["metadata"]]
     return [meta.get(key) for meta in docs["metadata"]]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from hopgraph.index.catalog import list_documents
 from hopgraph.retrieve.filters import MetadataFilter, check_where, reader_filter
 from hopgraph.retrieve.loaded import LoadedIndex
 from tests.serve.support import LiveServer, auth
@@ -15,6 +16,10 @@ from tests.serve.support import LiveServer, auth
 @pytest.fixture(scope="module")
 def index(sample_index):
     return LoadedIndex(sample_index)
+
+
+# Files without a timestamp of their own have their modification time (this checkout's, after 2025).
+EARLY = {"gte": "2024-01-01", "lt": "2025-06-01"}
 
 
 def selected(index: LoadedIndex, where: dict, **reader) -> set[str]:
@@ -37,11 +42,23 @@ def test_document_columns_are_filterable(index):
 
 
 def test_ranges_compare_iso_times_with_their_time_zones(index):
-    assert selected(index, {"timestamp": {"gte": "2024-01-01"}}) == {"memo-2024-03", "budget-2025"}
+    assert selected(index, {"timestamp": EARLY}) == {"memo-2024-03", "budget-2025"}
     assert selected(index, {"timestamp": {"gte": "2024-01-01", "lt": "2025-01-01"}}) == {"memo-2024-03"}
     # 10:00 at +01:00 is the memo's own 09:00Z: "lt" excludes it, "lte" keeps it.
     assert "memo-2024-03" not in selected(index, {"timestamp": {"lt": "2024-03-02T10:00:00+01:00"}})
     assert "memo-2024-03" in selected(index, {"timestamp": {"lte": "2024-03-02T10:00:00+01:00"}})
+
+
+def test_a_file_is_filtered_by_the_timestamp_documents_lists(index, sample_index):
+    """A file with no timestamp of its own is listed with its modification time: ``timestamp`` filters
+    on that same value, not only on a ``timestamp`` field some documents carry."""
+    listed = {row["id"]: row["timestamp"] for row in list_documents(sample_index)["documents"]}
+    assert (
+        listed["sorvik.txt"]
+        and "timestamp" not in index.documents["metadata"][index.documents["id"].index("sorvik.txt")]
+    )
+    assert "sorvik.txt" in selected(index, {"timestamp": {"gte": listed["sorvik.txt"]}})
+    assert "sorvik.txt" not in selected(index, {"timestamp": {"lt": listed["sorvik.txt"]}})
 
 
 def test_ranges_compare_numbers_as_numbers(index):
@@ -82,7 +99,7 @@ def test_fields_of_forbidden_documents_are_never_named(index):
     with pytest.raises(ValueError, match="filterable fields: id, source, title$"):
         selected(index, {"timestamp": "x"}, groups=frozenset({"nobody"}), allow_unrestricted=False)
     # The key exists among the readable documents: accepted, and the ACL still applies.
-    assert selected(index, {"timestamp": {"gte": "2024"}}, groups=frozenset({"board"})) == {
+    assert selected(index, {"timestamp": {"gte": "2024", "lt": "2025-06"}}, groups=frozenset({"board"})) == {
         "memo-2024-03",
         "budget-2025",
     }
@@ -103,7 +120,7 @@ def test_the_server_applies_the_same_filter(sample_index, sample_config):
         assert error["code"] == "invalid_filter" and "filterable fields: acl, id, line" in error["message"]
         ranged = client.post(
             "/v1/retrieve",
-            json={"query": "Sorvik budget and vessel", "method": "text", "where": {"timestamp": {"gte": "2024-01-01"}}},
+            json={"query": "Sorvik budget and vessel", "method": "text", "where": {"timestamp": EARLY}},
             headers=auth("admin"),
         )
         assert ranged.status_code == 200, ranged.text

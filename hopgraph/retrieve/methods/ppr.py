@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
+from hopgraph.documents import timestamp_of
 from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.packing import Candidate
@@ -65,7 +66,7 @@ def _minmax(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def _freshness(index: LoadedIndex) -> np.ndarray:
     """Per sub-chunk, 0..1 rank of its newest document timestamp (0 where none)."""
-    stamps = [str(m.get("timestamp") or m.get("modified") or "") for m in index.documents["metadata"]]
+    stamps = [str(timestamp_of(m) or "") for m in index.documents["metadata"]]
     ranks = {s: i for i, s in enumerate(sorted(set(stamps) - {""}))}
     doc_fresh = (
         np.array([(ranks[s] + 1) / len(ranks) if s else 0.0 for s in stamps]) if ranks else np.zeros(len(stamps))
