@@ -61,6 +61,27 @@ def coverage_tables(results: Path = RESULTS) -> str:
     )
 
 
+def evidence() -> str:
+    """Coverage before and after the change that cuts pieces at whole words and sentence starts."""
+    result = _load("evidence_chunking.json")
+    rows = result["rows"]
+    first = rows[0]
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    lines = [
+        "| dataset | ℓ | " + " | ".join(methods) + " |",
+        "|---|---|" + "---|" * len(methods),
+    ]
+    for key in dict.fromkeys((r["dataset"], r["chunk_size"]) for r in rows):
+        by = {r["method"]: r for r in rows if (r["dataset"], r["chunk_size"]) == key}
+        cells = [f"{by[m]['coverage_before']:.1f} → {by[m]['coverage_after']:.1f}" if m in by else "" for m in methods]
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    return (
+        f"Coverage at `{first['commit_before'][:7]}` → `{first['commit_after'][:7]}`, same machine, one sitting "
+        f"(`evidence_chunking.json`, `python3 scripts/compare_evals.py`); largest change down: "
+        f"{result['largest_drop']:+.1f} points.\n\n" + "\n".join(lines)
+    )
+
+
 def speed() -> str:
     s, p = _load("index_speed_musique_l1200.json"), _load("pagerank_vs_networkx.json")
     st = s["stage_seconds"]
@@ -318,6 +339,7 @@ SECTIONS = {
     "scale": scale,
     "incremental": incremental,
     "server": server,
+    "evidence": evidence,
     "cluster": cluster,
 }
 
