@@ -77,7 +77,7 @@ def evidence() -> str:
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
     return (
         f"Coverage at `{first['commit_before'][:7]}` → `{first['commit_after'][:7]}`, same machine, one sitting "
-        f"(`evidence_chunking.json`, `python3 scripts/compare_evals.py`); largest change down: "
+        f"(`evidence_chunking.json`, `python3 scripts/compare_evals.py`); smallest change: "
         f"{result['largest_drop']:+.1f} points.\n\n" + "\n".join(lines)
     )
 
