@@ -61,6 +61,7 @@ class EntityWalk:
     named: np.ndarray  # entity ids the question names
     nearest: np.ndarray  # entity ids whose names are nearest the query vector
     bridges: dict[int, int]  # bridge entity → the first-hop sub-chunk that names it
+    readable: np.ndarray  # readable mentions per entity
 
 
 def entity_layer(index: LoadedIndex) -> EntityLayer | None:
@@ -170,8 +171,9 @@ def entity_walk(
     best = top_indices(np.where(scope.units, dense, -np.inf), SEED_UNITS)
     unit_seeds[best] = np.maximum(dense[best], 0)
     unit_mass, entity_mass = unit_seeds.sum(), entity_seeds.sum()
+    asked_ids = np.asarray(named, dtype=np.int64)
     if unit_mass + entity_mass <= 0:  # nothing readable near the question: nothing to walk from
-        return EntityWalk(np.zeros(n_units), np.zeros(layer.size), np.asarray(named, dtype=np.int64), nearest, {})
+        return EntityWalk(np.zeros(n_units), np.zeros(layer.size), asked_ids, nearest, {}, readable)
     restart = np.concatenate(
         [
             unit_seeds * (UNIT_SHARE / unit_mass if unit_mass else 0.0),
@@ -182,7 +184,7 @@ def entity_walk(
     query.seeds.extend(f"bridge:{layer.display[e]}" for e in bridges)
     walker = _walk(index, layer, scope, xp)
     scores = to_numpy(walker.run(personalization=xp.asarray(restart), damping=damping, tol=1e-7))
-    return EntityWalk(scores[:n_units], scores[n_units:], np.asarray(named, dtype=np.int64), nearest, bridges)
+    return EntityWalk(scores[:n_units], scores[n_units:], asked_ids, nearest, bridges, readable)
 
 
 def entity_path(layer: EntityLayer, walk: EntityWalk, unit: int) -> str | None:
@@ -197,7 +199,7 @@ def entity_path(layer: EntityLayer, walk: EntityWalk, unit: int) -> str | None:
         return f"ppr via entity:{layer.display[int(hit[np.argmax(walk.entities[hit])])]} (named in the query)"
     bridged = [e for e in own.tolist() if walk.bridges.get(e, unit) != unit]
     if bridged:
-        e = max(bridged, key=lambda b: walk.entities[b])
+        e = max(bridged, key=lambda b: walk.entities[b] / max(walk.readable[b], 1))  # what b sends each piece
         return f"ppr via entity:{layer.display[e]} (from unit {walk.bridges[e]})"
     hit = own[np.isin(own, walk.nearest)]
     if len(hit):
