@@ -91,20 +91,25 @@ def readable_entities(layer: EntityLayer, scope: Scope) -> np.ndarray:
     )
 
 
-def _walk(index: LoadedIndex, layer: EntityLayer, scope: Scope, xp: ModuleType) -> RandomWalk:
-    """The walk over [sub-chunks; entities] (mentions both ways, synonyms), cut to the reader's scope."""
+def _walk(index: LoadedIndex, layer: EntityLayer, scope: Scope, xp: ModuleType) -> tuple[RandomWalk, np.ndarray | None]:
+    """The walk over [sub-chunks; entities] (mentions both ways, synonyms) and the nodes it keeps.
 
-    def build(keep: np.ndarray | None) -> RandomWalk:
-        adjacency = sp.bmat([[None, layer.mentions], [layer.mentions.T, layer.synonyms]], format="csr")
-        if keep is not None:
-            allowed = sp.diags(keep.astype(np.float32))
-            adjacency = allowed @ adjacency @ allowed
-        return RandomWalk(sparse_on(xp, adjacency))
-
+    For a restricted reader the walk runs on the readable nodes alone (not on a graph where the
+    others are merely cut off): a forbidden node left in place would still count in the walk's
+    size, and through the start vector and the stopping rule change every score a little.
+    """
+    adjacency = index.memo(
+        "graph",
+        "entity_walk",
+        lambda: sp.bmat([[None, layer.mentions], [layer.mentions.T, layer.synonyms]], format="csr"),
+    )
     if scope.units.all():
-        return index.memo("walk", f"entities:{xp.__name__}", lambda: build(None))
-    keep = np.concatenate([scope.units, readable_entities(layer, scope) > 0])
-    return scope.cached(f"entity_walk:{xp.__name__}", lambda: build(keep))
+        return index.memo("walk", f"entities:{xp.__name__}", lambda: RandomWalk(sparse_on(xp, adjacency))), None
+    kept = np.flatnonzero(np.concatenate([scope.units, readable_entities(layer, scope) > 0]))
+    walker = scope.cached(
+        f"entity_walk:{xp.__name__}", lambda: RandomWalk(sparse_on(xp, adjacency[kept][:, kept].tocsr()))
+    )
+    return walker, kept
 
 
 def question_entities(layer: EntityLayer, text: str, readable: np.ndarray) -> list[int]:
@@ -158,6 +163,7 @@ def entity_walk(
         similarity = index.array(ENTITY_VECTORS) @ query.vector
         similarity = np.where(readable > 0, similarity, -np.inf)
         nearest = top_indices(similarity, seed_entities)
+        nearest = nearest[readable[nearest] > 0]  # fewer readable names than seeds: no unreadable one fills in
         entity_seeds[nearest] = np.maximum(similarity[nearest], 0)
         entity_seeds[named] = 1.0
     else:
@@ -169,6 +175,7 @@ def entity_walk(
     entity_seeds[chosen] = np.maximum(entity_seeds[chosen], BRIDGE_WEIGHT)
     unit_seeds = np.zeros(n_units)
     best = top_indices(np.where(scope.units, dense, -np.inf), SEED_UNITS)
+    best = best[scope.units[best]]
     unit_seeds[best] = np.maximum(dense[best], 0)
     unit_mass, entity_mass = unit_seeds.sum(), entity_seeds.sum()
     asked_ids = np.asarray(named, dtype=np.int64)
@@ -182,8 +189,12 @@ def entity_walk(
     )
     query.seeds.extend(f"entity:{layer.display[e]}" for e in named)
     query.seeds.extend(f"bridge:{layer.display[e]}" for e in bridges)
-    walker = _walk(index, layer, scope, xp)
-    scores = to_numpy(walker.run(personalization=xp.asarray(restart), damping=damping, tol=1e-7))
+    walker, kept = _walk(index, layer, scope, xp)
+    if kept is None:
+        scores = to_numpy(walker.run(personalization=xp.asarray(restart), damping=damping, tol=1e-7))
+    else:
+        scores = np.zeros(len(restart))
+        scores[kept] = to_numpy(walker.run(personalization=xp.asarray(restart[kept]), damping=damping, tol=1e-7))
     return EntityWalk(scores[:n_units], scores[n_units:], asked_ids, nearest, bridges, readable)
 
 
