@@ -144,7 +144,13 @@ SCHEMA: dict[str, Artifact] = {
             "named entity or document title (no LLM): name (normalised), label (spaCy's, or TITLE), display",
         ),
         Artifact(ENTITY_MENTIONS, "graph", "entities", "U × G", "1 where the sub-chunk names the entity"),
-        Artifact(ENTITY_VECTORS, "array", "entities", "G × d", "entity-name embedding"),
+        Artifact(
+            ENTITY_VECTORS,
+            "array",
+            "entities",
+            "G × d",
+            "entity-name embedding (titles and names in ≥ 2 sub-chunks; zero rows elsewhere)",
+        ),
         Artifact(ENTITY_SYNONYMS, "graph", "entities", "G × G", "symmetric: name cosine where ≥ the synonym threshold"),
     ]
 }

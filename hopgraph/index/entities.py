@@ -82,6 +82,12 @@ def synonym_edges(vectors: np.ndarray, threshold: float, k: int) -> sp.csr_matri
     return edges.maximum(edges.T).tocsr()
 
 
+def _spread(graph: sp.csr_matrix, rows: np.ndarray, n: int) -> sp.csr_matrix:
+    """``graph`` over the entities ``rows``, as an n × n graph over all entities."""
+    coo = graph.tocoo()
+    return sp.csr_matrix((coo.data, (rows[coo.row], rows[coo.col])), shape=(n, n))
+
+
 def write_entity_layer(
     store: IndexStore,
     embed: Callable[[list[str]], np.ndarray],
@@ -98,11 +104,22 @@ def write_entity_layer(
         store.read_table("units")["docs"],
         store.read_table("documents")["title"],
     )
-    dim = store.read_array("unit_vectors", mmap=True).shape[1]
-    vectors = normalize_rows(np.asarray(embed(display), dtype=np.float32)) if names else np.zeros((0, dim), np.float32)
-    synonyms = synonym_edges(vectors, synonym_threshold, synonym_k)
+    # Only a title or a name found in two sub-chunks or more gets a vector (the rest are zero rows): a
+    # name in one passage adds nothing to what that passage's own vector finds, and embedding every
+    # one (about five of six names) cost as much as embedding the sentences.
+    embedded = np.flatnonzero((mentions.getnnz(axis=0) >= 2) | (np.asarray(labels) == TITLE))
+    vectors = np.zeros((len(names), store.read_array("unit_vectors", mmap=True).shape[1]), np.float32)
+    if len(embedded):
+        vectors[embedded] = normalize_rows(np.asarray(embed([display[e] for e in embedded]), dtype=np.float32))
+    synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k)
+    synonyms = _spread(synonyms, embedded, len(names))
     store.write_table(ENTITIES, {"name": names, "label": labels, "display": display})
     store.write_graph(ENTITY_MENTIONS, mentions)
     store.write_array(ENTITY_VECTORS, vectors)
     store.write_graph(ENTITY_SYNONYMS, synonyms)
-    return {"entities": len(names), "entity_mentions": int(mentions.nnz), "entity_synonyms": int(synonyms.nnz // 2)}
+    return {
+        "entities": len(names),
+        "entity_mentions": int(mentions.nnz),
+        "entity_synonyms": int(synonyms.nnz // 2),
+        "entity_vectors": len(embedded),
+    }

@@ -163,7 +163,8 @@ def entity_walk(
         similarity = index.array(ENTITY_VECTORS) @ query.vector
         similarity = np.where(readable > 0, similarity, -np.inf)
         nearest = top_indices(similarity, seed_entities)
-        nearest = nearest[readable[nearest] > 0]  # fewer readable names than seeds: no unreadable one fills in
+        # Fewer readable (or embedded) names than seed slots: no unreadable or unembedded one fills in.
+        nearest = nearest[(readable[nearest] > 0) & (similarity[nearest] > 0)]
         entity_seeds[nearest] = np.maximum(similarity[nearest], 0)
         entity_seeds[named] = 1.0
     else:
