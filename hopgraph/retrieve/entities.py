@@ -63,6 +63,10 @@ class EntityWalk:
     bridges: dict[int, int]  # bridge entity → the first-hop sub-chunk that names it
     readable: np.ndarray  # readable mentions per entity
 
+    def __post_init__(self) -> None:
+        self.named_set = set(self.named.tolist())  # membership per piece while paths are written
+        self.nearest_set = set(self.nearest.tolist())
+
 
 def entity_layer(index: LoadedIndex) -> EntityLayer | None:
     """The index's entity layer, or None where the index was built without it."""
@@ -160,8 +164,10 @@ def entity_walk(
     named = question_entities(layer, query.text, readable)
     entity_seeds = np.zeros(layer.size)
     if layer.size:
-        similarity = index.array(ENTITY_VECTORS) @ query.vector
-        similarity = np.where(readable > 0, similarity, -np.inf)
+        embedded = index.memo("entities", "embedded", lambda: np.flatnonzero(index.array(ENTITY_VECTORS).any(axis=1)))
+        vectors = index.memo("entities", "vectors", lambda: np.ascontiguousarray(index.array(ENTITY_VECTORS)[embedded]))
+        similarity = np.full(layer.size, -np.inf)
+        similarity[embedded] = np.where(readable[embedded] > 0, vectors @ query.vector, -np.inf)
         nearest = top_indices(similarity, seed_entities)
         # Fewer readable (or embedded) names than seed slots: no unreadable or unembedded one fills in.
         nearest = nearest[(readable[nearest] > 0) & (similarity[nearest] > 0)]
@@ -203,17 +209,15 @@ def entity_path(layer: EntityLayer, walk: EntityWalk, unit: int) -> str | None:
     """How the entity channel reached ``unit``: query → entity → piece for an entity the question names,
     piece → shared entity → piece for a bridge (naming the first-hop piece), query → entity → piece for
     an entity near the query; None if none of them."""
-    own = layer.mentions.indices[layer.mentions.indptr[unit] : layer.mentions.indptr[unit + 1]]
-    if not len(own):
-        return None
-    hit = own[np.isin(own, walk.named)]
-    if len(hit):
-        return f"ppr via entity:{layer.display[int(hit[np.argmax(walk.entities[hit])])]} (named in the query)"
-    bridged = [e for e in own.tolist() if walk.bridges.get(e, unit) != unit]
+    own = layer.mentions.indices[layer.mentions.indptr[unit] : layer.mentions.indptr[unit + 1]].tolist()
+    named = [e for e in own if e in walk.named_set]
+    if named:
+        return f"ppr via entity:{layer.display[max(named, key=walk.entities.__getitem__)]} (named in the query)"
+    bridged = [e for e in own if walk.bridges.get(e, unit) != unit]
     if bridged:
         e = max(bridged, key=lambda b: walk.entities[b] / max(walk.readable[b], 1))  # what b sends each piece
         return f"ppr via entity:{layer.display[e]} (from unit {walk.bridges[e]})"
-    hit = own[np.isin(own, walk.nearest)]
-    if len(hit):
-        return f"ppr via entity:{layer.display[int(hit[np.argmax(walk.entities[hit])])]} (near the query)"
+    near = [e for e in own if e in walk.nearest_set]
+    if near:
+        return f"ppr via entity:{layer.display[max(near, key=walk.entities.__getitem__)]} (near the query)"
     return None
