@@ -56,6 +56,13 @@ class PprMethod(Section):
     seed_entities: int = Field(
         10, ge=1, le=10_000, description="Entity seeds besides those the question names: names nearest the query."
     )
+    bridge_entities: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description="Second hop: entities named by the best first-hop passages (not by the question) that seed the "
+        "entity walk too, the most specific first; 0: no second hop.",
+    )
     lexical_weight: float = Field(
         0.0,
         ge=0,

@@ -33,7 +33,6 @@ MAX_NGRAM = 6  # longest entity name matched in a question, in words
 SEED_UNITS = 20  # sub-chunks restarting the walk, by dense score
 UNIT_SHARE = 0.5  # of the restart mass, the share on sub-chunks (the rest on entities)
 HOP_UNITS = 3  # best first-hop passages whose entities seed the second hop
-BRIDGES = 5  # entities of those passages that seed it (the most specific ones)
 BRIDGE_WEIGHT = 0.5  # a bridge's restart weight relative to a question entity's
 
 
@@ -133,15 +132,17 @@ def question_entities(layer: EntityLayer, text: str, readable: np.ndarray) -> li
     return found
 
 
-def _bridges(layer: EntityLayer, first_hop: np.ndarray, seeded: np.ndarray, readable: np.ndarray) -> dict[int, int]:
-    """Up to BRIDGES entities named by the first-hop sub-chunks and not seeded by the question: those
+def _bridges(
+    layer: EntityLayer, first_hop: np.ndarray, seeded: np.ndarray, readable: np.ndarray, limit: int
+) -> dict[int, int]:
+    """Up to ``limit`` entities named by the first-hop sub-chunks and not seeded by the question: those
     named elsewhere too (else they lead nowhere), fewest readable mentions first (the most specific)."""
     found: dict[int, int] = {}
     for unit in first_hop.tolist():
         for entity in layer.mentions.indices[layer.mentions.indptr[unit] : layer.mentions.indptr[unit + 1]].tolist():
             if readable[entity] >= 2 and not seeded[entity]:
                 found.setdefault(entity, unit)
-    chosen = sorted(found, key=lambda e: (readable[e], e))[:BRIDGES]
+    chosen = sorted(found, key=lambda e: (readable[e], e))[:limit]
     return {e: found[e] for e in chosen}
 
 
@@ -154,6 +155,7 @@ def entity_walk(
     first_hop: np.ndarray,
     *,
     seed_entities: int,
+    bridges: int,
     damping: float,
     xp: ModuleType = np,
 ) -> EntityWalk:
@@ -177,8 +179,8 @@ def entity_walk(
         nearest = np.zeros(0, dtype=np.int64)
     asked = np.zeros(layer.size, dtype=bool)
     asked[named] = True
-    bridges = _bridges(layer, first_hop, asked, readable)
-    chosen = list(bridges)
+    found = _bridges(layer, first_hop, asked, readable, bridges)
+    chosen = list(found)
     entity_seeds[chosen] = np.maximum(entity_seeds[chosen], BRIDGE_WEIGHT)
     unit_seeds = np.zeros(n_units)
     best = top_indices(np.where(scope.units, dense, -np.inf), SEED_UNITS)
@@ -195,14 +197,14 @@ def entity_walk(
         ]
     )
     query.seeds.extend(f"entity:{layer.display[e]}" for e in named)
-    query.seeds.extend(f"bridge:{layer.display[e]}" for e in bridges)
+    query.seeds.extend(f"bridge:{layer.display[e]}" for e in found)
     walker, kept = _walk(index, layer, scope, xp)
     if kept is None:
         scores = to_numpy(walker.run(personalization=xp.asarray(restart), damping=damping, tol=1e-7))
     else:
         scores = np.zeros(len(restart))
         scores[kept] = to_numpy(walker.run(personalization=xp.asarray(restart[kept]), damping=damping, tol=1e-7))
-    return EntityWalk(scores[:n_units], scores[n_units:], asked_ids, nearest, bridges, readable)
+    return EntityWalk(scores[:n_units], scores[n_units:], asked_ids, nearest, found, readable)
 
 
 def entity_path(layer: EntityLayer, walk: EntityWalk, unit: int) -> str | None:

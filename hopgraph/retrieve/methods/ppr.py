@@ -125,7 +125,16 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     if layer is not None:
         first_hop = top_indices(np.where(scope.units, score, -np.inf), HOP_UNITS)
         entities = entity_walk(
-            index, layer, query, scope, text, first_hop, seed_entities=cfg.seed_entities, damping=cfg.damping, xp=xp
+            index,
+            layer,
+            query,
+            scope,
+            text,
+            first_hop,
+            seed_entities=cfg.seed_entities,
+            bridges=cfg.bridge_entities,
+            damping=cfg.damping,
+            xp=xp,
         )
         score = score + cfg.entity_weight * _minmax(entities.units, scope.units)
 
