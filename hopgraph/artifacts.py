@@ -6,8 +6,9 @@ declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdo
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
 dimension; KG: E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge units,
-N entity nodes. Vectors are float32 with unit-length rows (all-zero where there was nothing to
-embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as .npz.
+N entity nodes; entity layer: G entities (spaCy names and titles). Vectors are float32 with unit-length rows
+(all-zero where there was nothing to embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as
+.npz.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = (
 KG_SURFACE_VECTORS = "kg_surface_vectors"
 CUE_UNITS, CUE_ENTITIES, CUE_UNIT_ENTITIES = "cue_units", "cue_entities", "cue_unit_entities"
 CUE_UNIT_VECTORS, CUE_ENTITY_VECTORS = "cue_unit_vectors", "cue_entity_vectors"
+ENTITIES, ENTITY_MENTIONS, ENTITY_VECTORS, ENTITY_SYNONYMS = (
+    "entities",
+    "entity_mentions",
+    "entity_vectors",
+    "entity_synonyms",
+)
 
 SCHEMA: dict[str, Artifact] = {
     a.name: a
@@ -141,6 +148,22 @@ SCHEMA: dict[str, Artifact] = {
         Artifact(CUE_UNIT_ENTITIES, "graph", "cue_graph", "Q × N", "1 where the unit mentions the entity"),
         Artifact(CUE_UNIT_VECTORS, "array", "cue_graph", "Q × d", "knowledge-unit embedding"),
         Artifact(CUE_ENTITY_VECTORS, "array", "cue_graph", "N × d", "entity-name embedding"),
+        Artifact(
+            ENTITIES,
+            "table",
+            "entities",
+            "G",
+            "named entity or document title (no LLM): name (normalised), label (spaCy's, or TITLE), display",
+        ),
+        Artifact(ENTITY_MENTIONS, "graph", "entities", "U × G", "1 where the sub-chunk names the entity"),
+        Artifact(
+            ENTITY_VECTORS,
+            "array",
+            "entities",
+            "G × d",
+            "entity-name embedding (titles and names in ≥ 2 sub-chunks; zero rows elsewhere)",
+        ),
+        Artifact(ENTITY_SYNONYMS, "graph", "entities", "G × G", "symmetric: name cosine where ≥ the synonym threshold"),
     ]
 }
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 from collections.abc import Sequence
+from pathlib import Path
 
+from hopgraph.cache import JsonCache
 from hopgraph.errors import DependencyError
 from hopgraph.text import NORMALISATION, normalise_entity
 
@@ -51,6 +53,18 @@ def ner_model_key() -> str:
     except importlib.metadata.PackageNotFoundError:
         version = "absent"
     return f"{SPACY_MODEL}:spacy-{version}:{NORMALISATION}"
+
+
+def cached_entity_names(texts: Sequence[str], cache: str | Path | None = None) -> list[list[tuple[str, str]]]:
+    """:func:`entity_names`, with ``cache`` (a SQLite file) sending only texts it lacks to spaCy."""
+    if cache is None:
+        return entity_names(texts)
+    store = JsonCache(cache, ner_model_key())
+    try:
+        found = store.get_or_compute(texts, entity_names)
+    finally:
+        store.close()
+    return [[(name, label) for name, label in per_text] for per_text in found]
 
 
 def query_entities(text: str) -> list[str]:

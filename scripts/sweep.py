@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hopgraph.evaluate.metrics import coverage_hit
+from hopgraph.evaluate.metrics import RECALL_AT, coverage_hit, supporting_recall_at
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.retrieve.retriever import Retriever
@@ -44,10 +44,16 @@ def main() -> None:
     for values in itertools.product(*grid.values()):
         settings = dict(zip(grid, values))
         started = time.perf_counter()
-        contexts = [
-            retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings).context
+        results = [
+            retriever.retrieve(q.text, method=args.method, vector=v, overrides=settings)
             for v, q in zip(vectors, bench.questions)
         ]
+        contexts = [r.context for r in results]
+        seconds = [r.seconds for r in results]
+        recall_at = {
+            k: [supporting_recall_at(r.doc_ids, q.supporting_ids, k) for r, q in zip(results, bench.questions)]
+            for k in RECALL_AT
+        }
         hits = [coverage_hit(c, q.answers) for c, q in zip(contexts, bench.questions)]
         word_hits = [coverage_hit(c, q.answers, whole_words=True) for c, q in zip(contexts, bench.questions)]
         rows.append(
@@ -56,6 +62,12 @@ def main() -> None:
                 "coverage": round(100 * float(np.mean(hits)), 2),
                 "coverage_whole_word": round(100 * float(np.mean(word_hits)), 2),
                 "seconds": round(time.perf_counter() - started, 1),
+                "query_ms_p50": round(1000 * float(np.median(seconds)), 2),
+                **{
+                    f"supporting_recall_at_{k}": round(100 * float(np.mean([x for x in r if x is not None])), 2)
+                    for k, r in recall_at.items()
+                    if any(x is not None for x in r)
+                },
             }
         )
         print(json.dumps(rows[-1]), flush=True)

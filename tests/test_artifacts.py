@@ -45,6 +45,7 @@ def test_shapes_follow_the_schema(cue_index):
         "K": "keywords",
         "Q": "cue_units",
         "N": "cue_entities",
+        "G": "entities",
     }
     size = {letter: len(next(iter(tables[name].values()))) for letter, name in rows.items()}
     size["d"] = store.read_array("unit_vectors").shape[1]

@@ -199,6 +199,15 @@ class GraphConfig(Section):
         description="Up to this many chunks the cosine side of the KNN graph is exact (blocked top-k, n² work); "
         "above it, FAISS inverted lists (approximate, near-linear).",
     )
+    synonym_threshold: float = Field(
+        0.9,
+        ge=-1,
+        le=1,
+        description="Entity layer: two entity names are linked as synonyms where their embeddings' cosine is ≥ this.",
+    )
+    synonym_k: int = Field(
+        5, ge=0, le=100, description="Entity layer: synonym edges considered per entity name (its nearest names)."
+    )
 
 
 class LLMConfig(Section):

@@ -45,6 +45,31 @@ class PprMethod(Section):
     )
     seed_keywords: int = Field(25, ge=1, le=100_000, description="Query seeds: keywords most similar to the query.")
     damping: float = Field(0.5, gt=0, lt=1, description="PPR continuation probability (low = stay near the seeds).")
+    entity_weight: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="ε: weight of personalised PageRank over the entity layer (named entities and titles, with a "
+        "second hop through entities of the best first-hop passages); 0 or an index without the layer: unused. "
+        "Swept on MuSiQue-500 and HotpotQA-500 (scripts/results/sweeps/ppr_entity_weight_*).",
+    )
+    seed_entities: int = Field(
+        10, ge=1, le=10_000, description="Entity seeds besides those the question names: names nearest the query."
+    )
+    bridge_entities: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description="Second hop: entities named by the best first-hop passages (not by the question) that seed the "
+        "entity walk too, the most specific first; 0: no second hop.",
+    )
+    lexical_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="λ: weight of BM25 over the question's keywords (0: on MuSiQue-500 every weight tried lowered "
+        "Coverage, scripts/results/sweeps/ppr_lexical_weight_*).",
+    )
 
 
 class KgMethod(Section):

@@ -67,6 +67,14 @@ def supporting_recall(retrieved_doc_ids: Iterable[str], supporting_ids: Sequence
     return len(wanted & set(retrieved_doc_ids)) / len(wanted)
 
 
+RECALL_AT = (2, 5)  # passages ranked, as HippoRAG 2 reports supporting-passage recall
+
+
+def supporting_recall_at(ranked_doc_ids: Sequence[str], supporting_ids: Sequence[str] | None, k: int) -> float | None:
+    """:func:`supporting_recall` of the first ``k`` distinct passages in retrieval order."""
+    return supporting_recall(list(dict.fromkeys(ranked_doc_ids))[:k], supporting_ids)
+
+
 def aggregate(per_question: list[dict[str, Any]]) -> dict[str, float | None]:
     """Mean of every numeric (or boolean) field over the questions, ignoring None.
 

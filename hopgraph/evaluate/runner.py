@@ -14,7 +14,15 @@ from tqdm import tqdm
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import IndexFormatError
 from hopgraph.evaluate import report
-from hopgraph.evaluate.metrics import accuracy, coverage_hit, exact_match, f1_score, supporting_recall
+from hopgraph.evaluate.metrics import (
+    RECALL_AT,
+    accuracy,
+    coverage_hit,
+    exact_match,
+    f1_score,
+    supporting_recall,
+    supporting_recall_at,
+)
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.pipeline import build_index, peak_memory_mb
 from hopgraph.index.versions import live_version
@@ -78,6 +86,7 @@ def evaluate(
     llm = open_llm(config.llm) if answers else None
     for method in methods:
         hits, word_hits, recalls, latencies, results = [], [], [], [], []
+        recalls_at: dict[int, list[float]] = {k: [] for k in RECALL_AT}
         for q, vector in tqdm(list(zip(bench.questions, vectors)), desc=method, unit="q", disable=not progress):
             result = retriever.retrieve(q.text, method=method, vector=vector)
             results.append(result)
@@ -87,11 +96,17 @@ def evaluate(
             recall = supporting_recall(result.doc_ids, q.supporting_ids)
             if recall is not None:
                 recalls.append(recall)
+                for k in RECALL_AT:
+                    recalls_at[k].append(supporting_recall_at(result.doc_ids, q.supporting_ids, k) or 0.0)
         record: dict[str, Any] = {
             "method": method,
             "coverage": round(100.0 * float(np.mean(hits)), 2),
             "coverage_whole_word": round(100.0 * float(np.mean(word_hits)), 2),
             "supporting_recall": round(100.0 * float(np.mean(recalls)), 2) if recalls else None,
+            **{
+                f"supporting_recall_at_{k}": round(100.0 * float(np.mean(r)), 2) if r else None
+                for k, r in recalls_at.items()
+            },
             "latency_ms_p50": percentile_ms(latencies, 50),
             "latency_ms_p95": percentile_ms(latencies, 95),
         }

@@ -19,11 +19,10 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.cache import JsonCache
 from hopgraph.errors import InputError
 from hopgraph.kernels import cosine_topk, normalize_rows
 from hopgraph.models import count_tokens
-from hopgraph.ner import entity_names, ner_model_key
+from hopgraph.ner import cached_entity_names
 from hopgraph.store import IndexStore
 
 WORD = re.compile(r"[^\W_]+")
@@ -223,18 +222,6 @@ def select_chunks(
 
 
 # ------------------------------------------------------------------------------------ graph
-def _entities(texts: Sequence[str], cache: str | Path | None = None) -> list[list[tuple[str, str]]]:
-    """(normalised name, label) per text; with ``cache`` (a SQLite file) only texts it lacks go to spaCy."""
-    if cache is None:
-        return entity_names(texts)
-    store = JsonCache(cache, ner_model_key())
-    try:
-        found = store.get_or_compute(texts, entity_names)
-    finally:
-        store.close()
-    return [[(name, label) for name, label in per_text] for per_text in found]
-
-
 def _unit_vectors(store: IndexStore, texts: list[str], embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
     """Unit vectors, embedding only texts the index has not embedded as sentences already.
 
@@ -288,7 +275,7 @@ def write_cue_graph(
     owner = [c for c, _, _ in kept]
     texts = [t for _, t, _ in kept]
     sources = [s for _, _, s in kept]
-    per_unit = _entities(texts, entity_cache)
+    per_unit = cached_entity_names(texts, entity_cache)
     entity_ids: dict[str, int] = {}
     labels: dict[str, Counter] = {}
     indptr, indices = [0], []

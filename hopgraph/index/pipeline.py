@@ -25,7 +25,7 @@ from tqdm import tqdm
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.index import cue, graphs, keywords, kg
+from hopgraph.index import cue, entities, graphs, keywords, kg
 from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
 from hopgraph.index.chunking import analyse_texts, build_layers, headings, searchable
 from hopgraph.index.progress import RunProgress
@@ -247,6 +247,18 @@ def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
     return {"concept_edges": int(concepts.nnz // 2)}
 
 
+def stage_entities(ctx: BuildContext) -> dict[str, int]:
+    """The LLM-free entity layer: spaCy names and titles per sub-chunk, name vectors, synonym edges."""
+    cfg = ctx.config.graph
+    return entities.write_entity_layer(
+        ctx.store,
+        lambda texts: _embed(ctx, texts),
+        analysis_cache_path(ctx.config, "entities.sqlite"),
+        synonym_threshold=cfg.synonym_threshold,
+        synonym_k=cfg.synonym_k,
+    )
+
+
 def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     """LLM entities and relations for the configured chunk set, resolved into one graph."""
     cfg = ctx.config
@@ -392,6 +404,12 @@ STAGES: list[Stage] = [
         ("keywords", "keyword_vectors"),
     ),
     Stage(
+        "entities",
+        stage_entities,
+        ("graph.synonym_threshold", "graph.synonym_k", *EMBEDDING),
+        ("chunks", "embed_units"),
+    ),
+    Stage(
         "kg_extract",
         stage_kg_extract,
         (
@@ -463,12 +481,15 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     stored = manifest.get("stage_settings")
     if stored is None:  # written before per-stage keys: its LLM-free stages match if its build settings do
         same = manifest.get("build_settings") == config.build_settings()
-        stored = {stage.name: keys[stage.name] for stage in STAGES if same and not stage.llm and stage.name in keys}
+        stored = {
+            stage.name: keys[stage.name] if same else "" for stage in STAGES if not stage.llm and stage.name in keys
+        }
     changed = [
         stage.name
         for stage in STAGES
         if stage.name in keys
-        and stored.get(stage.name) != keys[stage.name]
+        and stage.name in stored  # a stage added since the index was built is simply run
+        and stored[stage.name] != keys[stage.name]
         and (stage.name in manifest["stages"] or not stage.llm)
     ]
     refused = [name for name in changed if name not in LLM_STAGES]

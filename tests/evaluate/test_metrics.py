@@ -12,6 +12,7 @@ from hopgraph.evaluate.metrics import (
     f1_score,
     normalize_answer,
     supporting_recall,
+    supporting_recall_at,
 )
 
 
@@ -67,6 +68,13 @@ def test_supporting_recall() -> None:
     assert supporting_recall([], ["a"]) == 0.0
     assert supporting_recall(["a"], None) is None
     assert supporting_recall(["a"], []) is None
+
+
+def test_supporting_recall_at_counts_the_first_k_distinct_passages_in_order() -> None:
+    ranked = ["x", "a", "x", "y", "b"]  # a passage in two pieces counts once, where it first appears
+    assert supporting_recall_at(ranked, ["a", "b"], 2) == 0.5
+    assert supporting_recall_at(ranked, ["a", "b"], 4) == 1.0
+    assert supporting_recall_at(ranked, None, 2) is None
 
 
 def test_aggregate_means_fields_and_ignores_none() -> None:

@@ -22,29 +22,38 @@ from hopgraph.retrieve.registry import register
 K1, B = 1.2, 0.75  # the usual BM25 constants
 
 
+def bm25_scores(index: LoadedIndex, keyword_ids: list[int], readable: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(BM25 score, matched keyword with the largest idf or -1) per sub-chunk, over readable ones only."""
+    postings = index.keyword_units  # keywords × sub-chunks
+    n_units, n_readable = len(readable), int(readable.sum())
+    scores = np.zeros(n_units)
+    best = np.full(n_units, -1, dtype=np.int64)
+    best_idf = np.zeros(n_units)
+    lengths = index.unit_tokens.astype(np.float64)
+    mean_length = lengths[readable].mean() if n_readable else 1.0
+    norm = K1 * (1 - B + B * lengths / max(mean_length, 1.0))
+    for kw in keyword_ids:
+        units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
+        units = units[readable[units]]
+        idf = np.log1p((n_readable - len(units) + 0.5) / (len(units) + 0.5))
+        scores[units] += idf * (K1 + 1) / (1 + norm[units])
+        stronger = units[idf > best_idf[units]]
+        best[stronger], best_idf[stronger] = kw, idf
+    return scores, best
+
+
 @register(
     "bm25",
     order=15,
     description="Sub-chunks by BM25 over the question's keywords (binary term frequency; the lexical baseline).",
 )
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
-    postings = index.keyword_units  # keywords × sub-chunks
-    readable = scope.units
-    n_units, n_readable = len(readable), int(readable.sum())
-    scores = np.zeros(n_units)
-    best = np.full(n_units, -1, dtype=np.int64)  # the matched keyword with the largest idf, for the path
-    best_idf = np.zeros(n_units)
-    lengths = index.unit_tokens.astype(np.float64)
-    mean_length = lengths[readable].mean() if n_readable else 1.0
-    norm = K1 * (1 - B + B * lengths / max(mean_length, 1.0))
+    postings = index.keyword_units
     for kw in query.keyword_ids:
-        units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
-        units = units[readable[units]]
-        if len(units) and len(query.seeds) < SEEDS_TRACED:
+        if len(query.seeds) >= SEEDS_TRACED:
+            break
+        if scope.units[postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]].any():
             query.seeds.append(f"keyword:{index.keywords[kw]}")
-        idf = np.log1p((n_readable - len(units) + 0.5) / (len(units) + 0.5))
-        scores[units] += idf * (K1 + 1) / (1 + norm[units])
-        stronger = units[idf > best_idf[units]]
-        best[stronger], best_idf[stronger] = kw, idf
-    matched = readable & (scores > 0)
+    scores, best = bm25_scores(index, query.keyword_ids, scope.units)
+    matched = scope.units & (scores > 0)
     return ranked("unit", scores, matched, lambda u: f"bm25 via keyword:{index.keywords[best[u]]}")

@@ -1,8 +1,11 @@
-"""Hybrid fused score (KG-RAG practice §3): s = α·text + β·PPR + γ·path + δ·meta over sub-chunks.
+"""Hybrid fused score (KG-RAG practice §3): s = α·text + β·PPR + γ·path + δ·meta + ε·entities + λ·BM25
+over sub-chunks.
 
 Seeds are the query's own keywords (exact words, IDF-weighted) and the keywords whose sentence-level
 vectors are nearest the query. Personalised PageRank runs on the keyword–sub-chunk bipartite graph,
 so a sub-chunk scores when it is close to several seeds, directly or through shared keywords.
+The entity term walks the index's entity layer (:mod:`hopgraph.retrieve.entities`), including a
+second hop from the best first-hop passages; the lexical term is the ``bm25`` method's score.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import scipy.sparse as sp
 from hopgraph.config import RetrievalConfig
 from hopgraph.documents import timestamp_of
 from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
+from hopgraph.retrieve.entities import HOP_UNITS, entity_layer, entity_path, entity_walk
 from hopgraph.retrieve.loaded import LoadedIndex
+from hopgraph.retrieve.methods.bm25 import bm25_scores
 from hopgraph.retrieve.packing import Candidate
 from hopgraph.retrieve.query import (
     SEEDS_TRACED,
@@ -79,8 +84,8 @@ def _freshness(index: LoadedIndex) -> np.ndarray:
     order=50,
     needs=(),
     settings="ppr",
-    description="Hybrid score: text cosine + personalised PageRank over keywords + seed paths + freshness (KG-RAG "
-    "practice).",
+    description="Hybrid score: text cosine + personalised PageRank over keywords and over entities (with a second "
+    "hop) + seed paths + freshness + BM25 (KG-RAG practice).",
 )
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
     cfg = config.ppr
@@ -106,15 +111,38 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     )
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
+    text = _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)
     score = (
-        cfg.text_weight * _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)
+        cfg.text_weight * text
         + cfg.graph_weight * _minmax(walk, scope.units)
         + cfg.path_weight * _minmax(seed_hits, scope.units)
     )
     if cfg.meta_weight:
         score = score + cfg.meta_weight * _freshness(index)
+    if cfg.lexical_weight:
+        score = score + cfg.lexical_weight * _minmax(bm25_scores(index, query.keyword_ids, scope.units)[0], scope.units)
+    layer = entity_layer(index) if cfg.entity_weight else None
+    entities = None
+    if layer is not None:
+        first_hop = top_indices(np.where(scope.units, score, -np.inf), HOP_UNITS)
+        entities = entity_walk(
+            index,
+            layer,
+            query,
+            scope,
+            text,
+            first_hop,
+            seed_entities=cfg.seed_entities,
+            bridges=cfg.bridge_entities,
+            damping=cfg.damping,
+            xp=xp,
+        )
+        score = score + cfg.entity_weight * _minmax(entities.units, scope.units)
 
     def path(unit: int) -> str:
+        bridged = entity_path(layer, entities, unit) if layer is not None and entities is not None else None
+        if bridged:
+            return bridged
         own = unit_keywords.indices[unit_keywords.indptr[unit] : unit_keywords.indptr[unit + 1]]
         best = own[np.argmax(seeds[own])] if len(own) else -1
         return f"ppr via keyword:{index.keywords[best]}" if best >= 0 and seeds[best] > 0 else "ppr"

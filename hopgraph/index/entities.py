@@ -1,0 +1,125 @@
+"""The entity layer, built without an LLM: named entities and document titles linked to sub-chunks.
+
+Keywords are single words, so a multi-word name ("Ermengarde of Tours") never becomes one node and
+nothing ties a passage to the entity it names. Here every sub-chunk is linked to the spaCy named
+entities of its sentences (NER results cached per sentence, the same cache CUE-RAG uses) and to the
+titles of its documents (a titled paragraph is about its title, whether or not the text repeats it).
+Names are canonical through :func:`hopgraph.text.normalise_entity`; names whose embeddings are close
+get synonym edges (top-k per name, never all pairs), as HippoRAG 2 links its LLM-extracted phrases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.kernels import cosine_topk, normalize_rows
+from hopgraph.ner import cached_entity_names
+from hopgraph.store import IndexStore
+from hopgraph.text import normalise_entity
+
+# Numbers, amounts and dates name no thing to bridge through: "one" or "1990" would join unrelated passages.
+SKIPPED_LABELS = frozenset({"CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY", "TIME", "DATE"})
+TITLE = "TITLE"
+
+
+def unit_entities(
+    sentence_units: Sequence[int],
+    sentence_names: Sequence[Sequence[tuple[str, str]]],
+    unit_docs: Sequence[Sequence[int]],
+    titles: Sequence[str],
+) -> tuple[sp.csr_matrix, list[str], list[str], list[str]]:
+    """(units × entities mention matrix, names, labels, display forms) from per-sentence NER and titles.
+
+    An entity's label is the first one seen (a title wins: it names the document it heads); its
+    display form is the title as written where there is one, else the normalised name.
+    """
+    ids: dict[str, int] = {}
+    labels: list[str] = []
+    display: list[str] = []
+
+    def entity(name: str, label: str, shown: str) -> int:
+        if name not in ids:
+            ids[name] = len(ids)
+            labels.append(label)
+            display.append(shown)
+        return ids[name]
+
+    rows: list[int] = []
+    columns: list[int] = []
+    title_ids = [entity(normalise_entity(t), TITLE, t.strip()) if normalise_entity(t) else -1 for t in titles]
+    for unit, docs in enumerate(unit_docs):
+        for d in docs:
+            if title_ids[d] >= 0:
+                rows.append(unit)
+                columns.append(title_ids[d])
+    for unit, names in zip(sentence_units, sentence_names):
+        for name, label in names:
+            if label not in SKIPPED_LABELS:
+                rows.append(unit)
+                columns.append(entity(name, label, name))
+    mentions = sp.csr_matrix(
+        (np.ones(len(rows), dtype=np.float32), (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))),
+        shape=(len(unit_docs), len(ids)),
+    )
+    mentions.data[:] = 1.0  # a name said twice in a sub-chunk is still one mention
+    return mentions, list(ids), labels, display
+
+
+def synonym_edges(vectors: np.ndarray, threshold: float, k: int) -> sp.csr_matrix:
+    """Symmetric entity × entity graph weighted by name cosine, for each name's k nearest at ≥ threshold."""
+    n = len(vectors)
+    if n < 2 or k < 1:
+        return sp.csr_matrix((n, n), dtype=np.float32)
+    scores, neighbours = cosine_topk(vectors, vectors, k, exclude_self=True)
+    keep = scores >= threshold
+    rows = np.repeat(np.arange(n), keep.sum(axis=1))
+    edges = sp.csr_matrix((scores[keep].astype(np.float32), (rows, neighbours[keep])), shape=(n, n))
+    return edges.maximum(edges.T).tocsr()
+
+
+def _spread(graph: sp.csr_matrix, rows: np.ndarray, n: int) -> sp.csr_matrix:
+    """``graph`` over the entities ``rows``, as an n × n graph over all entities."""
+    coo = graph.tocoo()
+    return sp.csr_matrix((coo.data, (rows[coo.row], rows[coo.col])), shape=(n, n))
+
+
+def write_entity_layer(
+    store: IndexStore,
+    embed: Callable[[list[str]], np.ndarray],
+    entity_cache: str | Path | None,
+    *,
+    synonym_threshold: float,
+    synonym_k: int,
+) -> dict[str, int]:
+    """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents)."""
+    sentences = store.read_table("sentences")
+    mentions, names, labels, display = unit_entities(
+        sentences["unit"],
+        cached_entity_names(sentences["text"], entity_cache),
+        store.read_table("units")["docs"],
+        store.read_table("documents")["title"],
+    )
+    # Only a title or a name found in two sub-chunks or more gets a vector (the rest are zero rows): a
+    # name in one passage adds nothing to what that passage's own vector finds, and embedding every
+    # one (about five of six names) cost as much as embedding the sentences.
+    embedded = np.flatnonzero((mentions.getnnz(axis=0) >= 2) | (np.asarray(labels) == TITLE))
+    vectors = np.zeros((len(names), store.read_array("unit_vectors", mmap=True).shape[1]), np.float32)
+    if len(embedded):
+        vectors[embedded] = normalize_rows(np.asarray(embed([display[e] for e in embedded]), dtype=np.float32))
+    synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k)
+    synonyms = _spread(synonyms, embedded, len(names))
+    store.write_table(ENTITIES, {"name": names, "label": labels, "display": display})
+    store.write_graph(ENTITY_MENTIONS, mentions)
+    store.write_array(ENTITY_VECTORS, vectors)
+    store.write_graph(ENTITY_SYNONYMS, synonyms)
+    return {
+        "entities": len(names),
+        "entity_mentions": int(mentions.nnz),
+        "entity_synonyms": int(synonyms.nnz // 2),
+        "entity_vectors": len(embedded),
+    }
