@@ -7,7 +7,6 @@ skips finished stages. A different corpus or build setting is refused instead of
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import resource
@@ -15,7 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,42 +24,15 @@ from tqdm import tqdm
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.index import cue, entities, graphs, keywords, kg
-from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
-from hopgraph.index.chunking import analyse_texts, build_layers, headings, searchable
+from hopgraph.index import entities, graphs, keywords
+from hopgraph.index.analysis import analysis_cache_path
+from hopgraph.index.chunking import build_layers, headings, searchable
+from hopgraph.index.context import BuildContext
+from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
-from hopgraph.llm import LLM, Usage, open_llm
-from hopgraph.llm.extract import extract
-from hopgraph.models import Embedder, embed_long_texts, load_embedder
 from hopgraph.store import PARTITIONS, IndexStore
-
-
-@dataclass
-class BuildContext:
-    store: IndexStore
-    config: HopgraphConfig
-    documents: Sequence[Document]
-    progress: bool
-    usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
-    engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
-    run: RunProgress = field(default_factory=RunProgress.off)  # the build's bar: stages tell it of their work
-
-    @functools.cached_property
-    def llm(self) -> LLM:
-        return open_llm(self.config.llm, backend=self.engine.llm(self.config.llm) if self.engine else None)
-
-    @functools.cached_property
-    def embedder(self) -> Embedder:
-        """Index-time embedder: the vector cache in front of the local model or the engine's actors."""
-        model = self.engine.embedder(self.config.embedding) if self.engine else None
-        return load_embedder(self.config.embedding, cached=True, model=model)
-
-    @functools.cached_property
-    def analyser(self) -> TextAnalyser:
-        """Per-text tokens and sentences, cached beside the vector cache (on the engine's workers if any)."""
-        return TextAnalyser(analysis_cache_path(self.config), self.engine.analyse if self.engine else analyse_texts)
 
 
 def corpus_fingerprint(documents: Sequence[Document]) -> str:
@@ -154,46 +126,10 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     return {"keywords": len(vocabulary)}
 
 
-EMBED_SLICE = 1024  # texts per call of the embedder while one progress bar runs over a stage
-
-
-def embed_texts(
-    config: HopgraphConfig,
-    texts: list[str],
-    progress: bool = False,
-    embedder: Embedder | None = None,
-    done: Callable[[int, int], None] | None = None,
-) -> np.ndarray:
-    """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows.
-
-    ``done(texts embedded, all texts)`` is told after each slice (a build's whole-run bar)."""
-    cfg = config.embedding
-    embedder = embedder or load_embedder(cfg, cached=True)
-    if not texts:
-        return np.zeros((0, embedder.dim), np.float32)
-    # One bar over all the stage's texts, with an estimate of the time left: the model's own bar
-    # would restart for every slice. Slices are the same with and without the bar (same vectors).
-    parts = []
-    with tqdm(total=len(texts), desc="embed", unit="text", disable=not progress, leave=False) as bar:
-        for start in range(0, len(texts), EMBED_SLICE):
-            part = texts[start : start + EMBED_SLICE]
-            parts.append(
-                embed_long_texts(embedder, part, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding)
-            )
-            bar.update(len(part))
-            if done is not None:
-                done(start + len(part), len(texts))
-    return np.concatenate(parts)
-
-
-def _embed(ctx: BuildContext, texts: list[str]) -> np.ndarray:
-    return embed_texts(ctx.config, texts, ctx.progress, ctx.embedder, ctx.run.within)
-
-
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
     """Sub-chunk vectors; a chunk's vector is the mean of its sub-chunks' (no truncation)."""
     units = ctx.store.read_table("units")
-    vectors = _embed(ctx, searchable(units))
+    vectors = ctx.embed(searchable(units))
     ctx.store.write_array("unit_vectors", vectors)
     n_chunks = len(ctx.store.read_table("chunks")["tokens"])
     ctx.store.write_array("chunk_vectors", group_mean_vectors(vectors, units["chunk"], n_chunks))
@@ -202,7 +138,7 @@ def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
 
 def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
     sentences = ctx.store.read_table("sentences")
-    ctx.store.write_array("sentence_vectors", _embed(ctx, sentences["text"]))
+    ctx.store.write_array("sentence_vectors", ctx.embed(sentences["text"]))
     return {"embedded_sentences": len(sentences["text"]), "embedding_tokens": int(sum(sentences["tokens"]))}
 
 
@@ -252,107 +188,11 @@ def stage_entities(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.graph
     return entities.write_entity_layer(
         ctx.store,
-        lambda texts: _embed(ctx, texts),
+        ctx.embed,
         analysis_cache_path(ctx.config, "entities.sqlite"),
         synonym_threshold=cfg.synonym_threshold,
         synonym_k=cfg.synonym_k,
     )
-
-
-def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
-    """LLM entities and relations for the configured chunk set, resolved into one graph."""
-    cfg = ctx.config
-    core = kg.select_core(
-        cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept")
-    )
-    texts = ctx.store.read_table("chunks")["text"]
-    results, usage = extract(
-        ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress, tell=ctx.run.within
-    )
-    counts = write_kg(
-        ctx.store, cfg, results, core.tolist(), ctx.llm.name, progress=ctx.progress, embedder=ctx.embedder
-    )
-    ctx.usage = usage.to_dict()
-    return {"kg_chunks": len(core), **counts, "kg_fallbacks": usage.fallbacks}
-
-
-def write_kg(
-    store: IndexStore,
-    config: HopgraphConfig,
-    results: Sequence[dict | None],
-    core: list[int],
-    model: str,
-    *,
-    progress: bool = False,
-    embedder: Embedder | None = None,
-) -> dict[str, int]:
-    """Resolve per-chunk extraction results (of chunks ``core``) into the KG tables, graph and vectors.
-
-    Besides the entity vectors (name plus descriptions, for readers who may read every mention)
-    each mention gets its own vector, so a reader's entity scores can be drawn from readable
-    mentions only.
-    """
-    n_chunks = len(store.read_table("chunks")["tokens"])
-    embedder = embedder or load_embedder(config.embedding, cached=True)
-    tables = kg.build_tables(
-        results,
-        core,
-        n_chunks,
-        model,
-        embedder.encode,
-        config.extraction.resolve_threshold,
-    )
-    for name in ("entities", "mentions", "relations", "surfaces"):
-        store.write_table(f"kg_{name}", tables[name])
-    store.write_graph("kg_entity_chunks", tables["entity_chunks"])
-    store.write_array(
-        "kg_entity_vectors",
-        embed_texts(config, kg.entity_texts(tables["entities"]["name"], tables["mentions"]), progress, embedder),
-    )
-    for name, texts in (
-        ("kg_surface_vectors", kg.surface_texts(tables["surfaces"])),
-        ("kg_relation_vectors", kg.relation_texts(tables["relations"])),
-    ):
-        store.write_array(name, embed_texts(config, texts, progress, embedder))
-    return {"kg_entities": len(tables["entities"]["name"]), "kg_relations": len(tables["relations"]["source"])}
-
-
-def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
-    """CUE-RAG hybrid extraction: LLM knowledge units for the knapsack-selected chunks, punkt sentences for the rest."""
-    cfg = ctx.config
-    chunks = ctx.store.read_table("chunks")
-    vectors = ctx.store.read_array("chunk_vectors") if cfg.extraction.cue_metric == "cosine" else None
-    chosen = cue.select_chunks(
-        chunks["text"],
-        np.asarray(chunks["tokens"]),
-        cfg.extraction.cue_alpha or 0.0,
-        cfg.extraction.cue_metric,
-        vectors,
-    )
-    units, usage = (
-        extract(
-            ctx.llm, "units", [chunks["text"][c] for c in chosen], cfg.llm, progress=ctx.progress, tell=ctx.run.within
-        )
-        if len(chosen)
-        else ([], Usage())
-    )
-    spans = ctx.analyser.sentence_spans(chunks["text"])
-    chunk_units: list[list[str]] = [[text[a:b] for a, b in pieces] for text, pieces in zip(chunks["text"], spans)]
-    sources = [["sentence"] * len(u) for u in chunk_units]
-    for c, found in zip(chosen, units):
-        if found:
-            chunk_units[c], sources[c] = found, ["llm"] * len(found)
-        else:
-            sources[c] = ["fallback"] * len(chunk_units[c])
-    counts = cue.write_cue_graph(
-        ctx.store,
-        chunk_units,
-        [s for per in sources for s in per],
-        lambda texts: _embed(ctx, texts),
-        analysis_cache_path(cfg, "entities.sqlite"),
-    )
-    ctx.usage = usage.to_dict()
-    return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}
 
 
 @dataclass(frozen=True)

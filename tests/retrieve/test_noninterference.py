@@ -17,7 +17,8 @@ import pytest
 
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError
-from hopgraph.index.pipeline import build_index, write_kg
+from hopgraph.index.llm_stages import write_kg
+from hopgraph.index.pipeline import build_index
 from hopgraph.index.versions import run_job, submit_update
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex

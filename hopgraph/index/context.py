@@ -1,0 +1,82 @@
+"""What every index stage is handed: the store, the settings, the documents, and the models,
+opened on first use (an LLM-free build never opens an LLM; a build on Ray reaches its actors)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from hopgraph.config import HopgraphConfig
+from hopgraph.documents import Document
+from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
+from hopgraph.index.chunking import analyse_texts
+from hopgraph.index.progress import RunProgress
+from hopgraph.llm import LLM, open_llm
+from hopgraph.models import Embedder, embed_long_texts, load_embedder
+from hopgraph.store import IndexStore
+
+EMBED_SLICE = 1024  # texts per call of the embedder while one progress bar runs over a stage
+
+
+def embed_texts(
+    config: HopgraphConfig,
+    texts: list[str],
+    progress: bool = False,
+    embedder: Embedder | None = None,
+    done: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows.
+
+    ``done(texts embedded, all texts)`` is told after each slice (a build's whole-run bar)."""
+    cfg = config.embedding
+    embedder = embedder or load_embedder(cfg, cached=True)
+    if not texts:
+        return np.zeros((0, embedder.dim), np.float32)
+    # One bar over all the stage's texts, with an estimate of the time left: the model's own bar
+    # would restart for every slice. Slices are the same with and without the bar (same vectors).
+    parts = []
+    with tqdm(total=len(texts), desc="embed", unit="text", disable=not progress, leave=False) as bar:
+        for start in range(0, len(texts), EMBED_SLICE):
+            part = texts[start : start + EMBED_SLICE]
+            parts.append(
+                embed_long_texts(embedder, part, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding)
+            )
+            bar.update(len(part))
+            if done is not None:
+                done(start + len(part), len(texts))
+    return np.concatenate(parts)
+
+
+@dataclass
+class BuildContext:
+    store: IndexStore
+    config: HopgraphConfig
+    documents: Sequence[Document]
+    progress: bool
+    usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
+    engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
+    run: RunProgress = field(default_factory=RunProgress.off)  # the build's bar: stages tell it of their work
+
+    @functools.cached_property
+    def llm(self) -> LLM:
+        return open_llm(self.config.llm, backend=self.engine.llm(self.config.llm) if self.engine else None)
+
+    @functools.cached_property
+    def embedder(self) -> Embedder:
+        """Index-time embedder: the vector cache in front of the local model or the engine's actors."""
+        model = self.engine.embedder(self.config.embedding) if self.engine else None
+        return load_embedder(self.config.embedding, cached=True, model=model)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Vectors of ``texts`` for a stage, telling the build's bar as slices finish."""
+        return embed_texts(self.config, texts, self.progress, self.embedder, self.run.within)
+
+    @functools.cached_property
+    def analyser(self) -> TextAnalyser:
+        """Per-text tokens and sentences, cached beside the vector cache (on the engine's workers if any)."""
+        return TextAnalyser(analysis_cache_path(self.config), self.engine.analyse if self.engine else analyse_texts)
