@@ -6,10 +6,15 @@ set -euo pipefail
 MUSIQUE=../shared/data/musique/ketrag_500
 HOTPOTQA=../shared/data/hotpotqa/dev_subsampled.jsonl
 L150=(--chunking.size 150 --chunking.overlap 0)
-hopgraph eval "$MUSIQUE" --index .hopgraph/musique-1200 --out scripts/results/coverage_musique_l1200.json -q
-hopgraph eval "$MUSIQUE" --index .hopgraph/musique-150 "${L150[@]}" --out scripts/results/coverage_musique_l150.json -q
-hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-1200 --out scripts/results/coverage_hotpotqa_l1200.json -q
-hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-150 "${L150[@]}" --out scripts/results/coverage_hotpotqa_l150.json -q
+METHODS=(--methods text,bm25,knng,keyword,concept,ppr)
+hopgraph eval "$MUSIQUE" --index .hopgraph/musique-1200 "${METHODS[@]}" --out scripts/results/coverage_musique_l1200.json -q
+hopgraph eval "$MUSIQUE" --index .hopgraph/musique-150 "${L150[@]}" "${METHODS[@]}" --out scripts/results/coverage_musique_l150.json -q
+hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-1200 "${METHODS[@]}" --out scripts/results/coverage_hotpotqa_l1200.json -q
+hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-150 "${L150[@]}" "${METHODS[@]}" --out scripts/results/coverage_hotpotqa_l150.json -q
+CUE0=(--extraction.cue_alpha 0 --methods text,cue)
+hopgraph eval "$MUSIQUE" --index .hopgraph/musique-150-cue0 "${L150[@]}" "${CUE0[@]}" --out scripts/results/cue_alpha0_musique_l150.json -q
+hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-150-cue0 "${L150[@]}" "${CUE0[@]}" --out scripts/results/cue_alpha0_hotpotqa_l150.json -q
+# evidence_chunking.json compares two commits: see scripts/compare_evals.py for how it was made.
 python3 scripts/bench_pagerank.py
 python3 scripts/bench_index_speed.py
 python3 scripts/bench_scale.py

@@ -53,9 +53,28 @@ def coverage_tables(results: Path = RESULTS) -> str:
         if whole_word
         else ""
     )
+    marked = [run for run in runs if any(r.get("supporting_recall_at_5") is not None for r in run["results"])]
+    recall = [head + " |", "|---|---|" + "---|" * len(methods)]
+    for run in marked:
+        by = {r["method"]: r for r in run["results"]}
+        recall.append(
+            f"| {run['dataset']} | {run['chunk_size']} | "
+            + " | ".join(
+                f"{by[m]['supporting_recall_at_2']:.1f} / {by[m]['supporting_recall_at_5']:.1f}" if m in by else ""
+                for m in methods
+            )
+            + " |"
+        )
+    recall_text = (
+        "\n\nSupporting-passage recall@2 / @5 (passages counted in the order of the pieces that hold them), on "
+        "the sets that mark supporting passages:\n\n" + "\n".join(recall)
+        if marked
+        else ""
+    )
     return (
         "\n".join(cover)
         + note
+        + recall_text
         + "\n\nQuery latency without query embedding, p50 / p95 ms (target p50 ≤ 30 ms):\n\n"
         + "\n".join(latency)
     )

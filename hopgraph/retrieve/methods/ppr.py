@@ -104,11 +104,12 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     walker = scope_walk(index, scope, xp)
     personal = xp.asarray(np.concatenate([np.zeros(n_units), seeds]))
     # No seed with positive weight (no readable keyword near the query): nothing to walk from.
-    walk = (
-        to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))[:n_units]
+    walked = (
+        to_numpy(walker.run(personalization=personal, damping=cfg.damping, tol=1e-7))
         if seeds.any()
-        else np.zeros(n_units)
+        else np.zeros(n_units + n_keywords)
     )
+    walk, keyword_walk = walked[:n_units], walked[n_units:]
     unit_keywords = index.graph("postings_units")
     seed_hits = unit_keywords @ seeds
     text = _minmax(unit_cosine(index, query, config.sentence_mix), scope.units)
@@ -143,8 +144,30 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         bridged = entity_path(layer, entities, unit) if layer is not None and entities is not None else None
         if bridged:
             return bridged
-        own = unit_keywords.indices[unit_keywords.indptr[unit] : unit_keywords.indptr[unit + 1]]
-        best = own[np.argmax(seeds[own])] if len(own) else -1
-        return f"ppr via keyword:{index.keywords[best]}" if best >= 0 and seeds[best] > 0 else "ppr"
+        return keyword_path(unit)
+
+    in_query = set(own)
+
+    def keyword_path(unit: int) -> str:
+        """How the keyword walk reached a piece: a seed keyword it holds (one of the question's words
+        or one near the query), else the keyword through which most of the walk arrived and the best
+        seeded piece it shares that keyword with (piece → shared term → piece)."""
+        held = unit_keywords.indices[unit_keywords.indptr[unit] : unit_keywords.indptr[unit + 1]]
+        if not len(held):
+            return "ppr"
+        best = held[np.argmax(seeds[held])]
+        if seeds[best] > 0:
+            return (
+                f"ppr via keyword:{index.keywords[best]} ({'in the query' if best in in_query else 'near the query'})"
+            )
+        shared = held[np.argmax(keyword_walk[held])]
+        holders = index.keyword_units.indices[
+            index.keyword_units.indptr[shared] : index.keyword_units.indptr[shared + 1]
+        ]
+        holders = holders[scope.units[holders] & (holders != unit) & (seed_hits[holders] > 0)]
+        if keyword_walk[shared] <= 0 or not len(holders):
+            return "ppr"
+        source = int(holders[np.argmax(seed_hits[holders])])
+        return f"ppr via unit {source} → shared keyword:{index.keywords[shared]}"
 
     return ranked("unit", score, scope.units, path)
