@@ -40,7 +40,7 @@ from hopgraph.retrieve.answer import (
     read_answer,
     refusal_error,
 )
-from hopgraph.retrieve.packing import RetrievalResult
+from hopgraph.retrieve.packing import RetrievalResult, source_names
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, finite_json, problems_of, shown
 from hopgraph.serve.schemas import RetrieveRequest, Strict
@@ -163,10 +163,11 @@ def retrieve_request(body: ChatCompletionRequest, method: str) -> RetrieveReques
 
 # ---------------------------------------------------------------------- response pieces
 def sources(reply: Answer) -> str:
-    """The cited evidence as lines ``[n] Title`` (the document id where a title is missing)."""
+    """The cited evidence as lines ``[n] Title (p. 3)`` (the document id where a title is missing, the
+    page or section where the document's format keeps them)."""
     lines = []
     for c in reply.citations:
-        names = [title or doc for doc, title in zip(c["doc_ids"], c["titles"])]
+        names = source_names(c["doc_ids"], c["titles"], c.get("places"))
         lines.append(f"[{c['evidence']}] {'; '.join(dict.fromkeys(names)) or 'untitled'}")
     return "\n\nSources:\n" + "\n".join(lines) if lines else ""
 

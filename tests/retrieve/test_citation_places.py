@@ -21,6 +21,7 @@ import pytest
 from hopgraph.config import load_config
 from hopgraph.retrieve.answer import read_answer
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
+from hopgraph.serve.openai import sources
 from hopgraph.store import IndexStore
 from tests.index.test_ingest_formats import pdf_bytes
 from tests.serve.support import LiveServer, auth
@@ -114,6 +115,10 @@ def test_cli_server_and_answer_citations_name_page_and_section(built: Path, tmp_
     cited = read_answer("Omar Haddad [1] [2] [3]", RetrievalResult(QUESTION, "text", 2000, evidence), config.answer)
     assert [c["places"] for c in cited.citations] == [e.places for e in evidence[:3]]
     assert all(len(c["places"]) == len(c["doc_ids"]) for c in cited.citations)
+    named = sources(cited)  # the source lines of the OpenAI-compatible answer
+    for c in cited.citations:
+        for title, place in zip(c["titles"], c["places"]):
+            assert (f"{title} ({place})" if place else title) in named
 
 
 def test_index_without_starts_cites_documents_only(built: Path, tmp_path: Path) -> None:

@@ -132,8 +132,12 @@ async function ask(withAnswer) {
   }
 }
 
+// A citation names each document by its title (its id where there is none) and, where the
+// document's format keeps them, the page or section the piece starts in: "Crane report (p. 3)".
 function titleOf(ev) {
-  return ev.titles.filter(Boolean).join("; ") || ev.doc_ids.join("; ") || "untitled";
+  const places = ev.places || [];
+  const names = ev.doc_ids.map((doc, i) => (ev.titles[i] || doc) + (places[i] ? ` (${places[i]})` : ""));
+  return [...new Set(names)].join("; ") || "untitled";
 }
 
 function renderAnswer(result) {
@@ -144,7 +148,7 @@ function renderAnswer(result) {
   const cites = (result.citations || []).map((c) =>
     el("button", { type: "button", className: "citation", "data-evidence": c.evidence,
       onclick: () => openPassage(evidence[c.evidence - 1], c.evidence) },
-    `[${c.evidence}] ${c.titles.filter(Boolean).join("; ") || c.doc_ids.join("; ")}`));
+    `[${c.evidence}] ${titleOf(c)}`));
   $("citations").replaceChildren(...cites);
   const tokens = evidence.reduce((sum, ev) => sum + ev.tokens, 0);
   const parts = [`method ${result.method}`, `budget ${result.budget} tokens`, `${evidence.length} evidence items (${tokens} tokens)`];
