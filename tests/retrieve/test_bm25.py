@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from hopgraph.index.chunking import searchable
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods.bm25 import K1, B
 from hopgraph.retrieve.retriever import Retriever
@@ -18,7 +19,7 @@ def test_bm25_scores_match_the_formula(sample_index):
     units = index.units
     n = len(units["text"])
     mean_length = sum(units["tokens"]) / n
-    unit_words = [set(words(t)) for t in units["text"]]
+    unit_words = [set(words(t)) for t in searchable(units)]  # a piece is keyword-indexed with its heading
     terms = [w for w in dict.fromkeys(words(question)) if w in index.keyword_lookup]
 
     def expected(u: int) -> float:
