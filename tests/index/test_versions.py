@@ -134,9 +134,15 @@ def test_update_equals_full_rebuild_and_embeds_only_new_texts(built, index, samp
     assert live.version == job["id"] and (index / "CURRENT").read_text().strip() == f"versions/{job['id']}"
     expected = LoadedIndex(rebuild["dir"])
     assert live.documents["id"] == expected.documents["id"] and live.units["text"] == expected.units["text"]
+
     # Only texts the base version did not have were embedded (the model is the only costly step).
-    old = set(searchable(base.units)) | set(base.store.read_table("sentences")["text"])
-    new = (set(searchable(live.units)) | set(live.store.read_table("sentences")["text"])) - old
+    def embedded(loaded: LoadedIndex) -> set[str]:  # sub-chunks with headings, sentences, entity names
+        table = loaded.store.read_table("entities")
+        vectors = loaded.array("entity_vectors")
+        names = {name for name, v in zip(table["display"], vectors) if v.any()}
+        return set(searchable(loaded.units)) | set(loaded.store.read_table("sentences")["text"]) | names
+
+    new = embedded(live) - embedded(base)
     assert cache_rows(built / "cache.sqlite") - rows_before == len(new) > 0
     # Vectors agree with the cold rebuild up to batch-composition noise of the embedder...
     for name in ("unit_vectors", "sentence_vectors", "keyword_vectors"):

@@ -215,19 +215,17 @@ def test_a_small_search_still_fills_the_budget(cue_index):
     found, fill = _q_iter_then_dense(candidates)
     assert found and fill and all(c.kind == "chunk" for c in fill)
     chunks = index.chunks
-    evidence = pack(index, candidates, 600)
-    assert sum(chunks["tokens"]) <= 600 and {e.chunk for e in evidence} == set(range(len(chunks["text"])))
+    evidence = pack(index, candidates, sum(chunks["tokens"]))  # room for every chunk
+    assert {e.chunk for e in evidence} == set(range(len(chunks["text"])))
     assert [e.path for e in evidence[: len(found)]] == [c.path for c in found]
 
 
 def test_a_question_without_entities_is_still_anchored(cue_index):
-    """Its nearest unit names no entity: knowledge anchoring took no seed from it and cue returned nothing."""
+    """spaCy finds no entity in the question: cue used to return nothing; knowledge anchoring now seeds it."""
     assert query_entities(NO_ENTITY) == []
     index, graph = cue_index.index, cue.cue_graph(cue_index.index)
     query = _query(cue_index, NO_ENTITY)
     usable = np.ones(len(graph.unit_chunk), dtype=bool)
-    nearest = int(np.argmax(graph.unit_vectors @ query.vector))
-    assert len(graph.entities_of(nearest)) == 0
     seeds = cue.anchor_entities(index, graph, query, usable, RetrievalConfig().cue.model_copy(update={"top_k": 1}))
     assert seeds
     found, _ = _q_iter_then_dense(_rank(cue_index, NO_ENTITY, top_k=1))
