@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 
 class RateLimiter:
@@ -14,12 +15,13 @@ class RateLimiter:
     refill time, so memory follows the keys active lately, not every key ever seen.
     """
 
-    def __init__(self, rate: float, burst: int):
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
         self.rate, self.burst = rate, burst
+        self._clock = clock  # seconds, monotonic; tests pass their own to step time exactly
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._refill = burst / rate if rate > 0 else 0.0  # seconds for an empty bucket to fill
-        self._swept = time.monotonic()
+        self._swept = clock()
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -35,7 +37,7 @@ class RateLimiter:
         """0 if the request may go ahead, else seconds until it may."""
         if self.rate <= 0:
             return 0.0
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             if now - self._swept >= self._refill:
                 self._sweep(now)
