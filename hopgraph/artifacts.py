@@ -52,6 +52,7 @@ KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = (
 KG_SURFACE_VECTORS = "kg_surface_vectors"
 CUE_UNITS, CUE_ENTITIES, CUE_UNIT_ENTITIES = "cue_units", "cue_entities", "cue_unit_entities"
 CUE_UNIT_VECTORS, CUE_ENTITY_VECTORS = "cue_unit_vectors", "cue_entity_vectors"
+ENTITY_SENTENCES = "entity_sentences"
 ENTITIES, ENTITY_MENTIONS, ENTITY_VECTORS, ENTITY_SYNONYMS = (
     "entities",
     "entity_mentions",
@@ -164,6 +165,13 @@ SCHEMA: dict[str, Artifact] = {
             "entity-name embedding (titles and names in ≥ 2 sub-chunks; zero rows elsewhere)",
         ),
         Artifact(ENTITY_SYNONYMS, "graph", "entities", "G × G", "symmetric: name cosine where ≥ the synonym threshold"),
+        Artifact(
+            ENTITY_SENTENCES,
+            "graph",
+            "entities",
+            "S × G",
+            "1 where the sentence names the entity, for sentences naming 2–12 (co-occurrence edges, per reader)",
+        ),
     ]
 }
 

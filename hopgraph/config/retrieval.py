@@ -63,6 +63,14 @@ class PprMethod(Section):
         description="Second hop: entities named by the best first-hop passages (not by the question) that seed the "
         "entity walk too, the most specific first; 0: no second hop.",
     )
+    entity_cooccurrence_weight: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Entity walk: weight of an edge between two entities per sentence naming both (capped at 1, a "
+        "mention's weight); 0: names are linked only through passages and synonyms "
+        "(scripts/results/sweeps/ppr_entity_cooccurrence_*).",
+    )
     lexical_weight: float = Field(
         0.0,
         ge=0,

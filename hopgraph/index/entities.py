@@ -1,23 +1,26 @@
-"""The entity layer, built without an LLM: named entities and document titles linked to sub-chunks.
+"""The entity layer, built without an LLM: named entities, noun phrases and document titles linked to sub-chunks.
 
 Keywords are single words, so a multi-word name ("Ermengarde of Tours") never becomes one node and
 nothing ties a passage to the entity it names. Here every sub-chunk is linked to the spaCy named
-entities of its sentences (NER results cached per sentence, the same cache CUE-RAG uses) and to the
-titles of its documents (a titled paragraph is about its title, whether or not the text repeats it).
-Names are canonical through :func:`hopgraph.text.normalise_entity`; names whose embeddings are close
-get synonym edges (top-k per name, never all pairs), as HippoRAG 2 links its LLM-extracted phrases.
+entities of its sentences (NER results cached per sentence, the same cache CUE-RAG uses), optionally
+their noun phrases, and to the titles of its documents (a titled paragraph is about its title,
+whether or not the text repeats it). Names are canonical through :func:`hopgraph.text.normalise_entity`;
+names whose embeddings are close get synonym edges (top-k per name, never all pairs), as HippoRAG 2
+links its LLM-extracted phrases, and names said in one sentence get co-occurrence edges, the LLM-free
+stand-in for the relation an LLM would extract between them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SYNONYMS, ENTITY_VECTORS
-from hopgraph.kernels import cosine_topk, normalize_rows
+from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.kernels import cooccurrence_matrix, cosine_topk, normalize_rows
 from hopgraph.ner import cached_entity_names
 from hopgraph.store import IndexStore
 from hopgraph.text import normalise_entity
@@ -25,6 +28,29 @@ from hopgraph.text import normalise_entity
 # Numbers, amounts and dates name no thing to bridge through: "one" or "1990" would join unrelated passages.
 SKIPPED_LABELS = frozenset({"CARDINAL", "ORDINAL", "QUANTITY", "PERCENT", "MONEY", "TIME", "DATE"})
 TITLE = "TITLE"
+# A sentence naming more entities than this links none of them to each other: a list sentence (a
+# cast, a table row) would add a clique of edges that say nothing about any pair.
+MAX_COOCCURRING = 12
+
+
+@dataclass(frozen=True)
+class EntityTable:
+    """The entities of an index and where they are named."""
+
+    mentions: sp.csr_matrix  # units × entities, 1 where the unit names the entity
+    sentence_mentions: sp.csr_matrix  # sentences × entities, for sentences naming 2..MAX_COOCCURRING
+    names: list[str]  # normalised
+    labels: list[str]  # spaCy's, PHRASE, or TITLE
+    display: list[str]
+
+
+def _binary(rows: list[int], columns: list[int], shape: tuple[int, int]) -> sp.csr_matrix:
+    matrix = sp.csr_matrix(
+        (np.ones(len(rows), dtype=np.float32), (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))),
+        shape=shape,
+    )
+    matrix.data[:] = 1.0  # a name said twice in one place is still one mention
+    return matrix
 
 
 def unit_entities(
@@ -32,8 +58,8 @@ def unit_entities(
     sentence_names: Sequence[Sequence[tuple[str, str]]],
     unit_docs: Sequence[Sequence[int]],
     titles: Sequence[str],
-) -> tuple[sp.csr_matrix, list[str], list[str], list[str]]:
-    """(units × entities mention matrix, names, labels, display forms) from per-sentence NER and titles.
+) -> EntityTable:
+    """The entities of per-sentence names and of document titles, their mentions and co-occurrences.
 
     An entity's label is the first one seen (a title wins: it names the document it heads); its
     display form is the title as written where there is one, else the normalised name.
@@ -51,23 +77,23 @@ def unit_entities(
 
     rows: list[int] = []
     columns: list[int] = []
+    said_in: list[int] = []  # sentence per (sentence, entity) pair, for co-occurrence
+    said: list[int] = []
     title_ids = [entity(normalise_entity(t), TITLE, t.strip()) if normalise_entity(t) else -1 for t in titles]
     for unit, docs in enumerate(unit_docs):
         for d in docs:
             if title_ids[d] >= 0:
                 rows.append(unit)
                 columns.append(title_ids[d])
-    for unit, names in zip(sentence_units, sentence_names):
-        for name, label in names:
-            if label not in SKIPPED_LABELS:
-                rows.append(unit)
-                columns.append(entity(name, label, name))
-    mentions = sp.csr_matrix(
-        (np.ones(len(rows), dtype=np.float32), (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))),
-        shape=(len(unit_docs), len(ids)),
-    )
-    mentions.data[:] = 1.0  # a name said twice in a sub-chunk is still one mention
-    return mentions, list(ids), labels, display
+    for sentence, (unit, names) in enumerate(zip(sentence_units, sentence_names)):
+        named = [entity(name, label, name) for name, label in names if label not in SKIPPED_LABELS]
+        rows.extend([unit] * len(named))
+        columns.extend(named)
+        if 2 <= len(named) <= MAX_COOCCURRING:
+            said_in.extend([sentence] * len(named))
+            said.extend(named)
+    mentions = _binary(rows, columns, (len(unit_docs), len(ids)))
+    return EntityTable(mentions, _binary(said_in, said, (len(sentence_units), len(ids))), list(ids), labels, display)
 
 
 def synonym_edges(vectors: np.ndarray, threshold: float, k: int) -> sp.csr_matrix:
@@ -95,15 +121,17 @@ def write_entity_layer(
     *,
     synonym_threshold: float,
     synonym_k: int,
+    phrases: bool,
 ) -> dict[str, int]:
     """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents)."""
     sentences = store.read_table("sentences")
-    mentions, names, labels, display = unit_entities(
+    table = unit_entities(
         sentences["unit"],
-        cached_entity_names(sentences["text"], entity_cache),
+        cached_entity_names(sentences["text"], entity_cache, phrases=phrases),
         store.read_table("units")["docs"],
         store.read_table("documents")["title"],
     )
+    mentions, names, labels, display = table.mentions, table.names, table.labels, table.display
     # Only a title or a name found in two sub-chunks or more gets a vector (the rest are zero rows): a
     # name in one passage adds nothing to what that passage's own vector finds, and embedding every
     # one (about five of six names) cost as much as embedding the sentences.
@@ -117,9 +145,11 @@ def write_entity_layer(
     store.write_graph(ENTITY_MENTIONS, mentions)
     store.write_array(ENTITY_VECTORS, vectors)
     store.write_graph(ENTITY_SYNONYMS, synonyms)
+    store.write_graph(ENTITY_SENTENCES, table.sentence_mentions)
     return {
         "entities": len(names),
         "entity_mentions": int(mentions.nnz),
         "entity_synonyms": int(synonyms.nnz // 2),
+        "entity_cooccurrences": int(cooccurrence_matrix(table.sentence_mentions.T.tocsr()).nnz // 2),
         "entity_vectors": len(embedded),
     }

@@ -192,6 +192,7 @@ def stage_entities(ctx: BuildContext) -> dict[str, int]:
         analysis_cache_path(ctx.config, "entities.sqlite"),
         synonym_threshold=cfg.synonym_threshold,
         synonym_k=cfg.synonym_k,
+        phrases=cfg.entity_phrases,
     )
 
 
@@ -246,7 +247,7 @@ STAGES: list[Stage] = [
     Stage(
         "entities",
         stage_entities,
-        ("graph.synonym_threshold", "graph.synonym_k", *EMBEDDING),
+        ("graph.synonym_threshold", "graph.synonym_k", "graph.entity_phrases", *EMBEDDING),
         ("chunks", "embed_units"),
     ),
     Stage(

@@ -1,7 +1,12 @@
 """Array kernels written once against numpy or cupy (see :mod:`hopgraph.kernels.backend`)."""
 
 from hopgraph.kernels.backend import array_module, cupy_available, resolve_device, sparse_on, to_numpy
-from hopgraph.kernels.cooccurrence import cooccurrence_pairs, cooccurrence_topk, iter_cooccurrence_pairs
+from hopgraph.kernels.cooccurrence import (
+    cooccurrence_matrix,
+    cooccurrence_pairs,
+    cooccurrence_topk,
+    iter_cooccurrence_pairs,
+)
 from hopgraph.kernels.pagerank import RandomWalk, pagerank, personalized_pagerank
 from hopgraph.kernels.similarity import cosine_topk, group_mean_vectors, mean_vectors, normalize_rows
 
@@ -11,6 +16,7 @@ __all__ = [
     "resolve_device",
     "sparse_on",
     "to_numpy",
+    "cooccurrence_matrix",
     "cooccurrence_pairs",
     "cooccurrence_topk",
     "iter_cooccurrence_pairs",

@@ -186,3 +186,12 @@ def cooccurrence_pairs(incidence: Any, *, min_count: int = 1, block_size: int = 
         return empty, empty.copy(), empty.copy()
     rows, cols, counts = (xp.concatenate(parts) for parts in zip(*blocks))
     return rows, cols, counts
+
+
+def cooccurrence_matrix(incidence: Any, *, min_count: int = 1) -> Any:
+    """:func:`cooccurrence_pairs` as a square sparse matrix (items × items, shared-feature counts,
+    symmetric, no diagonal) on the array module of ``incidence``."""
+    xp = module_of(incidence.data)
+    rows, cols, counts = cooccurrence_pairs(incidence, min_count=min_count)
+    n = incidence.shape[0]
+    return sparse_module(xp).csr_matrix((counts.astype(xp.float32), (rows, cols)), shape=(n, n))

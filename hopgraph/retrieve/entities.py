@@ -23,8 +23,8 @@ from types import ModuleType
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SYNONYMS, ENTITY_VECTORS
-from hopgraph.kernels import RandomWalk, sparse_on, to_numpy
+from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.kernels import RandomWalk, cooccurrence_matrix, sparse_on, to_numpy
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.query import Query, Scope, top_indices
 from hopgraph.text import WORD, normalise_entity, stop_words
@@ -42,6 +42,8 @@ class EntityLayer:
 
     mentions: sp.csr_matrix  # sub-chunks × entities
     synonyms: sp.csr_matrix  # entities × entities
+    sentence_mentions: sp.csr_matrix  # sentences × entities, for co-occurrence (empty where built without it)
+    sentence_units: np.ndarray  # the sub-chunk of each sentence
     names: list[str]  # normalised
     display: list[str]
     lookup: dict[str, int]
@@ -77,6 +79,10 @@ def entity_layer(index: LoadedIndex) -> EntityLayer | None:
         return EntityLayer(
             index.graph(ENTITY_MENTIONS),
             index.graph(ENTITY_SYNONYMS),
+            index.graph(ENTITY_SENTENCES)
+            if index.store.has("graphs", ENTITY_SENTENCES)
+            else sp.csr_matrix((0, len(table["name"])), dtype=np.float32),
+            np.asarray(index.table("sentences")["unit"], dtype=np.int64),
             table["name"],
             table["display"],
             {name: i for i, name in enumerate(table["name"])},
@@ -94,25 +100,42 @@ def readable_entities(layer: EntityLayer, scope: Scope) -> np.ndarray:
     )
 
 
-def _walk(index: LoadedIndex, layer: EntityLayer, scope: Scope, xp: ModuleType) -> tuple[RandomWalk, np.ndarray | None]:
-    """The walk over [sub-chunks; entities] (mentions both ways, synonyms) and the nodes it keeps.
+def walk_adjacency(layer: EntityLayer, sentences: np.ndarray | None, cooccurrence_weight: float) -> sp.csr_matrix:
+    """[sub-chunks; entities] adjacency: mentions both ways, synonyms, and co-occurrence edges counted
+    over ``sentences`` (a mask; None = all), ``cooccurrence_weight`` per shared sentence, at most 1."""
+    entity_edges = layer.synonyms
+    if cooccurrence_weight > 0 and layer.sentence_mentions.shape[0]:
+        said = layer.sentence_mentions if sentences is None else layer.sentence_mentions[sentences]
+        linked = cooccurrence_matrix(said.T.tocsr())
+        linked.data = np.minimum(linked.data * cooccurrence_weight, 1.0)
+        entity_edges = (entity_edges + linked).tocsr()
+    return sp.bmat([[None, layer.mentions], [layer.mentions.T, entity_edges]], format="csr")
+
+
+def _walk(
+    index: LoadedIndex, layer: EntityLayer, scope: Scope, xp: ModuleType, cooccurrence_weight: float
+) -> tuple[RandomWalk, np.ndarray | None]:
+    """The walk over [sub-chunks; entities] and the nodes it keeps.
 
     For a restricted reader the walk runs on the readable nodes alone (not on a graph where the
     others are merely cut off): a forbidden node left in place would still count in the walk's
-    size, and through the start vector and the stopping rule change every score a little.
+    size, and through the start vector and the stopping rule change every score a little. Its
+    co-occurrence edges are counted over readable sentences only, so a forbidden sentence links no
+    two names for it.
     """
-    adjacency = index.memo(
-        "graph",
-        "entity_walk",
-        lambda: sp.bmat([[None, layer.mentions], [layer.mentions.T, layer.synonyms]], format="csr"),
-    )
+    walk_name = f"entities:{cooccurrence_weight}:{xp.__name__}"
     if scope.units.all():
-        return index.memo("walk", f"entities:{xp.__name__}", lambda: RandomWalk(sparse_on(xp, adjacency))), None
+        whole = index.memo(
+            "walk", walk_name, lambda: RandomWalk(sparse_on(xp, walk_adjacency(layer, None, cooccurrence_weight)))
+        )
+        return whole, None
     kept = np.flatnonzero(np.concatenate([scope.units, readable_entities(layer, scope) > 0]))
-    walker = scope.cached(
-        f"entity_walk:{xp.__name__}", lambda: RandomWalk(sparse_on(xp, adjacency[kept][:, kept].tocsr()))
-    )
-    return walker, kept
+
+    def restricted() -> RandomWalk:
+        adjacency = walk_adjacency(layer, scope.units[layer.sentence_units], cooccurrence_weight)
+        return RandomWalk(sparse_on(xp, adjacency[kept][:, kept].tocsr()))
+
+    return scope.cached(walk_name, restricted), kept
 
 
 def question_entities(layer: EntityLayer, text: str, readable: np.ndarray) -> list[int]:
@@ -157,6 +180,7 @@ def entity_walk(
     seed_entities: int,
     bridges: int,
     damping: float,
+    cooccurrence_weight: float = 0.0,
     xp: ModuleType = np,
 ) -> EntityWalk:
     """Personalised PageRank over [sub-chunks; entities] from the question's entities, the first-hop
@@ -198,7 +222,7 @@ def entity_walk(
     )
     query.seeds.extend(f"entity:{layer.display[e]}" for e in named)
     query.seeds.extend(f"bridge:{layer.display[e]}" for e in found)
-    walker, kept = _walk(index, layer, scope, xp)
+    walker, kept = _walk(index, layer, scope, xp, cooccurrence_weight)
     if kept is None:
         scores = to_numpy(walker.run(personalization=xp.asarray(restart), damping=damping, tol=1e-7))
     else:

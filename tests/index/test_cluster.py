@@ -57,7 +57,7 @@ def cache_rows(path: Path, table: str) -> int:
 
 @pytest.fixture(scope="module")
 def musique_slice():
-    return load_benchmark(MUSIQUE).documents[:300]
+    return load_benchmark(MUSIQUE).documents[:150]
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import shutil
 import numpy as np
 import pytest
 
-from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
 from hopgraph.documents import Document
 from hopgraph.index.pipeline import build_index
-from hopgraph.retrieve.entities import entity_layer, readable_entities
+from hopgraph.retrieve.entities import entity_layer, readable_entities, walk_adjacency
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.retriever import Retriever
@@ -49,7 +49,7 @@ CORPUS = [
         id="sealed",
         title="Sealed record",
         metadata={"acl": ["board"]},
-        text="The sealed record says that Aldric Venmoor owed money to Corvin Halbrecht, a banker.",
+        text="The sealed record says that Aldric Venmoor owed money to Corvin Halbrecht, a banker in Quellstad.",
     ),
 ]
 SETTINGS = {"chunking.size": 48, "chunking.overlap": 0, "chunking.splits": 0}
@@ -77,6 +77,7 @@ def test_entity_artifacts_are_built_and_checksummed(entity_index):
         f"graphs/{ENTITY_MENTIONS}.npz",
         f"arrays/{ENTITY_VECTORS}.npy",
         f"graphs/{ENTITY_SYNONYMS}.npz",
+        f"graphs/{ENTITY_SENTENCES}.npz",
     }
     assert all(len(f["sha256"]) == 64 for f in record["files"].values()) and store.damaged(record["files"]) is None
     index = LoadedIndex(entity_index)
@@ -115,7 +116,7 @@ def test_an_entity_named_only_in_a_forbidden_piece_gives_a_restricted_reader_not
     layer = entity_layer(index)
     assert layer is not None and "corvin halbrecht" in layer.lookup  # the reader's question names it
     retriever = Retriever(index)
-    question = "Who is Corvin Halbrecht, the banker of Quellstad?"
+    question = "Who is Corvin Halbrecht, the banker?"
     guest = retriever.retrieve(question, method="ppr", budget=10_000, metadata_filter=GUEST)
     sealed = unit_of(index, "sealed record")
     assert sealed not in {e.index for e in guest.evidence}
@@ -124,6 +125,29 @@ def test_an_entity_named_only_in_a_forbidden_piece_gives_a_restricted_reader_not
     assert readable_entities(layer, scope)[layer.lookup["corvin halbrecht"]] == 0
     board = retriever.retrieve(question, method="ppr", budget=10_000, metadata_filter=MetadataFilter(groups={"board"}))
     assert any(e.path == "ppr via entity:corvin halbrecht (named in the query)" for e in board.evidence)  # may read it
+
+
+def test_a_forbidden_sentence_links_no_two_names_for_a_restricted_reader(entity_index):
+    index = LoadedIndex(entity_index)
+    layer = entity_layer(index)
+    assert layer is not None
+    venmoor, quellstad = layer.lookup["aldric venmoor"], layer.lookup["quellstad"]  # both readable elsewhere
+    units = len(index.units["text"])
+    everyone = walk_adjacency(layer, None, 1.0)
+    assert everyone[units + venmoor, units + quellstad] == 1.0  # the sealed sentence names both
+    guest = Retriever(index).scope(GUEST)
+    assert guest.units[unit_of(index, "Quellstad is a port")] and not guest.units[unit_of(index, "sealed record")]
+    for_guest = walk_adjacency(layer, guest.units[layer.sentence_units], 1.0)
+    assert for_guest[units + venmoor, units + quellstad] == 0.0
+    assert walk_adjacency(layer, None, 0.0)[units + venmoor, units + quellstad] == 0.0  # weight 0: no such edges
+    result = Retriever(index).retrieve(
+        "Aldric Venmoor",
+        method="ppr",
+        budget=10_000,
+        metadata_filter=GUEST,
+        overrides={"ppr.entity_cooccurrence_weight": 1},
+    )
+    assert unit_of(index, "sealed record") not in {e.index for e in result.evidence}
 
 
 def test_an_index_built_before_the_entity_layer_serves_ppr_and_resumes(entity_index, tmp_path):

@@ -136,6 +136,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
             seed_entities=cfg.seed_entities,
             bridges=cfg.bridge_entities,
             damping=cfg.damping,
+            cooccurrence_weight=cfg.entity_cooccurrence_weight,
             xp=xp,
         )
         score = score + cfg.entity_weight * _minmax(entities.units, scope.units)

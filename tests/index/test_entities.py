@@ -1,0 +1,55 @@
+"""The entity layer's build: noun phrases from spaCy's parse, and entity–entity co-occurrence edges."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hopgraph.index.entities import MAX_COOCCURRING, TITLE, unit_entities
+from hopgraph.kernels import cooccurrence_matrix
+from hopgraph.ner import PHRASE, cached_entity_names, entity_names
+
+
+def test_noun_phrases_name_things_and_leave_pronouns_and_lone_common_nouns_out():
+    names = dict(
+        entity_names(
+            ["Ermengarde of Tours copied ancient manuscripts, and it was in the city that she met him."],
+            phrases=True,
+        )[0]
+    )
+    assert names["ermengarde of tours"] != PHRASE  # spaCy's own name, with its label
+    assert names["ancient manuscripts"] == PHRASE  # two content words
+    assert not {"it", "she", "him", "city", "ermengarde", "tours"} & set(names)  # pronouns, one common noun, parts
+    assert "ancient manuscripts" not in dict(entity_names(["Ermengarde of Tours copied ancient manuscripts."])[0])
+
+
+def test_names_with_and_without_phrases_are_cached_apart(tmp_path):
+    cache = tmp_path / "entities.sqlite"
+    text = ["Ermengarde of Tours copied ancient manuscripts."]
+    plain = cached_entity_names(text, cache)
+    with_phrases = cached_entity_names(text, cache, phrases=True)
+    assert [n for n, _ in plain[0]] == ["ermengarde of tours"]
+    assert ("ancient manuscripts", PHRASE) in with_phrases[0]
+    assert cached_entity_names(text, cache) == plain  # the cached plain result is not the phrase one
+
+
+def test_entities_said_in_one_sentence_are_linked_once_per_sentence():
+    crowd = [(f"person {i}", "PERSON") for i in range(MAX_COOCCURRING + 1)]
+    table = unit_entities(
+        sentence_units=[0, 0, 1, 1],
+        sentence_names=[
+            [("ada", "PERSON"), ("bram", "PERSON"), ("1874", "DATE")],
+            [("ada", "PERSON"), ("bram", "PERSON")],
+            [("bram", "PERSON"), ("cole", "ORG")],
+            crowd,  # a list sentence: no clique of edges
+        ],
+        unit_docs=[[0], [1]],
+        titles=["Ada", ""],
+    )
+    ids = {name: i for i, name in enumerate(table.names)}
+    assert table.labels[ids["ada"]] == TITLE and "1874" not in ids  # the title wins; dates name no thing
+    co = cooccurrence_matrix(table.sentence_mentions.T.tocsr()).toarray()
+    assert co[ids["ada"], ids["bram"]] == co[ids["bram"], ids["ada"]] == 2  # two sentences name both
+    assert co[ids["bram"], ids["cole"]] == 1 and co[ids["ada"], ids["cole"]] == 0
+    assert np.all(np.diag(co) == 0)
+    assert co[ids["person 0"]].sum() == 0  # the crowded sentence links nobody
+    assert table.mentions[1, ids["person 0"]] == 1  # but its names are still mentioned
