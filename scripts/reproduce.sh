@@ -14,6 +14,8 @@ hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-150 "${L150[@]}" "${METHODS
 CUE0=(--extraction.cue_alpha 0 --methods text,cue)
 hopgraph eval "$MUSIQUE" --index .hopgraph/musique-150-cue0 "${L150[@]}" "${CUE0[@]}" --out scripts/results/cue_alpha0_musique_l150.json -q
 hopgraph eval "$HOTPOTQA" --index .hopgraph/hotpotqa-150-cue0 "${L150[@]}" "${CUE0[@]}" --out scripts/results/cue_alpha0_hotpotqa_l150.json -q
+python3 scripts/coverage_misses.py "$HOTPOTQA" --index .hopgraph/hotpotqa-1200 --methods text,bm25,ppr --out scripts/results/coverage_misses_hotpotqa_l1200.json
+python3 scripts/coverage_misses.py "$HOTPOTQA" --index .hopgraph/hotpotqa-150 --methods text,bm25,ppr --out scripts/results/coverage_misses_hotpotqa_l150.json
 # evidence_chunking.json compares two commits: see scripts/compare_evals.py for how it was made.
 python3 scripts/bench_pagerank.py
 python3 scripts/bench_index_speed.py

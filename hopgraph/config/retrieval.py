@@ -64,12 +64,13 @@ class PprMethod(Section):
         "entity walk too, the most specific first; 0: no second hop.",
     )
     entity_cooccurrence_weight: float = Field(
-        0.0,
+        0.3,
         ge=0,
         le=1,
         description="Entity walk: weight of an edge between two entities per sentence naming both (capped at 1, a "
-        "mention's weight); 0: names are linked only through passages and synonyms "
-        "(scripts/results/sweeps/ppr_entity_cooccurrence_*).",
+        "mention's weight), counted over the sentences the reader may read; 0: names are linked only through "
+        "passages and synonyms. Swept on MuSiQue-500 and HotpotQA-500 (scripts/results/sweeps/"
+        "ppr_entity_cooccurrence_*).",
     )
     lexical_weight: float = Field(
         0.0,
