@@ -6,7 +6,7 @@ found almost always; "yes" is found only where some retrieved passage happens to
 script counts, per method, the misses whose answer is "yes" or "no", those where a supporting
 passage was not retrieved, and those where every supporting passage was but the answer was not in
 the pieces taken from them; and the Coverage a method would reach if it found every question but
-the yes/no ones it misses.
+the yes/no ones it misses. Retrieval uses the default settings, as ``hopgraph eval`` does.
 
     python scripts/coverage_misses.py ../shared/data/hotpotqa/dev_subsampled.jsonl \\
         --index .hopgraph/hotpotqa-1200 --methods text,ppr --out scripts/results/coverage_misses_hotpotqa_l1200.json
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hopgraph.config import HopgraphConfig
 from hopgraph.evaluate.metrics import coverage_hit
 from hopgraph.evaluate.report import provenance, write_json
 from hopgraph.index.datasets import load_benchmark
@@ -35,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
 
     bench = load_benchmark(args.dataset)
-    retriever = Retriever(args.index)
+    retriever = Retriever(args.index, HopgraphConfig().retrieval)
     vectors = retriever.embed([q.text for q in bench.questions])
     yes_no = [{normalize_answer(a) for a in q.answers} <= YES_NO for q in bench.questions]
     results = []

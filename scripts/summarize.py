@@ -28,7 +28,9 @@ def _coverage_cell(result: dict) -> str:
 
 def coverage_tables(results: Path = RESULTS) -> str:
     runs = [
-        json.loads(p.read_text(encoding="utf-8")) | {"file": p.name} for p in sorted(results.glob("coverage_*.json"))
+        json.loads(p.read_text(encoding="utf-8")) | {"file": p.name}
+        for p in sorted(results.glob("coverage_*_l*.json"))
+        if not p.name.startswith("coverage_misses_")  # why answers were missed: not a coverage table
     ]
     methods = list(dict.fromkeys(r["method"] for run in runs for r in run["results"]))
     head = "| dataset | ℓ | " + " | ".join(methods)

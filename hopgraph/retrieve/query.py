@@ -82,11 +82,21 @@ def ranked(
 
 
 def top_indices(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k highest scores, best first, ties to the lower index, without a full sort."""
+    """Indices of the k highest scores, best first, ties to the lower index, without a full sort.
+
+    Masked-out entries (-inf) come last: the selection runs over the others only, because
+    ``np.partition`` over many equal values (a reader who may read a tenth of the corpus) was ten
+    times slower than over the rest.
+    """
     n = len(scores)
     k = min(k, n)
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
+    masked = scores == -np.inf
+    if masked.any():
+        kept = np.flatnonzero(~masked)
+        best = kept[top_indices(scores[kept], k)]
+        return np.concatenate([best, np.flatnonzero(masked)[: k - len(best)]])
     if k < n:
         kth = np.partition(scores, n - k)[n - k]
         candidates = np.flatnonzero(scores >= kth)

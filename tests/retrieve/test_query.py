@@ -43,3 +43,7 @@ def test_top_indices_and_descending_match_a_stable_full_sort():
         assert top_indices(scores, k).tolist() == full[:k].tolist()
     assert list(descending(scores, head=10)) == full.tolist()
     assert list(descending(scores, head=1000)) == full.tolist()
+    masked = np.where(np.random.default_rng(2).random(500) < 0.9, -np.inf, scores)  # a reader's mask
+    full = np.argsort(-masked, kind="stable")
+    for k in (0, 1, 7, 49, 51, 499, 500, 600):  # fewer, and more, than the unmasked ones
+        assert top_indices(masked, k).tolist() == full[:k].tolist()
