@@ -171,3 +171,17 @@ def test_an_index_built_before_the_entity_layer_serves_ppr_and_resumes(entity_in
         IndexStore(old).read_graph(ENTITY_MENTIONS).toarray(),
         IndexStore(entity_index).read_graph(ENTITY_MENTIONS).toarray(),
     )
+
+
+def test_an_entity_layer_without_sentence_mentions_ranks_without_cooccurrence_edges(entity_index, tmp_path):
+    old = tmp_path / "old"  # an entity layer written before sentences were stored: no co-occurrence edges
+    shutil.copytree(entity_index, old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["stages"]["entities"]["files"].pop(f"graphs/{ENTITY_SENTENCES}.npz")
+    (old / f"graphs/{ENTITY_SENTENCES}.npz").unlink()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    without = Retriever(LoadedIndex(entity_index)).retrieve(
+        BRIDGE_QUESTION, method="ppr", budget=10_000, overrides={"ppr.entity_cooccurrence_weight": 0}
+    )
+    served = Retriever(LoadedIndex(old)).retrieve(BRIDGE_QUESTION, method="ppr", budget=10_000)
+    assert [(e.index, e.score) for e in served.evidence] == [(e.index, e.score) for e in without.evidence]
