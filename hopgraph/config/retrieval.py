@@ -46,7 +46,7 @@ class PprMethod(Section):
     seed_keywords: int = Field(25, ge=1, le=100_000, description="Query seeds: keywords most similar to the query.")
     damping: float = Field(0.5, gt=0, lt=1, description="PPR continuation probability (low = stay near the seeds).")
     entity_weight: float = Field(
-        2.0,
+        4.0,
         ge=0,
         le=1000,
         description="ε: weight of personalised PageRank over the entity layer (named entities and titles, with a "
@@ -57,11 +57,12 @@ class PprMethod(Section):
         10, ge=1, le=10_000, description="Entity seeds besides those the question names: names nearest the query."
     )
     bridge_entities: int = Field(
-        5,
+        12,
         ge=0,
         le=1000,
         description="Second hop: entities named by the best first-hop passages (not by the question) that seed the "
-        "entity walk too, the most specific first; 0: no second hop.",
+        "entity walk too, the most specific first; 0: no second hop. Swept with ε "
+        "(scripts/results/sweeps/ppr_entity_weight_*bridges_*, ppr_entity_weight_higher_*).",
     )
     entity_cooccurrence_weight: float = Field(
         0.3,
