@@ -131,7 +131,7 @@ def index(
         click.echo(line)
     click.echo(
         f"indexed {len(corpus.documents)} documents into {out} ({counts}; {time.perf_counter() - started:.1f} s, "
-        f"{len(ran)} stages run{f', {kept} finished earlier' if kept else ''})"
+        f"{len(ran)} stage{'s' if len(ran) != 1 else ''} run{f', {kept} finished earlier' if kept else ''})"
     )
     echo_llm_usage({name: record["llm"] for name, record in manifest["stages"].items() if "llm" in record})
 

@@ -13,7 +13,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,6 +300,33 @@ def stage_keys(config: HopgraphConfig) -> dict[str, str]:
     return {stage.name: keys[stage.name] for stage in STAGES if stage.enabled(config)}
 
 
+def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _leaves(inner, f"{path}.{key}")
+    else:
+        yield path, value
+
+
+def _only_newer_settings(stage_name: str, stored: dict[str, Any], config: HopgraphConfig) -> bool:
+    """Whether a stage's settings differ from those an index was built with only by settings that index's
+    hopgraph did not have, at their defaults: the change then comes with an upgrade, not from the user,
+    and the stage is rebuilt instead of refused (an index built before ``graph.entity_phrases``)."""
+    stage = next(s for s in STAGES if s.name == stage_name)
+    now, default = config.model_dump(mode="json"), HopgraphConfig().model_dump(mode="json")
+    for setting in stage.settings:
+        for path, value in _leaves(_setting(now, setting), setting):
+            try:
+                before = _setting(stored, path)
+            except (KeyError, TypeError):  # newer than the index
+                if value != _setting(default, path):
+                    return False
+                continue
+            if before != value:
+                return False
+    return True
+
+
 # ------------------------------------------------------------------------------------ driver
 def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, overwrite: bool) -> dict:
     keys = stage_keys(config)
@@ -333,14 +360,19 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         and stored[stage.name] != keys[stage.name]
         and (stage.name in manifest["stages"] or not stage.llm)
     ]
-    refused = [name for name in changed if name not in LLM_STAGES]
+    stored_config = manifest.get("config", {})
+    refused = [
+        name for name in changed if name not in LLM_STAGES and not _only_newer_settings(name, stored_config, config)
+    ]
     if refused or manifest.get("corpus_fingerprint") != fingerprint:
         what = f"build settings (stages {', '.join(refused)})" if refused else "corpus"
         raise IndexFormatError(
             f"{store.root} holds an index of a different {what}; pass --overwrite to rebuild it, or choose another "
             "--out"
         )
-    for name in changed:  # only LLM-built parts: re-running them costs nothing for cached calls
+    # Only LLM-built parts (re-running them costs nothing for cached calls) and stages whose settings
+    # gained keys since the index was built (a newer hopgraph), at their defaults.
+    for name in changed:
         manifest["stages"].pop(name, None)
     for name in set(manifest["stages"]) - set(keys):  # no longer configured
         manifest["stages"].pop(name, None)

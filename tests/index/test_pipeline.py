@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,38 @@ def test_changed_build_settings_refuse_and_name_the_stages(tmp_path, sample_docu
     other = sample_config.model_copy(update={"graph": sample_config.graph.model_copy(update={"theta_co": 7})})
     with pytest.raises(IndexFormatError, match="different build settings \\(stages concept_graph\\)"):
         build_index(sample_documents[:3], tmp_path / "i", other, progress=False)
+
+
+def test_a_stage_whose_settings_are_newer_than_the_index_is_rebuilt_not_refused(
+    tmp_path, sample_documents, sample_config
+):
+    """An index built by a hopgraph without ``graph.entity_phrases`` (its manifest's config lacks the
+    key, so the entities stage's key differs): the stage reruns at the setting's default; a value
+    the user changed still refuses."""
+    import pytest
+
+    from hopgraph.errors import IndexFormatError
+    from hopgraph.store import IndexStore
+
+    out = tmp_path / "i"
+    build_index(sample_documents[:3], out, sample_config, progress=False)
+    store = IndexStore(out)
+    manifest = store.read_manifest()
+    del manifest["config"]["graph"]["entity_phrases"]  # as the older hopgraph wrote it
+    manifest["stage_settings"]["entities"] = "written-before"
+    before = dict(manifest["stages"]["entities"]["files"])
+    manifest["stages"]["entities"]["files"].pop("graphs/entity_sentences.npz")  # that hopgraph did not write it
+    (out / "graphs" / "entity_sentences.npz").unlink()
+    store.manifest_path.write_text(json.dumps(manifest))
+    rebuilt = build_index(sample_documents[:3], out, sample_config, progress=False)
+    assert rebuilt["complete"] and rebuilt["stages"]["entities"]["files"] == before  # the stage ran again
+    assert rebuilt["stage_settings"]["entities"] != "written-before"
+    assert "entity_phrases" in rebuilt["config"]["graph"]
+    phrases = sample_config.model_copy(
+        update={"graph": sample_config.graph.model_copy(update={"entity_phrases": True})}
+    )
+    manifest = store.read_manifest()
+    del manifest["config"]["graph"]["entity_phrases"]
+    store.manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(IndexFormatError, match="different build settings \\(stages entities\\)"):
+        build_index(sample_documents[:3], out, phrases, progress=False)  # not the default: the user's choice
