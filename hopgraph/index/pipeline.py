@@ -274,7 +274,6 @@ STAGES: list[Stage] = [
         enabled=lambda config: config.extraction.cue_alpha is not None,
     ),
 ]
-LLM_STAGES = {stage.name for stage in STAGES if stage.llm}
 
 
 def planned_stages(config: HopgraphConfig) -> list[tuple[str, Callable[[BuildContext], dict[str, int]]]]:
@@ -308,11 +307,10 @@ def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
         yield path, value
 
 
-def _only_newer_settings(stage_name: str, stored: dict[str, Any], config: HopgraphConfig) -> bool:
+def _only_newer_settings(stage: Stage, stored: dict[str, Any], config: HopgraphConfig) -> bool:
     """Whether a stage's settings differ from those an index was built with only by settings that index's
     hopgraph did not have, at their defaults: the change then comes with an upgrade, not from the user,
     and the stage is rebuilt instead of refused (an index built before ``graph.entity_phrases``)."""
-    stage = next(s for s in STAGES if s.name == stage_name)
     now, default = config.model_dump(mode="json"), HopgraphConfig().model_dump(mode="json")
     for setting in stage.settings:
         for path, value in _leaves(_setting(now, setting), setting):
@@ -362,7 +360,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     ]
     stored_config = manifest.get("config", {})
     refused = [
-        name for name in changed if name not in LLM_STAGES and not _only_newer_settings(name, stored_config, config)
+        s.name for s in STAGES if s.name in changed and not s.llm and not _only_newer_settings(s, stored_config, config)
     ]
     if refused or manifest.get("corpus_fingerprint") != fingerprint:
         what = f"build settings (stages {', '.join(refused)})" if refused else "corpus"

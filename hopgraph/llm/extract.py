@@ -154,12 +154,13 @@ def extract(
     # either: the cache key then tells a prompt-only completion from a constrained one.
     schema = task.schema if config.structured else None
     pending = list(range(len(passages)))
-    answered: list[int] = []
+    answered = 0
 
     def arrived(i: int, completion: Completion) -> None:
-        answered.append(i)
+        nonlocal answered
+        answered += 1
         if tell is not None:
-            tell(len(answered), len(passages))
+            tell(answered, len(passages))
 
     for attempt in range(config.parse_retries + 1):
         if not pending:

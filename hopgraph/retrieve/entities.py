@@ -82,7 +82,7 @@ def entity_layer(index: LoadedIndex) -> EntityLayer | None:
             index.graph(ENTITY_SENTENCES)
             if index.store.has("graphs", ENTITY_SENTENCES)
             else sp.csr_matrix((0, len(table["name"])), dtype=np.float32),
-            np.asarray(index.table("sentences")["unit"], dtype=np.int64),
+            index.sentence_units,
             table["name"],
             table["display"],
             {name: i for i, name in enumerate(table["name"])},

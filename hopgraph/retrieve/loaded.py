@@ -84,9 +84,14 @@ class LoadedIndex:
         return np.asarray(self.units["tokens"], dtype=np.int64)
 
     @functools.cached_property
+    def sentence_units(self) -> np.ndarray:
+        """The sub-chunk of each sentence (read once; the sentences' text is not kept)."""
+        return np.asarray(self.store.read_table("sentences")["unit"], dtype=np.int64)
+
+    @functools.cached_property
     def sentence_runs(self) -> tuple[np.ndarray, np.ndarray]:
         """(first sentence index, sub-chunk) of each run of sentences that share a sub-chunk."""
-        parent = np.asarray(self.store.read_table("sentences")["unit"], dtype=np.int64)
+        parent = self.sentence_units
         if len(parent) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         starts = np.flatnonzero(np.r_[True, parent[1:] != parent[:-1]])

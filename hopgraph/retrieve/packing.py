@@ -115,20 +115,20 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
         if key in taken:
             continue
         tokens = piece_tokens(index, cand)
-        if cand.text is not None:
-            text, doc_idx, chunk = cand.text, cand.docs or [], cand.chunk
-            places = [""] * len(doc_idx)
-        else:
-            table = index.pieces(cand.kind)
-            text, doc_idx = table["text"][cand.index], table["docs"][cand.index]
-            chunk = int(table["chunk"][cand.index]) if "chunk" in table else int(cand.index)
-            places = places_of(index, table, cand.index, doc_idx)
         if used + tokens > budget:
             misses += 1
             if misses >= MAX_MISSES or budget - used < 8:
                 break
             continue
         misses = 0
+        if cand.text is not None:
+            text, doc_idx, chunk = cand.text, cand.docs or [], cand.chunk
+            places = [""] * len(doc_idx)
+        else:  # read only for pieces that fit: up to MAX_MISSES may not
+            table = index.pieces(cand.kind)
+            text, doc_idx = table["text"][cand.index], table["docs"][cand.index]
+            chunk = int(table["chunk"][cand.index]) if "chunk" in table else int(cand.index)
+            places = places_of(index, table, cand.index, doc_idx)
         taken.add(key)
         used += tokens
         packed.append(
