@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgraph.documents import place as place  # re-exported: where a reader's metadata is read
 from hopgraph.documents import strip_control
 
 PDF, DOCX, HTML = (".pdf",), (".docx",), (".html", ".htm", ".xhtml")

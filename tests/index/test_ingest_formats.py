@@ -9,8 +9,9 @@ from pathlib import Path
 import docx
 import pytest
 
+from hopgraph.documents import place
 from hopgraph.errors import InputError
-from hopgraph.index.formats import decode, place
+from hopgraph.index.formats import decode
 from hopgraph.index.ingest import read_corpus, read_upload
 
 
