@@ -292,9 +292,12 @@ class RayHttpLLM:
                 ),
                 preprocess=_to_payload,
                 postprocess=_from_response,
-                # Light steps: reserving a whole CPU each would starve a small cluster (and keep them unfused).
-                preprocess_map_kwargs={"num_cpus": LIGHT_CPU},
-                postprocess_map_kwargs={"num_cpus": LIGHT_CPU},
+                # Light steps: reserving a whole CPU each would starve a small cluster. One task at a
+                # time each: at 0.05 CPU Ray Data would otherwise start a task (and a worker process,
+                # ~1.3 CPU-seconds to start) per block at once; on 2 cores with two pinned replicas that
+                # start-up took more CPU than the requests (measured: 13 worker processes, 17.7 s).
+                preprocess_map_kwargs=_light_step(ray),
+                postprocess_map_kwargs=_light_step(ray),
             )
             blocks = max(1, math.ceil(len(rows) / cluster.llm_batch_size))
             outputs.append(processor(ray.data.from_items(rows, override_num_blocks=blocks)))
@@ -312,6 +315,10 @@ class RayHttpLLM:
                 bar.update(1)
         self.engine.add_costs(time.perf_counter() - started, 0.0)
         return [c for c in out if c is not None]
+
+
+def _light_step(ray: Any) -> dict[str, Any]:
+    return {"num_cpus": LIGHT_CPU, "compute": ray.data.TaskPoolStrategy(size=1)}
 
 
 class _SessionFactory:
