@@ -6,7 +6,8 @@ found almost always; "yes" is found only where some retrieved passage happens to
 script counts, per method, the misses whose answer is "yes" or "no", those where a supporting
 passage was not retrieved, and those where every supporting passage was but the answer was not in
 the pieces taken from them; and the Coverage a method would reach if it found every question but
-the yes/no ones it misses. Retrieval uses the default settings, as ``hopgraph eval`` does.
+the yes/no ones it misses; and the Coverage of the supporting passages alone (a perfect retriever,
+on sets that mark them). Retrieval uses the default settings, as ``hopgraph eval`` does.
 
     python scripts/coverage_misses.py ../shared/data/hotpotqa/dev_subsampled.jsonl \\
         --index .hopgraph/hotpotqa-1200 --methods text,ppr --out scripts/results/coverage_misses_hotpotqa_l1200.json
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.evaluate.metrics import coverage_hit
 from hopgraph.evaluate.report import provenance, write_json
-from hopgraph.index.datasets import load_benchmark
+from hopgraph.index.datasets import Benchmark, load_benchmark
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.text import normalize_answer
 
@@ -79,10 +81,28 @@ def main() -> None:
             "index": args.index,
             "n_questions": len(bench.questions),
             "budget": retriever.config.budget,
+            "supporting_passages_only": supporting_passages_only(bench, yes_no),
             "results": results,
             **provenance(),
         },
     )
+
+
+def supporting_passages_only(bench: Benchmark, yes_no: list[bool]) -> dict[str, Any] | None:
+    """Coverage of a perfect retriever: the context is exactly each question's supporting passages
+    (title and text), nothing else. A method above it gains from passages that happen to say "yes"."""
+    marked = [(q, y) for q, y in zip(bench.questions, yes_no) if q.supporting_ids]
+    if not marked:
+        return None
+    text = {d.id: f"{d.title}\n{d.text}" for d in bench.documents}
+    hits = [coverage_hit("\n\n".join(text[i] for i in q.supporting_ids if i in text), q.answers) for q, _ in marked]
+    plain = [hit for hit, (_, y) in zip(hits, marked) if not y]
+    return {
+        "questions": len(marked),
+        "coverage": round(100.0 * sum(hits) / len(hits), 2),
+        "yes_no_missed": sum(1 for hit, (_, y) in zip(hits, marked) if y and not hit),
+        "coverage_without_yes_no_questions": round(100.0 * sum(plain) / max(len(plain), 1), 2),
+    }
 
 
 if __name__ == "__main__":
