@@ -106,21 +106,16 @@ MAX_MISSES = 64  # stop scanning after this many pieces in a row that no longer 
 def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> list[Evidence]:
     """Greedy fill in rank order; a piece that does not fit is skipped (smaller ones may still fit)."""
     docs = index.documents
-    used, misses = 0, 0
     taken: set[tuple[str, int]] = set()
     packed: list[Evidence] = []
-    for cand in candidates:
-        check_deadline()
-        key = (cand.kind, cand.index)
-        if key in taken:
-            continue
-        tokens = piece_tokens(index, cand)
-        if used + tokens > budget:
-            misses += 1
-            if misses >= MAX_MISSES or budget - used < 8:
-                break
-            continue
-        misses = 0
+
+    def untaken() -> Iterator[Candidate]:  # read lazily: ``taken`` grows as pieces are packed
+        for cand in candidates:
+            check_deadline()
+            if (cand.kind, cand.index) not in taken:
+                yield cand
+
+    for cand, tokens in fitting(index, untaken(), budget):
         if cand.text is not None:
             text, doc_idx, chunk = cand.text, cand.docs or [], cand.chunk
             places = [""] * len(doc_idx)
@@ -129,8 +124,7 @@ def pack(index: LoadedIndex, candidates: Iterable[Candidate], budget: int) -> li
             text, doc_idx = table["text"][cand.index], table["docs"][cand.index]
             chunk = int(table["chunk"][cand.index]) if "chunk" in table else int(cand.index)
             places = places_of(index, table, cand.index, doc_idx)
-        taken.add(key)
-        used += tokens
+        taken.add((cand.kind, cand.index))
         packed.append(
             Evidence(
                 kind=cand.kind,
@@ -152,8 +146,9 @@ def piece_tokens(index: LoadedIndex, cand: Candidate) -> int:
     return count_tokens(cand.text) if cand.text is not None else int(index.pieces(cand.kind)["tokens"][cand.index])
 
 
-def within(index: LoadedIndex, candidates: Iterable[Candidate], budget: float) -> Iterator[Candidate]:
-    """The candidates one channel may contribute: rank order, skipping pieces that no longer fit its share."""
+def fitting(index: LoadedIndex, candidates: Iterable[Candidate], budget: float) -> Iterator[tuple[Candidate, int]]:
+    """(candidate, its tokens) in rank order while they fit ``budget``, skipping those that no longer
+    do; gives up after MAX_MISSES misses in a row or with under 8 tokens left."""
     used, misses = 0, 0
     for cand in candidates:
         tokens = piece_tokens(index, cand)
@@ -164,4 +159,9 @@ def within(index: LoadedIndex, candidates: Iterable[Candidate], budget: float) -
             continue
         misses = 0
         used += tokens
-        yield cand
+        yield cand, tokens
+
+
+def within(index: LoadedIndex, candidates: Iterable[Candidate], budget: float) -> Iterator[Candidate]:
+    """The candidates one channel may contribute: rank order, skipping pieces that no longer fit its share."""
+    return (cand for cand, _ in fitting(index, candidates, budget))
