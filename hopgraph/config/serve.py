@@ -74,6 +74,14 @@ class ServeConfig(Section):
         description="Unix nice increment of the update worker: a running insert/delete job gets a smaller CPU "
         "share than readers (0 = equal).",
     )
+    worker_linger: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="Seconds the update worker stays alive after its last build, looking for more jobs every "
+        "refresh_seconds: a job submitted meanwhile skips the process start and model loading (most of a small "
+        "insert's CPU time). 0 = a fresh worker per batch.",
+    )
     request_deadline: float = Field(
         10.0,
         gt=0,

@@ -158,6 +158,9 @@ class IndexHolder:
             return True
 
 
+MAX_WORKER_BUILDS = 100  # builds one worker process runs before a fresh one takes over (bounds what it holds)
+
+
 class JobRunner:
     """Starts the worker child when jobs are queued, switches the holder to what it published,
     then collects old versions.
@@ -166,9 +169,11 @@ class JobRunner:
     ``hopgraph.serve.replicas``); it looks at the queue on disk every ``serve.refresh_seconds``, so
     jobs submitted to another process are picked up within that time.
 
-    The worker runs one batch (all jobs queued when it starts) and exits, so the holder switches
-    after every build, not after a queue that keeps growing. A job is reported 'publishing' until
-    the holder serves its version. A worker that dies without recording an outcome (killed, out
+    The worker publishes a version per batch (all jobs queued when the batch starts), so the holder
+    switches after every build, not after a queue that keeps growing; it then stays
+    ``serve.worker_linger`` seconds for jobs that follow (at most ``MAX_WORKER_BUILDS`` builds),
+    while this loop goes on switching and collecting. A job is reported 'publishing' until the
+    holder serves its version. A worker that dies without recording an outcome (killed, out
     of memory) is restarted after a growing delay; after ``serve.job_attempts`` attempts its jobs
     end 'failed' with the reason. Every error in the loop is logged and the loop goes on.
     """
@@ -251,12 +256,16 @@ class JobRunner:
                 self._stop.wait(1.0)
 
     def _pass(self) -> None:
-        """One round: run the next batch if any, switch to what is live, collect old versions."""
+        """One round: run the worker if jobs wait, switch to what is live, collect old versions."""
         exited, serving = None, self.holder.current.version
         if self.queue_depth():
             exited = self._run_child()
             if self.queue_depth():
                 self._wake.set()  # more batches (or a retry) follow without waiting
+        self._switch_and_collect(exited, serving)
+
+    def _switch_and_collect(self, exited: float | None = None, serving: str = "") -> None:
+        """Serve the live version (recording exit → switch when a worker exited), then collect old versions."""
         if self._stop.is_set():
             return  # stopping: the leader lock may be released next, so no switch and no collection
         try:
@@ -285,7 +294,11 @@ class JobRunner:
             "--nice",
             str(self.config.serve.job_niceness),
             "--batches",
-            "1",
+            str(MAX_WORKER_BUILDS),
+            "--linger",
+            str(self.config.serve.worker_linger),
+            "--poll",
+            str(self.config.serve.refresh_seconds),
         ]
         with self._lock:
             if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)
@@ -294,7 +307,15 @@ class JobRunner:
             command += ["--run", self._run]
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()
-        code = self._child.wait()
+        while True:
+            try:
+                code = self._child.wait(timeout=self.idle_wait)
+                break
+            except subprocess.TimeoutExpired:  # still building, or lingering after publishing
+                try:
+                    self._switch_and_collect()
+                except Exception as exc:  # noqa: BLE001 - never leave a running worker unwatched
+                    print(f"hopgraph serve: cannot collect old index versions: {exc}", file=sys.stderr, flush=True)
         exited = time.monotonic()
         if self._stop.is_set():  # ended by stop(): a shutdown, not a crash to count against its jobs
             return exited

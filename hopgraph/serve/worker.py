@@ -1,7 +1,8 @@
-"""The update worker the server starts: runs the pending jobs of one index (as one build per
-``--batches``), then exits.
+"""The update worker the server starts: runs the pending jobs of one index, one build per batch
+(each publishes a version), and stays ``--linger`` seconds after its last build for jobs that
+follow, so a stream of small inserts pays the process start and the model loading once.
 
-    python -m hopgraph.serve.worker INDEX --llm '{"base_url": ...}'
+    python -m hopgraph.serve.worker INDEX --llm '{"base_url": ...}' --linger 30
 """
 
 from __future__ import annotations
@@ -10,10 +11,27 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from hopgraph.config import LLMConfig, validate_section
 from hopgraph.errors import HopgraphError
 from hopgraph.index import versions
+
+
+def work(index: str, llm: LLMConfig, *, batches: int | None, linger: float, poll: float, run: str | None) -> int:
+    """Build batch after batch while jobs are pending; wait up to ``linger`` seconds (looking every
+    ``poll``) for more; stop after ``batches`` builds. Returns the number of builds."""
+    built = 0
+    idle_since = time.monotonic()
+    while batches is None or built < batches:
+        if versions.run_pending(index, llm=llm, batches=1, run=run):
+            built += 1
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= linger:
+            break
+        else:
+            time.sleep(min(poll, max(0.0, linger - (time.monotonic() - idle_since))))
+    return built
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,15 +44,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batches", type=int, default=None, help="run at most this many builds (each publishes one version), then exit"
     )
+    parser.add_argument(
+        "--linger", type=float, default=0.0, help="seconds to wait after the last build for more jobs before exiting"
+    )
+    parser.add_argument("--poll", type=float, default=2.0, help="seconds between looks at the queue while lingering")
     parser.add_argument("--run", default=None, help="a name for this run, recorded with the attempts it starts")
     args = parser.parse_args(argv)
     if args.nice and hasattr(os, "nice"):
         os.nice(args.nice)
     try:
-        versions.run_pending(
+        work(
             args.index,
-            llm=validate_section(LLMConfig, json.loads(args.llm), "--llm"),
+            validate_section(LLMConfig, json.loads(args.llm), "--llm"),
             batches=args.batches,
+            linger=max(0.0, args.linger),
+            poll=max(0.05, args.poll),
             run=args.run,
         )
     except HopgraphError as exc:  # the job record holds the message too

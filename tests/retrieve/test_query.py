@@ -47,3 +47,9 @@ def test_top_indices_and_descending_match_a_stable_full_sort():
     full = np.argsort(-masked, kind="stable")
     for k in (0, 1, 7, 49, 51, 499, 500, 600):  # fewer, and more, than the unmasked ones
         assert top_indices(masked, k).tolist() == full[:k].tolist()
+    sparse = np.zeros(500)  # a seed vector: a few positive weights, the rest at one floor value
+    sparse[np.random.default_rng(3).choice(500, 12, replace=False)] = np.round(np.random.default_rng(4).random(12), 1)
+    full = np.argsort(-sparse, kind="stable")
+    for k in (1, 5, 12, 13, 40, 500):
+        assert top_indices(sparse, k).tolist() == full[:k].tolist()
+        assert top_indices(sparse - 1.0, k).tolist() == full[:k].tolist()  # a floor below zero too

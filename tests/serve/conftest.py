@@ -40,7 +40,8 @@ def serve_config(sample_config, tmp_path_factory):
     cache = tmp_path_factory.mktemp("serve-cache")
     return sample_config.model_copy(
         update={
-            "serve": sample_config.serve.model_copy(update={"rate_limit": 0.0}),
+            # A fresh update worker per batch, as each test ends soon after its jobs (test_jobs.py covers lingering).
+            "serve": sample_config.serve.model_copy(update={"rate_limit": 0.0, "worker_linger": 0.0}),
             "embedding": sample_config.embedding.model_copy(update={"cache": str(cache / "vectors.sqlite")}),
         }
     )

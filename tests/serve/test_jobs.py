@@ -88,6 +88,26 @@ def test_deleted_document_is_gone_once_the_job_is_done(index_copy, serve_config)
         assert switch["exit_to_switch"] < to_done
 
 
+def test_a_lingering_worker_builds_the_next_job_without_restarting(index_copy, serve_config):
+    """With serve.worker_linger the worker that built one job stays and builds the next one submitted
+    within that time (one run: no second process start or model loading), while the server switches
+    to each version as it is published."""
+    with (
+        LiveServer(index_copy, configured(serve_config, worker_linger=120.0)) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
+        runner = server.app.state.jobs
+        first = wait_for_job(client, insert(client, "note-a", "Note A about the Sorvik ferry timetable.").json()["id"])
+        child = runner._child
+        assert first["status"] == "done" and child is not None and child.poll() is None  # done, and still there
+        assert "note-a" in server.app.state.holder.current.doc_ids
+        second = wait_for_job(client, insert(client, "note-b", "Note B about the Tem lighthouse.").json()["id"])
+        assert second["status"] == "done" and runner._child is child and child.poll() is None
+        assert second["run"] == first["run"] and second["version"] != first["version"]
+        assert {"note-a", "note-b"} <= server.app.state.holder.current.doc_ids
+    assert child.returncode is not None  # stopping the server ended the lingering worker
+
+
 def test_server_collects_old_versions_but_spares_those_in_use(index_copy, serve_config):
     with (
         LiveServer(index_copy, configured(serve_config, keep_versions=1)) as server,
