@@ -208,8 +208,9 @@ def server() -> str:
             + f"\n\nRequests/s over the baseline: **{d['rps_over_baseline']}×** ({d['baseline_rps']} → {d['rps']}, "
             f"p99 {d['p99_ms']} ms, {d['errors']} errors); readers restricted to half the corpus by ACL / open "
             f"readers, p50: **{d['restricted_over_open']}×**; with insert jobs running / read-only, p50: "
-            f"**{d['with_insert_over_read_only']}×** ({len(jobs)} insert jobs of "
-            f"{sum(j['documents'] for j in jobs)} documents, {', '.join(str(j['seconds']) for j in jobs)} s each)."
+            f"**{d['with_insert_over_read_only']}×** ({len(jobs)} insert jobs back to back, "
+            f"{sum(j['documents'] for j in jobs)} documents in all, taking {', '.join(str(j['seconds']) for j in jobs)} s; "
+            "the update worker lingers between jobs, so only the first starts a process and loads models)."
         )
     if (RESULTS / "serve_replicas.json").exists():
         d = _load("serve_replicas.json")
