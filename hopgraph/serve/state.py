@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
+import os
 import secrets
 import subprocess
 import sys
@@ -299,6 +300,8 @@ class JobRunner:
             str(self.config.serve.worker_linger),
             "--poll",
             str(self.config.serve.refresh_seconds),
+            "--parent",
+            str(os.getpid()),
         ]
         with self._lock:
             if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)

@@ -18,12 +18,26 @@ from hopgraph.errors import HopgraphError
 from hopgraph.index import versions
 
 
-def work(index: str, llm: LLMConfig, *, batches: int | None, linger: float, poll: float, run: str | None) -> int:
+def work(
+    index: str,
+    llm: LLMConfig,
+    *,
+    batches: int | None,
+    linger: float,
+    poll: float,
+    run: str | None,
+    parent: int | None = None,
+) -> int:
     """Build batch after batch while jobs are pending; wait up to ``linger`` seconds (looking every
-    ``poll``) for more; stop after ``batches`` builds. Returns the number of builds."""
+    ``poll``) for more; stop after ``batches`` builds. Returns the number of builds.
+
+    A worker whose server (``parent``, a pid) died starts no further build: the server that takes
+    over the jobs runs its own worker, which this one must not outlive unwatched.
+    """
     built = 0
+    parent = os.getppid() if parent is None else parent
     idle_since = time.monotonic()
-    while batches is None or built < batches:
+    while (batches is None or built < batches) and os.getppid() == parent:
         if versions.run_pending(index, llm=llm, batches=1, run=run):
             built += 1
             idle_since = time.monotonic()
@@ -48,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         "--linger", type=float, default=0.0, help="seconds to wait after the last build for more jobs before exiting"
     )
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between looks at the queue while lingering")
+    parser.add_argument(
+        "--parent", type=int, default=None, help="pid of the server that started this worker: no new build once it is gone"
+    )
     parser.add_argument("--run", default=None, help="a name for this run, recorded with the attempts it starts")
     args = parser.parse_args(argv)
     if args.nice and hasattr(os, "nice"):
@@ -60,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             linger=max(0.0, args.linger),
             poll=max(0.05, args.poll),
             run=args.run,
+            parent=args.parent,
         )
     except HopgraphError as exc:  # the job record holds the message too
         print(f"hopgraph worker: {exc}", file=sys.stderr)

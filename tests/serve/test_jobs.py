@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -106,6 +108,31 @@ def test_a_lingering_worker_builds_the_next_job_without_restarting(index_copy, s
         assert second["run"] == first["run"] and second["version"] != first["version"]
         assert {"note-a", "note-b"} <= server.app.state.holder.current.doc_ids
     assert child.returncode is not None  # stopping the server ended the lingering worker
+
+
+def test_a_lingering_worker_whose_server_died_exits(index_copy):
+    """The server that started a lingering worker dies: the orphaned worker takes no further job and
+    exits (the server that takes over runs its own)."""
+    spawn = (
+        "import os, subprocess, sys; "
+        "child = subprocess.Popen([sys.executable, '-m', 'hopgraph.serve.worker', sys.argv[1], "
+        "'--linger', '300', '--poll', '0.2', '--parent', str(os.getpid())], "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(child.pid, flush=True)"
+    )
+    parent = subprocess.run([sys.executable, "-c", spawn, str(index_copy)], capture_output=True, text=True, check=True)
+    worker = int(parent.stdout.strip())  # the parent exited at once: the worker is an orphan
+
+    def gone() -> bool:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return True
+        try:
+            return Path(f"/proc/{worker}/stat").read_text().split(")")[1].split()[0] == "Z"  # exited, not reaped
+        except FileNotFoundError:  # reaped in between
+            return True
+
+    wait_until(gone, timeout=60)  # long before its linger of 300 s
 
 
 def test_server_collects_old_versions_but_spares_those_in_use(index_copy, serve_config):
