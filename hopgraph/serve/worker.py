@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between looks at the queue while lingering")
     parser.add_argument(
-        "--parent", type=int, default=None, help="pid of the server that started this worker: no new build once it is gone"
+        "--parent",
+        type=int,
+        default=None,
+        help="pid of the server that started this worker: no new build once it has gone",
     )
     parser.add_argument("--run", default=None, help="a name for this run, recorded with the attempts it starts")
     args = parser.parse_args(argv)
