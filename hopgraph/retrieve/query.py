@@ -169,7 +169,7 @@ def scoped_keyword_vectors(index: LoadedIndex, scope: Scope) -> np.ndarray:
 
     def compute() -> np.ndarray:
         postings = index.graph("postings_sentences")
-        readable = scope.units[np.asarray(index.table("sentences")["unit"], dtype=np.int64)]
+        readable = scope.units[index.sentence_units]
         touched = np.flatnonzero(np.asarray(postings[~readable].sum(axis=0)).ravel() > 0)
         vectors = stored.copy()
         if len(touched):

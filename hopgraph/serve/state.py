@@ -310,13 +310,17 @@ class JobRunner:
             command += ["--run", self._run]
             self._child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         started = time.monotonic()
+        collected = versions.live_version(self.root)
         while True:
             try:
                 code = self._child.wait(timeout=self.idle_wait)
                 break
             except subprocess.TimeoutExpired:  # still building, or lingering after publishing
                 try:
-                    self._switch_and_collect()
+                    live = versions.live_version(self.root)
+                    if live != collected:  # the worker published: serve it, collect what it replaced
+                        self._switch_and_collect()
+                        collected = live
                 except Exception as exc:  # noqa: BLE001 - never leave a running worker unwatched
                     print(f"hopgraph serve: cannot collect old index versions: {exc}", file=sys.stderr, flush=True)
         exited = time.monotonic()
