@@ -25,7 +25,7 @@ import re
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +169,13 @@ class IndexStore:
         atomic_write(self._file("tables", name, ".parquet"), lambda tmp: pq.write_table(table, tmp))
         self._record(self._file("tables", name, ".parquet"))
 
-    def read_table(self, name: str) -> dict[str, list]:
+    def read_table(self, name: str, columns: Sequence[str] | None = None) -> dict[str, list]:
+        """The table's columns (only ``columns``, those of them it has, where given) as lists."""
         path = self._file("tables", name, ".parquet")
         try:
-            return pq.read_table(path).to_pydict()
+            if columns is not None:
+                columns = [c for c in columns if c in pq.read_schema(path).names]
+            return pq.read_table(path, columns=columns).to_pydict()
         except FileNotFoundError:
             raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
         except (pa.ArrowInvalid, OSError) as exc:

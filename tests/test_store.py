@@ -16,6 +16,8 @@ def test_round_trip(tmp_path):
     store.write_graph("knn", graph)
     store.write_manifest({"complete": True, "stages": {}})
     assert store.read_table("documents") == {"id": ["a", "b"], "acl": [["x"], None], "docs": [[0, 1], [2]]}
+    # Only the columns asked for, those the table has (an older table may lack one).
+    assert store.read_table("documents", ["docs", "heading"]) == {"docs": [[0, 1], [2]]}
     assert np.array_equal(store.read_array("unit_vectors"), np.arange(6, dtype=np.float32).reshape(2, 3))
     assert (store.read_graph("knn") != graph).nnz == 0
     assert store.require_complete()["format_version"] == FORMAT_VERSION

@@ -115,6 +115,14 @@ class ServeConfig(Section):
         description="Finished versions kept on disk besides the live one (and any a request still reads); older "
         "ones are deleted after each job.",
     )
+    keep_jobs: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Finished update job records (done or failed) kept in INDEX/jobs; older ones are deleted after "
+        "each job (a deleted job's status is then 404), so the queue, read on every look, stays small on a server "
+        "that runs for months.",
+    )
     max_filter_keys: int = Field(16, ge=1, le=1000, description="Most metadata keys in one request's `where` filter.")
     max_filter_values: int = Field(
         256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter."

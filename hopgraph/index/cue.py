@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.errors import InputError
+from hopgraph.index.reuse import CUE_ENTITY_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, PreviousVersion
 from hopgraph.kernels import cosine_topk, normalize_rows
 from hopgraph.models import count_tokens
 from hopgraph.ner import cached_entity_names
@@ -234,7 +235,7 @@ def _unit_vectors(store: IndexStore, texts: list[str], embed: Callable[[list[str
         return np.zeros((0, 0), dtype=np.float32)
     known: dict[str, int] = {}
     if store.has("tables", "sentences") and store.has("arrays", "sentence_vectors"):
-        known = {text: i for i, text in enumerate(store.read_table("sentences")["text"])}
+        known = {text: i for i, text in enumerate(store.read_table("sentences", ["text"])["text"])}
     row = np.array([known.get(text, -1) for text in texts], dtype=np.int64)
     reused = row >= 0
     stored = store.read_array("sentence_vectors", mmap=True) if reused.any() else None
@@ -255,6 +256,7 @@ def write_cue_graph(
     unit_source: Sequence[str],
     embed: Callable[[list[str]], np.ndarray],
     entity_cache: str | Path | None = None,
+    previous: PreviousVersion | None = None,
 ) -> dict[str, int]:
     """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
 
@@ -263,8 +265,10 @@ def write_cue_graph(
     Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays; a
     unit that is one of the index's sentences takes its stored vector.
     ``entity_cache`` (a SQLite file) keeps spaCy's entities per text, so a rebuild runs NER only
-    on new units.
+    on new units. Vectors and token counts the version an update edits holds (``previous``) are
+    taken from it.
     """
+    previous = previous or PreviousVersion(None)
     chunks = store.read_table("chunks")
     if len(chunk_units) != len(chunks["text"]):
         raise InputError(f"got knowledge units for {len(chunk_units)} chunks, the index has {len(chunks['text'])}")
@@ -293,13 +297,17 @@ def write_cue_graph(
         ),
         shape=(len(texts), len(names)),
     )
-    unit_vectors = _unit_vectors(store, texts, embed)
-    entity_vectors = normalize_rows(embed(names)) if names else np.zeros((0, unit_vectors.shape[1]), dtype=np.float32)
+    unit_vectors = previous.take(CUE_UNIT_ROWS, texts, lambda rest: _unit_vectors(store, rest, embed))
+    entity_vectors = (
+        previous.take(CUE_ENTITY_ROWS, names, lambda rest: normalize_rows(embed(rest)))
+        if names
+        else np.zeros((0, unit_vectors.shape[1]), dtype=np.float32)
+    )
     store.write_table(
         "cue_units",
         {
             "text": texts,
-            "tokens": [count_tokens(t) for t in texts],
+            "tokens": previous.take(CUE_UNIT_TOKENS, texts, lambda rest: [count_tokens(t) for t in rest]).tolist(),
             "docs": [chunks["docs"][c] for c in owner],
             "chunk": owner,
             "source": sources,

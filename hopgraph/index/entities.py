@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.index.reuse import ENTITY_ROWS, PreviousVersion
 from hopgraph.kernels import cooccurrence_matrix, cosine_topk, normalize_rows
 from hopgraph.ner import cached_entity_names
 from hopgraph.store import IndexStore
@@ -122,14 +123,16 @@ def write_entity_layer(
     synonym_threshold: float,
     synonym_k: int,
     phrases: bool,
+    previous: PreviousVersion | None = None,
 ) -> dict[str, int]:
-    """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents)."""
+    """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents);
+    name vectors the version an update edits holds (``previous``) are taken from it."""
     sentences = store.read_table("sentences")
     table = unit_entities(
         sentences["unit"],
         cached_entity_names(sentences["text"], entity_cache, phrases=phrases),
-        store.read_table("units")["docs"],
-        store.read_table("documents")["title"],
+        store.read_table("units", ["docs"])["docs"],
+        store.read_table("documents", ["title"])["title"],
     )
     mentions, names, labels, display = table.mentions, table.names, table.labels, table.display
     # Only a title or a name found in two sub-chunks or more gets a vector (the rest are zero rows): a
@@ -138,7 +141,10 @@ def write_entity_layer(
     embedded = np.flatnonzero((mentions.getnnz(axis=0) >= 2) | (np.asarray(labels) == TITLE))
     vectors = np.zeros((len(names), store.read_array("unit_vectors", mmap=True).shape[1]), np.float32)
     if len(embedded):
-        vectors[embedded] = normalize_rows(np.asarray(embed([display[e] for e in embedded]), dtype=np.float32))
+        names_embedded = [display[e] for e in embedded]
+        vectors[embedded] = (previous or PreviousVersion(None)).take(
+            ENTITY_ROWS, names_embedded, lambda texts: normalize_rows(np.asarray(embed(texts), np.float32))
+        )
     synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k)
     synonyms = _spread(synonyms, embedded, len(names))
     store.write_table(ENTITIES, {"name": names, "label": labels, "display": display})

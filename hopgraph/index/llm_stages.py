@@ -25,7 +25,7 @@ def stage_kg_extract(ctx: BuildContext) -> dict[str, int]:
     core = kg.select_core(
         cfg.extraction, ctx.store.read_array("chunk_rank_knn"), ctx.store.read_array("chunk_rank_concept")
     )
-    texts = ctx.store.read_table("chunks")["text"]
+    texts = ctx.store.read_table("chunks", ["text"])["text"]
     results, usage = extract(
         ctx.llm, "kg", [texts[c] for c in core], cfg.llm, progress=ctx.progress, tell=ctx.run.within
     )
@@ -52,7 +52,7 @@ def write_kg(
     each mention gets its own vector, so a reader's entity scores can be drawn from readable
     mentions only.
     """
-    n_chunks = len(store.read_table("chunks")["tokens"])
+    n_chunks = len(store.read_table("chunks", ["tokens"])["tokens"])
     embedder = embedder or load_embedder(config.embedding, cached=True)
     tables = kg.build_tables(
         results,
@@ -110,6 +110,7 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         [s for per in sources for s in per],
         ctx.embed,
         analysis_cache_path(cfg, "entities.sqlite"),
+        previous=ctx.previous,
     )
     ctx.usage = usage.to_dict()
     return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}

@@ -53,6 +53,7 @@ def build_partitioned(
     overwrite: bool = False,
     stop_after: str | None = None,
     engine: Any = None,
+    previous: str | Path | None = None,
 ) -> dict:
     """The isolated build: every ACL partition is a complete index of its own documents, built by
     the ordinary pipeline (same stages, caches and resume) under ``out/partitions/<name>``, so its
@@ -83,6 +84,7 @@ def build_partitioned(
             overwrite=overwrite,
             stop_after=stop_after,
             engine=engine,
+            previous=Path(previous) / PARTITIONS / part["name"] if previous is not None else None,
         )
         for name, record in built["stages"].items():
             total = stages.setdefault(name, {"done": True, "seconds": 0.0})

@@ -30,6 +30,7 @@ from hopgraph.index.chunking import build_layers, headings, searchable
 from hopgraph.index.context import BuildContext
 from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
+from hopgraph.index.reuse import EMBEDDING, SENTENCE_ROWS, UNIT_ROWS, PreviousVersion, setting
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.store import PARTITIONS, IndexStore
@@ -118,9 +119,8 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     ctx.store.write_graph(
         "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
     )
-    ctx.store.write_graph(
-        "postings_sentences", keywords.incidence(ctx.store.read_table("sentences")["text"], lookup, cfg.min_length)
-    )
+    sentences = ctx.store.read_table("sentences", ["text"])["text"]
+    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length))
     chunk_df = np.asarray(chunk_postings.sum(axis=0)).ravel().astype(np.int64)
     ctx.store.write_table("keywords", {"keyword": vocabulary, "chunk_df": chunk_df})
     return {"keywords": len(vocabulary)}
@@ -129,16 +129,16 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
     """Sub-chunk vectors; a chunk's vector is the mean of its sub-chunks' (no truncation)."""
     units = ctx.store.read_table("units")
-    vectors = ctx.embed(searchable(units))
+    vectors = ctx.previous.take(UNIT_ROWS, searchable(units), ctx.embed)
     ctx.store.write_array("unit_vectors", vectors)
-    n_chunks = len(ctx.store.read_table("chunks")["tokens"])
+    n_chunks = len(ctx.store.read_table("chunks", ["tokens"])["tokens"])
     ctx.store.write_array("chunk_vectors", group_mean_vectors(vectors, units["chunk"], n_chunks))
     return {"embedded_texts": len(units["text"]), "embedding_tokens": int(sum(units["tokens"]))}
 
 
 def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
     sentences = ctx.store.read_table("sentences")
-    ctx.store.write_array("sentence_vectors", ctx.embed(sentences["text"]))
+    ctx.store.write_array("sentence_vectors", ctx.previous.take(SENTENCE_ROWS, sentences["text"], ctx.embed))
     return {"embedded_sentences": len(sentences["text"]), "embedding_tokens": int(sum(sentences["tokens"]))}
 
 
@@ -193,6 +193,7 @@ def stage_entities(ctx: BuildContext) -> dict[str, int]:
         synonym_threshold=cfg.synonym_threshold,
         synonym_k=cfg.synonym_k,
         phrases=cfg.entity_phrases,
+        previous=ctx.previous,
     )
 
 
@@ -223,7 +224,6 @@ LLM_OUTPUT = (
     "llm.parse_retries",
     "llm.context_tokens",
 )
-EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", "embedding.passage_prompt")
 
 STAGES: list[Stage] = [
     Stage("documents", stage_documents, ("access",)),
@@ -280,18 +280,12 @@ def planned_stages(config: HopgraphConfig) -> list[tuple[str, Callable[[BuildCon
     return [(stage.name, stage.run) for stage in STAGES if stage.enabled(config)]
 
 
-def _setting(data: dict[str, Any], dotted: str) -> Any:
-    for key in dotted.split("."):
-        data = data[key]
-    return data
-
-
 def stage_keys(config: HopgraphConfig) -> dict[str, str]:
     """Settings key per planned stage: its own settings and the keys of the stages it reads."""
     data = config.model_dump()
     keys: dict[str, str] = {}
     for stage in STAGES:
-        own = {name: _setting(data, name) for name in stage.settings}
+        own = {name: setting(data, name) for name in stage.settings}
         upstream = {name: keys.get(name, "") for name in stage.reads}
         keys[stage.name] = hashlib.sha256(
             json.dumps([own, upstream], sort_keys=True, default=str).encode()
@@ -312,12 +306,12 @@ def _only_newer_settings(stage: Stage, stored: dict[str, Any], config: HopgraphC
     hopgraph did not have, at their defaults: the change then comes with an upgrade, not from the user,
     and the stage is rebuilt instead of refused (an index built before ``graph.entity_phrases``)."""
     now, default = config.model_dump(mode="json"), HopgraphConfig().model_dump(mode="json")
-    for setting in stage.settings:
-        for path, value in _leaves(_setting(now, setting), setting):
+    for name in stage.settings:
+        for path, value in _leaves(setting(now, name), name):
             try:
-                before = _setting(stored, path)
+                before = setting(stored, path)
             except (KeyError, TypeError):  # newer than the index
-                if value != _setting(default, path):
+                if value != setting(default, path):
                     return False
                 continue
             if before != value:
@@ -407,8 +401,12 @@ def build_index(
     overwrite: bool = False,
     stop_after: str | None = None,
     engine: Any = None,
+    previous: str | Path | None = None,
 ) -> dict:
     """Build (or resume building) the LLM-free index of ``documents`` in ``out``; returns the manifest.
+
+    ``previous`` is the complete index an update edits: stages take the rows it already holds for
+    unchanged texts from it (:mod:`hopgraph.index.reuse`) instead of reading them from the caches.
 
     With ``access.isolation`` the index is one complete sub-index per ACL partition (see
     :func:`hopgraph.index.partitions.build_partitioned`); updates rebuild through here, so they need
@@ -424,7 +422,14 @@ def build_index(
         engine = RayEngine(config)
         try:
             return build_index(
-                documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after, engine=engine
+                documents,
+                out,
+                config,
+                progress=progress,
+                overwrite=overwrite,
+                stop_after=stop_after,
+                engine=engine,
+                previous=previous,
             )
         finally:
             engine.close()
@@ -432,7 +437,14 @@ def build_index(
         from hopgraph.index.partitions import build_partitioned  # noqa: PLC0415  (it builds through here)
 
         return build_partitioned(
-            documents, out, config, progress=progress, overwrite=overwrite, stop_after=stop_after, engine=engine
+            documents,
+            out,
+            config,
+            progress=progress,
+            overwrite=overwrite,
+            stop_after=stop_after,
+            engine=engine,
+            previous=previous,
         )
     store = IndexStore(out)
     if overwrite and (store.root / PARTITIONS).is_dir():
@@ -442,7 +454,8 @@ def build_index(
     run = RunProgress(
         [name for name, _ in planned_stages(config)], documents, manifest["counts"].get("tokens"), progress
     )
-    ctx = BuildContext(store, config, documents, progress, engine=engine, run=run)
+    base = PreviousVersion(IndexStore(previous) if previous is not None else None, config)
+    ctx = BuildContext(store, config, documents, progress, engine=engine, run=run, previous=base)
     try:
         return _run_stages(ctx, manifest, stop_after)
     finally:
@@ -464,7 +477,7 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         store.take_written()
         started = time.perf_counter()
         ctx.usage = {}
-        work_before = _model_work(ctx)
+        work_before, taken_before = _model_work(ctx), ctx.previous.taken
         counts = stage(ctx)
         if "tokens" in counts:
             run.counted(counts["tokens"])
@@ -478,6 +491,8 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
             record.update(embedded_new=work[0], embedded_cached=work[1])
         if any(work[2:]):
             record.update(analysed_new=work[2], analysed_cached=work[3])
+        if ctx.previous.taken > taken_before:
+            record["taken_from_previous"] = ctx.previous.taken - taken_before
         if engine is not None:
             record.update(engine.costs())  # worker_seconds and gpu_seconds this stage spent on the cluster
         if ctx.usage:

@@ -65,6 +65,7 @@ from hopgraph.store import (
 )
 
 UNFINISHED = ("queued", "running")
+KEEP_JOB_RECORDS = 1000  # finished job records kept by default (see collect_garbage)
 _JOB_ID = JOB_ID
 
 
@@ -115,10 +116,18 @@ def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
 
 
 def list_jobs(root: str | Path) -> list[dict[str, Any]]:
-    """Every job record, oldest first (ids start with a sequence number)."""
+    """Every job record, oldest first (ids start with a sequence number); one pruned meanwhile
+    (:func:`collect_garbage`) is left out."""
     folder = Path(root) / JOBS
     names = sorted(p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else []
-    return [read_job(root, name) for name in names if _JOB_ID.fullmatch(name)]
+    records = []
+    for name in names:
+        if _JOB_ID.fullmatch(name):
+            try:
+                records.append(json.loads(_job_path(Path(root), name).read_text(encoding="utf-8")))
+            except FileNotFoundError:
+                continue
+    return records
 
 
 @contextlib.contextmanager
@@ -183,7 +192,7 @@ def submit_update(
                 "try again when one has finished",
                 retry_after=_retry_after(jobs),
             )
-        ids = IndexStore(live_root(root)).read_table("documents")["id"]
+        ids = IndexStore(live_root(root)).read_table("documents", ["id"])["id"]
         for job in jobs:
             if job["status"] in UNFINISHED:
                 ids = _apply(ids, job["add"], job["delete"])
@@ -309,6 +318,7 @@ def _run(
             rebuild_config(root, manifest["config"], llm, cluster),
             progress=progress,
             stop_after=stop_after,
+            previous=version_dir(root, base),
         )["complete"]:
             return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
@@ -435,12 +445,19 @@ def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:
     return batch
 
 
-def collect_garbage(root: str | Path, keep: int = 2, protect: Callable[[], Iterable[str]] = tuple) -> list[str]:
+def collect_garbage(
+    root: str | Path,
+    keep: int = 2,
+    protect: Callable[[], Iterable[str]] = tuple,
+    keep_jobs: int = KEEP_JOB_RECORDS,
+) -> list[str]:
     """Delete version directories that are not live, not among the newest ``keep`` published ones,
     not used by an unfinished job and not named by ``protect()`` (versions readers still use,
     asked for under the job lock, so no job can publish in between); returns their names. Readers
     still holding a removed version should reopen the index (``keep`` ≥ 1 spares the previous live
-    version)."""
+    version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job numbers keep
+    growing) are deleted too, unless their version is still on disk: every look at the queue reads
+    every record, and a server runs for months."""
     root = Path(root)
     folder = root / VERSIONS
     with _locked(root, ".lock"):
@@ -464,6 +481,11 @@ def collect_garbage(root: str | Path, keep: int = 2, protect: Callable[[], Itera
             shutil.rmtree(folder / name)
         for job_id in done:  # their documents now live in the version's own table
             _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+        finished = [j for j in jobs if j["status"] not in UNFINISHED]
+        for job in finished[: max(0, len(finished) - max(keep_jobs, 1))]:
+            if not (job.get("version") and (folder / job["version"]).is_dir()):
+                _job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's
+                _job_path(root, job["id"]).unlink(missing_ok=True)
     return removed
 
 

@@ -113,12 +113,14 @@ def mean_vectors(incidence: sp.spmatrix, vectors: np.ndarray, block_rows: int = 
     members = sp.csr_matrix(incidence, dtype=np.float64)
     members.data[:] = 1.0
     vectors = np.asarray(vectors)
-    sums = np.zeros((members.shape[1], vectors.shape[1]), dtype=np.float64)
-    for start in range(0, members.shape[0], block_rows):
+    # Few and in place: on a 100k-row input each fresh float64 temporary costs more in page faults
+    # than the product itself.
+    sums = np.asarray(members[:block_rows].T @ np.asarray(vectors[:block_rows], dtype=np.float64))
+    for start in range(block_rows, members.shape[0], block_rows):
         stop = start + block_rows
         sums += np.asarray(members[start:stop].T @ np.asarray(vectors[start:stop], dtype=np.float64))
-    norms = np.linalg.norm(sums, axis=1, keepdims=True)
-    return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
+    sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+    return sums.astype(np.float32)
 
 
 def group_mean_vectors(vectors: np.ndarray, group: Any, groups: int) -> np.ndarray:

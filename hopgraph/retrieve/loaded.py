@@ -86,7 +86,7 @@ class LoadedIndex:
     @functools.cached_property
     def sentence_units(self) -> np.ndarray:
         """The sub-chunk of each sentence (read once; the sentences' text is not kept)."""
-        return np.asarray(self.store.read_table("sentences")["unit"], dtype=np.int64)
+        return np.asarray(self.store.read_table("sentences", ["unit"])["unit"], dtype=np.int64)
 
     @functools.cached_property
     def sentence_runs(self) -> tuple[np.ndarray, np.ndarray]:

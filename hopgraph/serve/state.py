@@ -278,7 +278,12 @@ class JobRunner:
             return
         if self._stop.is_set():
             return
-        removed = versions.collect_garbage(self.root, keep=self.config.serve.keep_versions, protect=self.protect)
+        removed = versions.collect_garbage(
+            self.root,
+            keep=self.config.serve.keep_versions,
+            protect=self.protect,
+            keep_jobs=self.config.serve.keep_jobs,
+        )
         if removed:
             print(f"hopgraph serve: removed old index versions {', '.join(removed)}", file=sys.stderr, flush=True)
 

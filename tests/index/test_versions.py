@@ -310,6 +310,23 @@ def test_queued_jobs_are_coalesced_into_one_build(index, sample_documents):
     assert versions.collect_garbage(index, keep=1) == [] and LoadedIndex(index).version == delete["id"]
 
 
+def test_old_finished_job_records_are_pruned(index):
+    """A server runs for months and reads every record on each look at the queue: finished records
+    beyond ``keep_jobs`` are deleted with their payloads, once their version is gone from disk."""
+    first = versions.submit_update(index, [new_documents()[0]], [])
+    second = versions.submit_update(index, [new_documents()[1]], [])
+    versions.run_pending(index)  # one batch: both published as the second's version
+    third = versions.submit_update(index, [], [new_documents()[0].id])
+    versions.run_pending(index)
+    assert versions.collect_garbage(index, keep=1, keep_jobs=1) == [second["id"]]
+    assert [j["id"] for j in versions.list_jobs(index)] == [third["id"]]
+    assert sorted(p.name for p in (index / "jobs").glob("j*")) == [f"{third['id']}.json"]
+    with pytest.raises(InputError, match="no update job"):
+        versions.read_job(index, first["id"])
+    fourth = versions.submit_update(index, [], [new_documents()[1].id])
+    assert int(fourth["id"][1:7]) > int(third["id"][1:7])  # numbering goes on from the newest record
+
+
 def test_killed_batch_resumes_as_the_same_batch(index):
     """A batch stopped mid-build resumes with exactly its own jobs; jobs queued meanwhile are the next build."""
     a = versions.submit_update(index, [new_documents()[0]], [])

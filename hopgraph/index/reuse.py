@@ -1,0 +1,133 @@
+"""What an update can take over from the version it edits instead of computing it again.
+
+An update rebuilds the whole index through the pipeline, and its caches make model work free for
+texts seen before; but reading hundreds of thousands of cached vectors back one SQLite row at a
+time (and tokenising each text again to cut its windows) cost more than the graph arithmetic on a
+100k-chunk index. The version being edited already holds those rows in its arrays, keyed by the
+text of the table row beside them, so a stage looks its texts up there first and computes (through
+the caches) only what is new. A taken row is bitwise the row a rebuild computes: both come from
+the same cache entry (or the same function of it) under the same settings, and any settings
+change makes that source unusable, so the update still equals a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hopgraph.artifacts import (
+    CUE_ENTITIES,
+    CUE_ENTITY_VECTORS,
+    CUE_UNIT_VECTORS,
+    CUE_UNITS,
+    ENTITIES,
+    ENTITY_VECTORS,
+    SENTENCE_VECTORS,
+    SENTENCES,
+    UNIT_VECTORS,
+    UNITS,
+)
+from hopgraph.config import HopgraphConfig
+from hopgraph.index.chunking import searchable
+from hopgraph.store import IndexStore
+
+# Settings that decide an index-time vector: the model and how a text becomes its input (prompt,
+# windows, and the tokeniser that cuts the windows).
+EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", "embedding.passage_prompt")
+VECTOR_SETTINGS = (*EMBEDDING, "chunking.encoding")
+
+
+def setting(data: dict[str, Any], dotted: str) -> Any:
+    """The value at a dotted key of a config dump (``KeyError`` where it has no such key)."""
+    for key in dotted.split("."):
+        data = data[key]
+    return data
+
+
+@dataclass(frozen=True)
+class ByText:
+    """Rows of one stored artifact keyed by the text each row was computed from."""
+
+    table: str  # the table whose rows give the keys
+    key: Callable[[dict[str, list]], list[str]]  # the text of each of its rows
+    key_columns: tuple[str, ...]  # the columns ``key`` reads
+    values: str  # an array with a row per table row, or (``column``) a column of the table
+    column: bool = False
+    settings: tuple[str, ...] = VECTOR_SETTINGS  # what the values depend on besides the text
+
+
+def _text(table: dict[str, list]) -> list[str]:
+    return table["text"]
+
+
+UNIT_ROWS = ByText(UNITS, searchable, ("heading", "text"), UNIT_VECTORS)
+SENTENCE_ROWS = ByText(SENTENCES, _text, ("text",), SENTENCE_VECTORS)
+CUE_UNIT_ROWS = ByText(CUE_UNITS, _text, ("text",), CUE_UNIT_VECTORS)
+CUE_UNIT_TOKENS = ByText(CUE_UNITS, _text, ("text",), "tokens", column=True, settings=())
+CUE_ENTITY_ROWS = ByText(CUE_ENTITIES, lambda table: table["name"], ("name",), CUE_ENTITY_VECTORS)
+ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)  # 0 rows: not embedded
+
+
+class PreviousVersion:
+    """Rows of the complete index an update edits, looked up by text; ``PreviousVersion(None)``
+    (a first build) has none and computes everything."""
+
+    def __init__(self, store: IndexStore | None, config: HopgraphConfig | None = None):
+        self.store = store
+        self.taken = 0  # rows taken over so far
+        self._config = config.model_dump() if config is not None else {}
+        self._stored: dict[str, Any] = {}
+        self._keys: dict[str, dict[str, int]] = {}
+        if store is not None:
+            manifest = store.read_manifest() if store.exists() else {}
+            self._stored = manifest.get("config", {}) if manifest.get("complete") else {}
+
+    def _usable(self, source: ByText) -> bool:
+        if not self._stored or self.store is None:
+            return False
+        kind = "tables" if source.column else "arrays"
+        if not (self.store.has("tables", source.table) and self.store.has(kind, source.values)):
+            return False
+        try:
+            return all(setting(self._stored, s) == setting(self._config, s) for s in source.settings)
+        except KeyError:  # a setting the edited version's hopgraph did not have
+            return False
+
+    def _rows_of(self, source: ByText) -> dict[str, int]:
+        """Text → row of the edited version's table (the first row of a repeated text)."""
+        if source.table not in self._keys:
+            assert self.store is not None
+            keys: dict[str, int] = {}
+            for row, text in enumerate(source.key(self.store.read_table(source.table, source.key_columns))):
+                keys.setdefault(text, row)
+            self._keys[source.table] = keys
+        return self._keys[source.table]
+
+    def take(self, source: ByText, texts: Sequence[str], compute: Callable[[list[str]], Any]) -> np.ndarray:
+        """The value per text: the edited version's row where it holds the text, ``compute`` (called
+        once, on the rest in order) elsewhere."""
+        if not self._usable(source):
+            return np.asarray(compute(list(texts)))
+        assert self.store is not None
+        keys = self._rows_of(source)
+        rows = np.fromiter((keys.get(t, -1) for t in texts), dtype=np.int64, count=len(texts))
+        values = (
+            np.asarray(self.store.read_table(source.table, [source.values])[source.values])
+            if source.column
+            else self.store.read_array(source.values, mmap=True)
+        )
+        if values.ndim == 2 and (rows >= 0).any():  # an all-zero row holds no vector (nothing was embedded)
+            held = np.flatnonzero(rows >= 0)
+            rows[held[~np.asarray(values[rows[held]]).any(axis=1)]] = -1
+        fresh = np.flatnonzero(rows < 0)
+        computed = np.asarray(compute([texts[i] for i in fresh.tolist()])) if len(fresh) else None
+        out = np.empty((len(texts), *values.shape[1:]), dtype=values.dtype)
+        if computed is not None:
+            out[fresh] = computed
+        held = np.flatnonzero(rows >= 0)
+        out[held] = values[rows[held]]
+        self.taken += len(held)
+        return out

@@ -1,0 +1,67 @@
+"""An update takes the rows of unchanged texts from the version it edits: real model, real files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hopgraph.config import load_config
+from hopgraph.index import versions
+from hopgraph.index.pipeline import build_index
+from hopgraph.index.reuse import SENTENCE_ROWS, PreviousVersion
+from hopgraph.store import IndexStore, version_dir
+from tests.conftest import SAMPLE_SETTINGS
+
+
+@pytest.fixture(scope="module")
+def updated(tmp_path_factory, sample_documents):
+    """An index of five sample documents (CUE graph at α=0 too), then one update: document 1 out,
+    documents 5 and 6 in; and the final corpus rebuilt with the same (warm) caches."""
+    work = tmp_path_factory.mktemp("reuse")
+    config = load_config(
+        None, {**SAMPLE_SETTINGS, "embedding.cache": str(work / "cache.sqlite"), "extraction.cue_alpha": 0.0}
+    )
+    build_index(sample_documents[:5], work / "index", config, progress=False)
+    versions.submit_update(work / "index", sample_documents[5:7], [sample_documents[1].id])
+    [job] = versions.run_pending(work / "index")
+    final = [d for i, d in enumerate(sample_documents[:5]) if i != 1] + list(sample_documents[5:7])
+    build_index(final, work / "rebuilt", config, progress=False)
+    return {"work": work, "config": config, "live": version_dir(work / "index", job["id"])}
+
+
+def test_an_update_takes_unchanged_rows_from_the_edited_version(updated):
+    stages = IndexStore(updated["live"]).read_manifest()["stages"]
+    taken = {name: record.get("taken_from_previous", 0) for name, record in stages.items()}
+    for name in ("embed_units", "embed_sentences", "entities", "cue_graph"):
+        assert taken[name] > 0, f"stage {name} took nothing from the edited version"
+    # What it did not take (texts of the added documents) it computed: fewer rows taken than stored.
+    assert taken["embed_sentences"] < len(IndexStore(updated["live"]).read_table("sentences")["text"])
+
+
+def test_the_updated_index_is_bitwise_a_rebuild_with_the_same_caches(updated):
+    compared, differ = IndexStore(updated["live"]).differences(IndexStore(updated["work"] / "rebuilt"), tolerance=0.0)
+    assert compared >= 20 and differ == []
+
+
+def test_rows_are_taken_only_under_the_same_vector_settings(updated):
+    base = IndexStore(updated["work"] / "index")
+    texts = base.read_table("sentences")["text"][:3] + ["A sentence no version holds."]
+    dim = base.read_array("sentence_vectors").shape[1]
+    asked: list[list[str]] = []
+
+    def compute(rest: list[str]) -> np.ndarray:
+        asked.append(rest)
+        return np.full((len(rest), dim), 7.0, np.float32)
+
+    same = PreviousVersion(base, updated["config"]).take(SENTENCE_ROWS, texts, compute)
+    assert asked == [texts[3:]]
+    np.testing.assert_array_equal(same[:3], base.read_array("sentence_vectors")[:3])
+    other = updated["config"].model_copy(
+        update={"embedding": updated["config"].embedding.model_copy(update={"window_tokens": 64})}
+    )
+    asked.clear()
+    assert (PreviousVersion(base, other).take(SENTENCE_ROWS, texts, compute) == 7.0).all()
+    assert asked == [texts]
+    asked.clear()
+    PreviousVersion(None).take(SENTENCE_ROWS, texts, compute)  # a first build has nothing to take
+    assert asked == [texts]
