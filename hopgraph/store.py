@@ -174,8 +174,19 @@ class IndexStore:
         path = self._file("tables", name, ".parquet")
         try:
             if columns is not None:
-                columns = [c for c in columns if c in pq.read_schema(path).names]
+                present = set(pq.read_schema(path).names)
+                columns = [c for c in columns if c in present]
             return pq.read_table(path, columns=columns).to_pydict()
+        except FileNotFoundError:
+            raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise IndexFormatError(f"{path}: corrupt table ({exc})") from None
+
+    def table_columns(self, name: str) -> list[str]:
+        """The column names of a table (its schema alone is read)."""
+        path = self._file("tables", name, ".parquet")
+        try:
+            return list(pq.read_schema(path).names)
         except FileNotFoundError:
             raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
         except (pa.ArrowInvalid, OSError) as exc:

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
 from hopgraph.index.reuse import ENTITY_ROWS, PreviousVersion
 from hopgraph.kernels import cooccurrence_matrix, cosine_topk, normalize_rows
+from hopgraph.kernels.ann import ivf_cosine_topk
 from hopgraph.ner import cached_entity_names
 from hopgraph.store import IndexStore
 from hopgraph.text import normalise_entity
@@ -97,13 +98,21 @@ def unit_entities(
     return EntityTable(mentions, _binary(said_in, said, (len(sentence_units), len(ids))), list(ids), labels, display)
 
 
-def synonym_edges(vectors: np.ndarray, threshold: float, k: int) -> sp.csr_matrix:
-    """Symmetric entity × entity graph weighted by name cosine, for each name's k nearest at ≥ threshold."""
+def synonym_edges(vectors: np.ndarray, threshold: float, k: int, exact_limit: int) -> sp.csr_matrix:
+    """Symmetric entity × entity graph weighted by name cosine, for each name's k nearest at ≥ threshold.
+
+    Up to ``exact_limit`` names the search is exact; above it FAISS inverted lists find them, as
+    for the KNN graph: all pairs grow with the square of the corpus, and names at synonym similarity
+    share a list all but always (``scripts/bench_synonyms.py``: every exact edge found among 17k names).
+    """
     n = len(vectors)
     if n < 2 or k < 1:
         return sp.csr_matrix((n, n), dtype=np.float32)
-    scores, neighbours = cosine_topk(vectors, vectors, k, exclude_self=True)
-    keep = scores >= threshold
+    if n <= exact_limit:
+        scores, neighbours = cosine_topk(vectors, vectors, k, exclude_self=True)
+    else:
+        scores, neighbours = ivf_cosine_topk(vectors, k)
+    keep = (scores >= threshold) & (neighbours >= 0)
     rows = np.repeat(np.arange(n), keep.sum(axis=1))
     edges = sp.csr_matrix((scores[keep].astype(np.float32), (rows, neighbours[keep])), shape=(n, n))
     return edges.maximum(edges.T).tocsr()
@@ -123,6 +132,7 @@ def write_entity_layer(
     synonym_threshold: float,
     synonym_k: int,
     phrases: bool,
+    exact_limit: int,
     previous: PreviousVersion | None = None,
 ) -> dict[str, int]:
     """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents);
@@ -145,7 +155,7 @@ def write_entity_layer(
         vectors[embedded] = (previous or PreviousVersion(None)).take(
             ENTITY_ROWS, names_embedded, lambda texts: normalize_rows(np.asarray(embed(texts), np.float32))
         )
-    synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k)
+    synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k, exact_limit)
     synonyms = _spread(synonyms, embedded, len(names))
     store.write_table(ENTITIES, {"name": names, "label": labels, "display": display})
     store.write_graph(ENTITY_MENTIONS, mentions)

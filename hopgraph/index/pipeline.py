@@ -193,6 +193,7 @@ def stage_entities(ctx: BuildContext) -> dict[str, int]:
         synonym_threshold=cfg.synonym_threshold,
         synonym_k=cfg.synonym_k,
         phrases=cfg.entity_phrases,
+        exact_limit=cfg.exact_knn_limit,
         previous=ctx.previous,
     )
 
@@ -247,7 +248,7 @@ STAGES: list[Stage] = [
     Stage(
         "entities",
         stage_entities,
-        ("graph.synonym_threshold", "graph.synonym_k", "graph.entity_phrases", *EMBEDDING),
+        ("graph.synonym_threshold", "graph.synonym_k", "graph.entity_phrases", "graph.exact_knn_limit", *EMBEDDING),
         ("chunks", "embed_units"),
     ),
     Stage(

@@ -88,8 +88,12 @@ class PreviousVersion:
     def _usable(self, source: ByText) -> bool:
         if not self._stored or self.store is None:
             return False
-        kind = "tables" if source.column else "arrays"
-        if not (self.store.has("tables", source.table) and self.store.has(kind, source.values)):
+        if not self.store.has("tables", source.table):
+            return False
+        if source.column:  # a column of that table (an older index may not have it)
+            if source.values not in self.store.table_columns(source.table):
+                return False
+        elif not self.store.has("arrays", source.values):
             return False
         try:
             return all(setting(self._stored, s) == setting(self._config, s) for s in source.settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hopgraph.index.entities import MAX_COOCCURRING, TITLE, unit_entities
+from hopgraph.index.entities import MAX_COOCCURRING, TITLE, synonym_edges, unit_entities
 from hopgraph.kernels import cooccurrence_matrix
 from hopgraph.ner import PHRASE, cached_entity_names, entity_names
 
@@ -53,3 +53,18 @@ def test_entities_said_in_one_sentence_are_linked_once_per_sentence():
     assert np.all(np.diag(co) == 0)
     assert co[ids["person 0"]].sum() == 0  # the crowded sentence links nobody
     assert table.mentions[1, ids["person 0"]] == 1  # but its names are still mentioned
+
+
+def test_synonym_search_above_the_exact_limit_finds_the_exact_edges():
+    """Above ``exact_limit`` names the search runs on FAISS inverted lists (51 lists, 16 probed
+    here): near-duplicate names, what a synonym edge is for, are found as the exact search finds them."""
+    rng = np.random.default_rng(0)
+    names = rng.standard_normal((2000, 64)).astype(np.float32)
+    twins = rng.choice(2000, 60, replace=False)
+    names[twins[30:]] = names[twins[:30]] + 0.1 * rng.standard_normal((30, 64)).astype(np.float32)
+    names /= np.linalg.norm(names, axis=1, keepdims=True)
+    exact = synonym_edges(names, 0.9, 5, exact_limit=2000)
+    approximate = synonym_edges(names, 0.9, 5, exact_limit=1999)
+    assert exact.nnz == 60  # the 30 planted pairs, both ways
+    assert ((exact > 0) != (approximate > 0)).nnz == 0  # the same edges...
+    np.testing.assert_allclose(approximate.toarray(), exact.toarray(), atol=1e-5)  # ...up to float summation order

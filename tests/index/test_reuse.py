@@ -8,7 +8,7 @@ import pytest
 from hopgraph.config import load_config
 from hopgraph.index import versions
 from hopgraph.index.pipeline import build_index
-from hopgraph.index.reuse import SENTENCE_ROWS, PreviousVersion
+from hopgraph.index.reuse import CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
 from hopgraph.store import IndexStore, version_dir
 from tests.conftest import SAMPLE_SETTINGS
 
@@ -65,3 +65,17 @@ def test_rows_are_taken_only_under_the_same_vector_settings(updated):
     asked.clear()
     PreviousVersion(None).take(SENTENCE_ROWS, texts, compute)  # a first build has nothing to take
     assert asked == [texts]
+
+
+def test_a_table_column_is_taken_by_text_too(updated):
+    base = IndexStore(updated["work"] / "index")
+    units = base.read_table("cue_units", ["text", "tokens"])
+    texts = [units["text"][0], "A unit no version holds.", units["text"][1]]
+    asked: list[list[str]] = []
+
+    def count(rest: list[str]) -> list[int]:
+        asked.append(rest)
+        return [-1] * len(rest)
+
+    taken = PreviousVersion(base, updated["config"]).take(CUE_UNIT_TOKENS, texts, count)
+    assert taken.tolist() == [units["tokens"][0], -1, units["tokens"][1]] and asked == [texts[1:2]]
