@@ -328,7 +328,18 @@ def embed_long_texts(
         for start in range(0, max(len(tokens), 1), step):
             windows.append(enc.decode(tokens[start : start + step]) if tokens else text)
             owner.append(i)
-    vectors = embedder.encode(windows, progress=progress)
+    vectors = np.asarray(embedder.encode(windows, progress=progress))
     if len(windows) == len(texts):
         return vectors
-    return group_mean_vectors(vectors, owner, len(texts))
+    # Only a text of several windows is averaged: a one-window text keeps the model's row as it is,
+    # whatever else is in the call, so its vector is a function of the text alone (an update takes
+    # it from the version it edits, where other texts shared its call; see hopgraph/index/reuse.py).
+    owners = np.asarray(owner, dtype=np.int64)
+    windows_per_text = np.bincount(owners, minlength=len(texts))
+    out = vectors[np.searchsorted(owners, np.arange(len(texts)))]  # each text's first window
+    long = windows_per_text > 1
+    if long.any():
+        in_long = long[owners]
+        renumbered = np.cumsum(long) - 1  # position among the long texts
+        out[long] = group_mean_vectors(vectors[in_long], renumbered[owners[in_long]], int(long.sum()))
+    return out

@@ -1,6 +1,6 @@
 """Exact against FAISS inverted-list synonym search over one index's entity names: edges kept, time.
 
-Above ``graph.exact_knn_limit`` embedded names the entity layer finds each name's nearest names
+Above ``graph.exact_synonym_limit`` embedded names the entity layer finds each name's nearest names
 with FAISS IVF instead of all pairs (``hopgraph.index.entities.synonym_edges``). This embeds the
 names an index embedded (titles and names of two sub-chunks or more) with the configured model and
 builds the synonym graph both ways, so the edges the approximate search misses are counted.

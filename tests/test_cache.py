@@ -52,3 +52,15 @@ def test_a_second_analysis_of_the_same_texts_comes_from_the_cache(tmp_path):
     new = again.analyse([texts[1], "A new text."], "cl100k_base")[1]
     assert new == analyse_texts(["A new text."], "cl100k_base")[0]
     assert analysed == [*texts, "A new text."] and again.misses == 1
+
+
+def test_a_one_window_text_has_the_same_vector_whatever_shares_its_call(tmp_path):
+    """An update takes the vectors of unchanged texts from the version it edits, where other texts
+    shared their embedding call: a one-window text's vector must not depend on a long text beside it."""
+    embedder = load_embedder(EmbeddingConfig(cache=str(tmp_path / "vectors.sqlite")), cached=True)
+    short = [f"Sorvik lies on Lake Orrin, note {i}." for i in range(40)]
+    long_text = "Freshwater mussels are monitored at the Sorvik campus on Lake Orrin. " * 12
+    alone = embed_long_texts(embedder, short, window_tokens=64)
+    beside_a_long_text = embed_long_texts(embedder, [*short, long_text], window_tokens=64)
+    assert np.array_equal(beside_a_long_text[: len(short)], alone)  # bitwise: both from the cache
+    np.testing.assert_allclose(np.linalg.norm(beside_a_long_text[-1]), 1, atol=1e-6)

@@ -196,9 +196,14 @@ class GraphConfig(Section):
     exact_knn_limit: int = Field(
         10000,
         ge=2,
-        description="Up to this many chunks the cosine side of the KNN graph is exact (blocked top-k, n² work), "
-        "and up to this many embedded entity names their synonym search; above it, FAISS inverted lists "
-        "(approximate, near-linear).",
+        description="Up to this many chunks the cosine side of the KNN graph is exact (blocked top-k, n² work); "
+        "above it, FAISS inverted lists (approximate, near-linear).",
+    )
+    exact_synonym_limit: int = Field(
+        10000,
+        ge=2,
+        description="Up to this many embedded entity names the synonym search is exact (all pairs, n² work); above "
+        "it, FAISS inverted lists (approximate, near-linear).",
     )
     synonym_threshold: float = Field(
         0.9,

@@ -101,9 +101,10 @@ def unit_entities(
 def synonym_edges(vectors: np.ndarray, threshold: float, k: int, exact_limit: int) -> sp.csr_matrix:
     """Symmetric entity × entity graph weighted by name cosine, for each name's k nearest at ≥ threshold.
 
-    Up to ``exact_limit`` names the search is exact; above it FAISS inverted lists find them, as
-    for the KNN graph: all pairs grow with the square of the corpus, and names at synonym similarity
-    share a list all but always (``scripts/bench_synonyms.py``: every exact edge found among 17k names).
+    Up to ``exact_limit`` names (``graph.exact_synonym_limit``) the search is exact; above it FAISS
+    inverted lists find them, as for the KNN graph: all pairs grow with the square of the corpus,
+    and names at synonym similarity share a list all but always (``scripts/bench_synonyms.py``:
+    every exact edge found among 17k names).
     """
     n = len(vectors)
     if n < 2 or k < 1:

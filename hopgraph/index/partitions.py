@@ -90,6 +90,8 @@ def build_partitioned(
             total = stages.setdefault(name, {"done": True, "seconds": 0.0})
             total["done"] &= bool(record.get("done"))
             total["seconds"] = round(total["seconds"] + record.get("seconds", 0.0), 3)
+            if record.get("taken_from_previous"):
+                total["taken_from_previous"] = total.get("taken_from_previous", 0) + record["taken_from_previous"]
         for key, value in built["counts"].items():
             counts[key] = counts.get(key, 0) + value
         if not built["complete"]:

@@ -30,7 +30,7 @@ from hopgraph.index.chunking import build_layers, headings, searchable
 from hopgraph.index.context import BuildContext
 from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
-from hopgraph.index.reuse import EMBEDDING, SENTENCE_ROWS, UNIT_ROWS, PreviousVersion, setting
+from hopgraph.index.reuse import EMBEDDING, ROW_RULES, SENTENCE_ROWS, UNIT_ROWS, PreviousVersion, setting
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.store import PARTITIONS, IndexStore
@@ -193,7 +193,7 @@ def stage_entities(ctx: BuildContext) -> dict[str, int]:
         synonym_threshold=cfg.synonym_threshold,
         synonym_k=cfg.synonym_k,
         phrases=cfg.entity_phrases,
-        exact_limit=cfg.exact_knn_limit,
+        exact_limit=cfg.exact_synonym_limit,
         previous=ctx.previous,
     )
 
@@ -248,7 +248,13 @@ STAGES: list[Stage] = [
     Stage(
         "entities",
         stage_entities,
-        ("graph.synonym_threshold", "graph.synonym_k", "graph.entity_phrases", "graph.exact_knn_limit", *EMBEDDING),
+        (
+            "graph.synonym_threshold",
+            "graph.synonym_k",
+            "graph.entity_phrases",
+            "graph.exact_synonym_limit",
+            *EMBEDDING,
+        ),
         ("chunks", "embed_units"),
     ),
     Stage(
@@ -325,6 +331,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     keys = stage_keys(config)
     fresh = {
         "complete": False,
+        "row_rules": ROW_RULES,
         "config": config.model_dump(),
         "build_settings": config.build_settings(),
         "stage_settings": keys,

@@ -5,9 +5,11 @@ texts seen before; but reading hundreds of thousands of cached vectors back one 
 time (and tokenising each text again to cut its windows) cost more than the graph arithmetic on a
 100k-chunk index. The version being edited already holds those rows in its arrays, keyed by the
 text of the table row beside them, so a stage looks its texts up there first and computes (through
-the caches) only what is new. A taken row is bitwise the row a rebuild computes: both come from
-the same cache entry (or the same function of it) under the same settings, and any settings
-change makes that source unusable, so the update still equals a rebuild.
+the caches) only what is new. A taken row is bitwise the row a rebuild computes from the same
+caches: a row is a function of its text alone (a one-window text keeps the model's row whatever
+shares its embedding call, see :func:`hopgraph.models.embed_long_texts`), under settings that
+must match, by rules whose version (:data:`ROW_RULES`) the edited version must have been built
+with; otherwise that source is computed, and the update is then the first to record the rules.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from hopgraph.store import IndexStore
 # Settings that decide an index-time vector: the model and how a text becomes its input (prompt,
 # windows, and the tokeniser that cuts the windows).
 EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", "embedding.passage_prompt")
-VECTOR_SETTINGS = (*EMBEDDING, "chunking.encoding")
+# ...and the cache: after it moves, an update computes every vector through it once, so a rebuild
+# from that cache finds them there instead of embedding them in other batches.
+VECTOR_SETTINGS = (*EMBEDDING, "chunking.encoding", "embedding.cache")
+# The version of the rules that compute the rows below, recorded in each manifest (``row_rules``):
+# bump it when one of them changes, so no update carries forward rows made by the old rule.
+ROW_RULES = 1
 
 
 def setting(data: dict[str, Any], dotted: str) -> Any:
@@ -68,7 +75,8 @@ SENTENCE_ROWS = ByText(SENTENCES, _text, ("text",), SENTENCE_VECTORS)
 CUE_UNIT_ROWS = ByText(CUE_UNITS, _text, ("text",), CUE_UNIT_VECTORS)
 CUE_UNIT_TOKENS = ByText(CUE_UNITS, _text, ("text",), "tokens", column=True, settings=())
 CUE_ENTITY_ROWS = ByText(CUE_ENTITIES, lambda table: table["name"], ("name",), CUE_ENTITY_VECTORS)
-ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)  # 0 rows: not embedded
+# An all-zero row of entity_vectors: a name that was not embedded (never taken).
+ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)
 
 
 class PreviousVersion:
@@ -80,10 +88,11 @@ class PreviousVersion:
         self.taken = 0  # rows taken over so far
         self._config = config.model_dump() if config is not None else {}
         self._stored: dict[str, Any] = {}
-        self._keys: dict[str, dict[str, int]] = {}
+        self._keys: dict[tuple[str, ...], dict[str, int]] = {}
         if store is not None:
             manifest = store.read_manifest() if store.exists() else {}
-            self._stored = manifest.get("config", {}) if manifest.get("complete") else {}
+            if manifest.get("complete") and manifest.get("row_rules") == ROW_RULES:
+                self._stored = manifest.get("config", {})
 
     def _usable(self, source: ByText) -> bool:
         if not self._stored or self.store is None:
@@ -101,19 +110,21 @@ class PreviousVersion:
             return False
 
     def _rows_of(self, source: ByText) -> dict[str, int]:
-        """Text → row of the edited version's table (the first row of a repeated text)."""
-        if source.table not in self._keys:
+        """Text → row of the edited version's table (the first row of a repeated text); sources with
+        the same table and key columns share one lookup."""
+        name = (source.table, *source.key_columns)
+        if name not in self._keys:
             assert self.store is not None
             keys: dict[str, int] = {}
             for row, text in enumerate(source.key(self.store.read_table(source.table, source.key_columns))):
                 keys.setdefault(text, row)
-            self._keys[source.table] = keys
-        return self._keys[source.table]
+            self._keys[name] = keys
+        return self._keys[name]
 
     def take(self, source: ByText, texts: Sequence[str], compute: Callable[[list[str]], Any]) -> np.ndarray:
         """The value per text: the edited version's row where it holds the text, ``compute`` (called
         once, on the rest in order) elsewhere."""
-        if not self._usable(source):
+        if not texts or not self._usable(source):
             return np.asarray(compute(list(texts)))
         assert self.store is not None
         keys = self._rows_of(source)
@@ -123,6 +134,8 @@ class PreviousVersion:
             if source.column
             else self.store.read_array(source.values, mmap=True)
         )
+        if len(values) == 0:  # nothing stored (no rows, or an empty (0, 0) array): nothing to take
+            return np.asarray(compute(list(texts)))
         if values.ndim == 2 and (rows >= 0).any():  # an all-zero row holds no vector (nothing was embedded)
             held = np.flatnonzero(rows >= 0)
             rows[held[~np.asarray(values[rows[held]]).any(axis=1)]] = -1

@@ -48,7 +48,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hopgraph.config import LLM_CONNECTION_FIELDS, ClusterConfig, HopgraphConfig, LLMConfig, validate_config
+from hopgraph.config import (
+    LLM_CONNECTION_FIELDS,
+    ClusterConfig,
+    HopgraphConfig,
+    LLMConfig,
+    ServeConfig,
+    validate_config,
+)
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.pipeline import build_index
@@ -65,7 +72,7 @@ from hopgraph.store import (
 )
 
 UNFINISHED = ("queued", "running")
-KEEP_JOB_RECORDS = 1000  # finished job records kept by default (see collect_garbage)
+KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
 _JOB_ID = JOB_ID
 
 
@@ -110,9 +117,13 @@ def _write_job(root: Path, record: dict[str, Any]) -> None:
 
 def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
     path = _job_path(Path(root), job_id)
-    if not _JOB_ID.fullmatch(job_id) or not path.is_file():
-        raise InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    missing = InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
+    if not _JOB_ID.fullmatch(job_id):
+        raise missing
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:  # never submitted, or pruned (collect_garbage), even while being read
+        raise missing from None
 
 
 def list_jobs(root: str | Path) -> list[dict[str, Any]]:
@@ -484,7 +495,7 @@ def collect_garbage(
         finished = [j for j in jobs if j["status"] not in UNFINISHED]
         for job in finished[: max(0, len(finished) - max(keep_jobs, 1))]:
             if not (job.get("version") and (folder / job["version"]).is_dir()):
-                _job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's
+                _job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's payload
                 _job_path(root, job["id"]).unlink(missing_ok=True)
     return removed
 

@@ -6,26 +6,37 @@ import numpy as np
 import pytest
 
 from hopgraph.config import load_config
-from hopgraph.index import versions
+from hopgraph.documents import Document
+from hopgraph.index import context, versions
 from hopgraph.index.pipeline import build_index
 from hopgraph.index.reuse import CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
 from hopgraph.store import IndexStore, version_dir
 from tests.conftest import SAMPLE_SETTINGS
 
+# A sentence longer than the embedding window (192 tokens), so it is embedded as averaged windows.
+LONG = Document(
+    id="ferry-timetable",
+    title="Ferry timetable",
+    text="The ferry from Sorvik calls at " + ", ".join(f"pier {i} on the island of Tem" for i in range(60)) + ".",
+)
+
 
 @pytest.fixture(scope="module")
 def updated(tmp_path_factory, sample_documents):
     """An index of five sample documents (CUE graph at α=0 too), then one update: document 1 out,
-    documents 5 and 6 in; and the final corpus rebuilt with the same (warm) caches."""
+    documents 5 and 6 and one with a long sentence in; and the final corpus rebuilt with the same
+    (warm) caches. Embedding calls of 8 texts make the long sentence share a call with old texts."""
     work = tmp_path_factory.mktemp("reuse")
     config = load_config(
         None, {**SAMPLE_SETTINGS, "embedding.cache": str(work / "cache.sqlite"), "extraction.cue_alpha": 0.0}
     )
-    build_index(sample_documents[:5], work / "index", config, progress=False)
-    versions.submit_update(work / "index", sample_documents[5:7], [sample_documents[1].id])
-    [job] = versions.run_pending(work / "index")
-    final = [d for i, d in enumerate(sample_documents[:5]) if i != 1] + list(sample_documents[5:7])
-    build_index(final, work / "rebuilt", config, progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(context, "EMBED_SLICE", 8)
+        build_index(sample_documents[:5], work / "index", config, progress=False)
+        versions.submit_update(work / "index", [*sample_documents[5:7], LONG], [sample_documents[1].id])
+        [job] = versions.run_pending(work / "index")
+        final = [d for i, d in enumerate(sample_documents[:5]) if i != 1] + [*sample_documents[5:7], LONG]
+        build_index(final, work / "rebuilt", config, progress=False)
     return {"work": work, "config": config, "live": version_dir(work / "index", job["id"])}
 
 
