@@ -174,7 +174,7 @@ class IndexStore:
         path = self._file("tables", name, ".parquet")
         try:
             if columns is not None:
-                present = set(pq.read_schema(path).names)
+                present = set(self.table_columns(name))
                 columns = [c for c in columns if c in present]
             return pq.read_table(path, columns=columns).to_pydict()
         except FileNotFoundError:

@@ -16,7 +16,7 @@ from hopgraph.documents import Document
 from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
 from hopgraph.index.chunking import analyse_texts
 from hopgraph.index.progress import RunProgress
-from hopgraph.index.reuse import PreviousVersion
+from hopgraph.index.reuse import FIRST_BUILD, PreviousVersion
 from hopgraph.llm import LLM, open_llm
 from hopgraph.models import Embedder, embed_long_texts, load_embedder
 from hopgraph.store import IndexStore
@@ -62,7 +62,7 @@ class BuildContext:
     usage: dict[str, Any] = field(default_factory=dict)  # LLM accounting of the stage that ran last
     engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
     run: RunProgress = field(default_factory=RunProgress.off)  # the build's bar: stages tell it of their work
-    previous: PreviousVersion = field(default_factory=lambda: PreviousVersion(None))  # the version an update edits
+    previous: PreviousVersion = FIRST_BUILD  # the version an update edits
 
     @functools.cached_property
     def llm(self) -> LLM:

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.errors import InputError
-from hopgraph.index.reuse import CUE_ENTITY_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, PreviousVersion
+from hopgraph.index.reuse import CUE_ENTITY_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, FIRST_BUILD, PreviousVersion
 from hopgraph.kernels import cosine_topk, normalize_rows
 from hopgraph.models import count_tokens
 from hopgraph.ner import cached_entity_names
@@ -256,7 +256,7 @@ def write_cue_graph(
     unit_source: Sequence[str],
     embed: Callable[[list[str]], np.ndarray],
     entity_cache: str | Path | None = None,
-    previous: PreviousVersion | None = None,
+    previous: PreviousVersion = FIRST_BUILD,
 ) -> dict[str, int]:
     """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
 
@@ -268,7 +268,6 @@ def write_cue_graph(
     on new units. Vectors and token counts the version an update edits holds (``previous``) are
     taken from it.
     """
-    previous = previous or PreviousVersion(None)
     chunks = store.read_table("chunks")
     if len(chunk_units) != len(chunks["text"]):
         raise InputError(f"got knowledge units for {len(chunk_units)} chunks, the index has {len(chunks['text'])}")

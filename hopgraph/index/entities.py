@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
-from hopgraph.index.reuse import ENTITY_ROWS, PreviousVersion
+from hopgraph.index.reuse import ENTITY_ROWS, FIRST_BUILD, PreviousVersion
 from hopgraph.kernels import cooccurrence_matrix, cosine_topk, normalize_rows
 from hopgraph.kernels.ann import ivf_cosine_topk
 from hopgraph.ner import cached_entity_names
@@ -134,7 +134,7 @@ def write_entity_layer(
     synonym_k: int,
     phrases: bool,
     exact_limit: int,
-    previous: PreviousVersion | None = None,
+    previous: PreviousVersion = FIRST_BUILD,
 ) -> dict[str, int]:
     """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents);
     name vectors the version an update edits holds (``previous``) are taken from it."""
@@ -153,7 +153,7 @@ def write_entity_layer(
     vectors = np.zeros((len(names), store.read_array("unit_vectors", mmap=True).shape[1]), np.float32)
     if len(embedded):
         names_embedded = [display[e] for e in embedded]
-        vectors[embedded] = (previous or PreviousVersion(None)).take(
+        vectors[embedded] = previous.take(
             ENTITY_ROWS, names_embedded, lambda texts: normalize_rows(np.asarray(embed(texts), np.float32))
         )
     synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k, exact_limit)

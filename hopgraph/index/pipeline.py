@@ -30,7 +30,15 @@ from hopgraph.index.chunking import build_layers, headings, searchable
 from hopgraph.index.context import BuildContext
 from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
-from hopgraph.index.reuse import EMBEDDING, ROW_RULES, SENTENCE_ROWS, UNIT_ROWS, PreviousVersion, setting
+from hopgraph.index.reuse import (
+    EMBEDDING,
+    FIRST_BUILD,
+    ROW_RULES,
+    SENTENCE_ROWS,
+    UNIT_ROWS,
+    PreviousVersion,
+    setting,
+)
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
 from hopgraph.store import PARTITIONS, IndexStore
@@ -424,36 +432,19 @@ def build_index(
     """
     if not documents:
         raise InputError("no documents to index")
+    options: dict[str, Any] = {"progress": progress, "overwrite": overwrite, "stop_after": stop_after}
     if engine is None and config.cluster.engine == "ray":
         from hopgraph.index.cluster import RayEngine  # noqa: PLC0415  (Ray is an optional extra)
 
         engine = RayEngine(config)
         try:
-            return build_index(
-                documents,
-                out,
-                config,
-                progress=progress,
-                overwrite=overwrite,
-                stop_after=stop_after,
-                engine=engine,
-                previous=previous,
-            )
+            return build_index(documents, out, config, **options, engine=engine, previous=previous)
         finally:
             engine.close()
     if config.access.isolation:
         from hopgraph.index.partitions import build_partitioned  # noqa: PLC0415  (it builds through here)
 
-        return build_partitioned(
-            documents,
-            out,
-            config,
-            progress=progress,
-            overwrite=overwrite,
-            stop_after=stop_after,
-            engine=engine,
-            previous=previous,
-        )
+        return build_partitioned(documents, out, config, **options, engine=engine, previous=previous)
     store = IndexStore(out)
     if overwrite and (store.root / PARTITIONS).is_dir():
         shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
@@ -462,8 +453,8 @@ def build_index(
     run = RunProgress(
         [name for name, _ in planned_stages(config)], documents, manifest["counts"].get("tokens"), progress
     )
-    base = PreviousVersion(IndexStore(previous) if previous is not None else None, config)
-    ctx = BuildContext(store, config, documents, progress, engine=engine, run=run, previous=base)
+    edited = PreviousVersion(IndexStore(previous), config) if previous is not None else FIRST_BUILD
+    ctx = BuildContext(store, config, documents, progress, engine=engine, run=run, previous=edited)
     try:
         return _run_stages(ctx, manifest, stop_after)
     finally:

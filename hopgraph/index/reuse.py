@@ -81,7 +81,7 @@ ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENT
 
 class PreviousVersion:
     """Rows of the complete index an update edits, looked up by text; ``PreviousVersion(None)``
-    (a first build) has none and computes everything."""
+    (:data:`FIRST_BUILD`, a first build) has none and computes everything."""
 
     def __init__(self, store: IndexStore | None, config: HopgraphConfig | None = None):
         self.store = store
@@ -148,3 +148,6 @@ class PreviousVersion:
         out[held] = values[rows[held]]
         self.taken += len(held)
         return out
+
+
+FIRST_BUILD = PreviousVersion(None)  # nothing to take (it never takes, so it is shared)

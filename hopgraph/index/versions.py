@@ -133,11 +133,10 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
     names = sorted(p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else []
     records = []
     for name in names:
-        if _JOB_ID.fullmatch(name):
-            try:
-                records.append(json.loads(_job_path(Path(root), name).read_text(encoding="utf-8")))
-            except FileNotFoundError:
-                continue
+        try:
+            records.append(read_job(root, name))
+        except InputError:  # not a job id, or pruned since the listing
+            continue
     return records
 
 
