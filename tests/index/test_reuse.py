@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ from hopgraph.config import load_config
 from hopgraph.documents import Document
 from hopgraph.index import context, versions
 from hopgraph.index.pipeline import build_index
-from hopgraph.index.reuse import CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
+from hopgraph.index.reuse import CUE_UNIT_ROWS, CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
 from hopgraph.store import IndexStore, version_dir
 from tests.conftest import SAMPLE_SETTINGS
 
@@ -76,6 +78,43 @@ def test_rows_are_taken_only_under_the_same_vector_settings(updated):
     asked.clear()
     PreviousVersion(None).take(SENTENCE_ROWS, texts, compute)  # a first build has nothing to take
     assert asked == [texts]
+    # Another vector cache: the update computes through it, so a rebuild from it finds every vector.
+    moved = updated["config"].model_copy(
+        update={"embedding": updated["config"].embedding.model_copy(update={"cache": str(base.root / "moved.sqlite")})}
+    )
+    asked.clear()
+    PreviousVersion(base, moved).take(SENTENCE_ROWS, texts, compute)
+    assert asked == [texts]
+
+
+def test_nothing_is_taken_from_a_version_built_by_older_row_rules(updated, tmp_path):
+    """An index built before the rows' rules were recorded (``row_rules``) may hold rows made by
+    an older rule: an update computes them instead of carrying them forward."""
+    older = tmp_path / "older"
+    shutil.copytree(updated["work"] / "index", older, ignore=shutil.ignore_patterns("versions", "jobs", "CURRENT"))
+    store = IndexStore(older)
+    manifest = store.read_manifest()
+    del manifest["row_rules"]
+    store.write_manifest(manifest)
+    texts = store.read_table("sentences")["text"][:3]
+    asked: list[list[str]] = []
+    PreviousVersion(store, updated["config"]).take(
+        SENTENCE_ROWS, texts, lambda rest: asked.append(rest) or np.zeros((len(rest), 4), np.float32)
+    )
+    assert asked == [texts]
+
+
+def test_an_empty_stored_array_is_not_taken_from(updated, tmp_path):
+    """A version whose CUE graph had no units stored a (0, 0) array: the update computes its units."""
+    empty = tmp_path / "empty"
+    shutil.copytree(updated["work"] / "index", empty, ignore=shutil.ignore_patterns("versions", "jobs", "CURRENT"))
+    store = IndexStore(empty)
+    store.write_table("cue_units", {"text": [], "tokens": [], "docs": [], "chunk": [], "source": []})
+    store.write_array("cue_unit_vectors", np.zeros((0, 0), np.float32))
+    vectors = PreviousVersion(store, updated["config"]).take(
+        CUE_UNIT_ROWS, ["A unit."], lambda rest: np.ones((len(rest), 4), np.float32)
+    )
+    assert vectors.shape == (1, 4) and (vectors == 1).all()
 
 
 def test_a_table_column_is_taken_by_text_too(updated):

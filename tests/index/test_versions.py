@@ -327,6 +327,24 @@ def test_old_finished_job_records_are_pruned(index):
     assert int(fourth["id"][1:7]) > int(third["id"][1:7])  # numbering goes on from the newest record
 
 
+def test_a_record_pruned_while_it_is_read_is_no_job_not_a_crash(index, monkeypatch):
+    """Pruning (collect_garbage) can delete a record between listing the folder and reading it.
+    That window cannot be hit on purpose, so the read is made to find the file gone (a mock)."""
+    job = versions.submit_update(index, [new_documents()[0]], [])
+    record = versions._job_path(index, job["id"])
+    read_text = Path.read_text
+
+    def vanished(path: Path, *args, **kwargs) -> str:
+        if path == record:
+            raise FileNotFoundError(path)
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", vanished)
+    with pytest.raises(InputError, match="no update job"):
+        versions.read_job(index, job["id"])
+    assert versions.list_jobs(index) == []
+
+
 def test_killed_batch_resumes_as_the_same_batch(index):
     """A batch stopped mid-build resumes with exactly its own jobs; jobs queued meanwhile are the next build."""
     a = versions.submit_update(index, [new_documents()[0]], [])
