@@ -142,7 +142,8 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
                 wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # the LLM is asked and silent
             hung_up = time.monotonic()  # the connection is closed here
             with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
-                assert r.status_code == 200 and next(r.iter_lines()).startswith("data: ")
+                lines = r.iter_lines()  # kept, as above: a dropped iterator hangs up and frees the slot
+                assert r.status_code == 200 and next(lines).startswith("data: ")
                 waited = time.monotonic() - hung_up
                 assert live.app.state.service.answer_slots.locked()  # the second stream holds the only slot
         assert llm.bodies[0]["stream"] is True
