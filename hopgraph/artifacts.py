@@ -5,7 +5,7 @@ Stages write and methods read artifacts by the constants below, never by free st
 declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdown table.
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
-dimension; KG: E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge units,
+dimension, w cosine candidates per chunk; KG: E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge units,
 N entity nodes; entity layer: G entities (spaCy names and titles). Vectors are float32 with unit-length rows
 (all-zero where there was nothing to embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as
 .npz.
@@ -42,6 +42,7 @@ UNIT_VECTORS, CHUNK_VECTORS, SENTENCE_VECTORS, KEYWORD_VECTORS = (
     "keyword_vectors",
 )
 KNN, CHUNK_RANK_KNN = "knn", "chunk_rank_knn"
+KNN_COSINE_SCORES, KNN_COSINE_INDICES = "knn_cosine_scores", "knn_cosine_indices"
 CONCEPTS, CONCEPT_RANK, CHUNK_RANK_CONCEPT = "concepts", "concept_rank", "chunk_rank_concept"
 KG_ENTITIES, KG_MENTIONS, KG_RELATIONS, KG_SURFACES = "kg_entities", "kg_mentions", "kg_relations", "kg_surfaces"
 KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = (
@@ -105,6 +106,15 @@ SCHEMA: dict[str, Artifact] = {
         Artifact(
             CHUNK_RANK_KNN, "array", "knn_graph", "C", "PageRank of each chunk in the KNN graph (KET core selection)"
         ),
+        Artifact(
+            KNN_COSINE_INDICES,
+            "array",
+            "knn_graph",
+            "C × w",
+            "each chunk's nearest other chunks by cosine, best first (-1: none found); w = K (0 where K = 1), "
+            "at most C - 1; an update patches them",
+        ),
+        Artifact(KNN_COSINE_SCORES, "array", "knn_graph", "C × w", "the cosine of each of those candidates"),
         Artifact(
             CONCEPTS,
             "graph",

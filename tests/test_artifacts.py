@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hopgraph.artifacts import FOLDERS, SCHEMA, markdown
+from hopgraph.index.graphs import cosine_width
 from hopgraph.store import IndexStore
 
 
@@ -49,6 +50,7 @@ def test_shapes_follow_the_schema(cue_index):
     }
     size = {letter: len(next(iter(tables[name].values()))) for letter, name in rows.items()}
     size["d"] = store.read_array("unit_vectors").shape[1]
+    size["w"] = cosine_width(store.read_manifest()["config"]["graph"]["knn_k"], size["C"])
     for a in SCHEMA.values():
         if a.kind == "table" or a.stage == "kg_extract":
             continue

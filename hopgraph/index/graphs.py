@@ -13,7 +13,15 @@ from types import ModuleType
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.kernels import cooccurrence_topk, cosine_topk, iter_cooccurrence_pairs, pagerank, sparse_on
+from hopgraph.kernels import (
+    cooccurrence_topk,
+    cosine_topk,
+    drop_own,
+    iter_cooccurrence_pairs,
+    merge_topk,
+    pagerank,
+    sparse_on,
+)
 from hopgraph.kernels.ann import ivf_cosine_topk
 from hopgraph.kernels.backend import to_numpy
 
@@ -26,6 +34,89 @@ def _drop_common(postings: sp.csr_matrix, max_df: float, max_postings: int) -> s
     return postings[:, np.flatnonzero(keep)].tocsr()
 
 
+def cosine_width(k: int, n: int) -> int:
+    """Cosine candidates kept per chunk of an n-chunk KNN graph: its ⌊K/2⌋ cosine neighbours plus
+    ⌈K/2⌉ spares, since candidates that are already lexical neighbours are skipped."""
+    return min(k // 2 + (k + 1) // 2, n - 1) if k // 2 and n > 1 else 0
+
+
+def cosine_candidates(
+    chunk_vectors: np.ndarray, k: int, *, exact_limit: int, xp: ModuleType = np
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, indices) of each chunk's nearest other chunks by cosine, best first, ``cosine_width``
+    per chunk: exact up to ``exact_limit`` chunks, from a FAISS IVF index above it (index -1 where
+    it found none)."""
+    n = chunk_vectors.shape[0]
+    width = cosine_width(k, n)
+    if width == 0:
+        return np.zeros((n, 0), np.float32), np.zeros((n, 0), np.int64)
+    if n <= exact_limit:
+        vectors = xp.asarray(chunk_vectors)
+        scores, indices = cosine_topk(vectors, vectors, width, exclude_self=True)
+        return to_numpy(scores), to_numpy(indices)
+    return ivf_cosine_topk(chunk_vectors, width, device="cpu" if xp is np else "cuda")
+
+
+# Above this share of rows to search again, patching costs about what a fresh search does.
+PATCH_SHARE = 0.05
+PATCH_BLOCK = 8192  # rows compared with the new chunks at a time
+
+
+def patched_cosine_candidates(
+    chunk_vectors: np.ndarray,
+    same_as: np.ndarray,
+    old_scores: np.ndarray,
+    old_indices: np.ndarray,
+    *,
+    xp: ModuleType = np,
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The cosine candidates of the version an update edits, patched to its new chunks:
+    (scores, indices, rows searched again), or None where more than :data:`PATCH_SHARE` of the rows
+    would be searched again (a fresh :func:`cosine_candidates` then costs about the same).
+
+    ``same_as[i]`` is the edited version's row holding chunk i's vector bitwise (-1: new or changed).
+    A chunk that is new, or lost a candidate (deleted, changed, or none found), is searched again,
+    exactly, over every chunk; the others keep their candidates, merged with the new chunks that beat
+    them. So where the edited version's candidates were exact so are these; where they were
+    approximate (FAISS), touched rows become exact and the rest stay as approximate as they were.
+    """
+    n, width = chunk_vectors.shape[0], old_indices.shape[1]
+    same_as = np.asarray(same_as, dtype=np.int64).copy()
+    held = np.flatnonzero(same_as >= 0)
+    _, first = np.unique(same_as[held], return_index=True)
+    repeated = np.ones(len(held), dtype=bool)
+    repeated[first] = False
+    same_as[held[repeated]] = -1  # a text the new version holds twice takes the old row once
+    held = np.flatnonzero(same_as >= 0)
+    new_of_old = np.full(old_indices.shape[0], -1, dtype=np.int64)
+    new_of_old[same_as[held]] = held
+    old = np.asarray(old_indices[same_as[held]], dtype=np.int64)
+    mapped = np.where(old >= 0, new_of_old[np.maximum(old, 0)], -1)
+    complete = (mapped >= 0).all(axis=1)
+    stay, new = held[complete], np.flatnonzero(same_as < 0)
+    again = np.union1d(new, held[~complete])
+    if len(again) > PATCH_SHARE * n:
+        return None
+    scores = np.empty((n, width), dtype=np.float32)
+    indices = np.empty((n, width), dtype=np.int64)
+    scores[stay], indices[stay] = np.asarray(old_scores[same_as[stay]]), mapped[complete]
+    if len(again):
+        corpus = xp.asarray(chunk_vectors)
+        found = cosine_topk(corpus[xp.asarray(again)], corpus, width + 1)
+        scores[again], indices[again] = drop_own(to_numpy(found[0]), to_numpy(found[1]), again, width)
+    if len(new) and len(stay):
+        fresh = np.ascontiguousarray(chunk_vectors[new]).T
+        for start in range(0, len(stay), PATCH_BLOCK):
+            rows = stay[start : start + PATCH_BLOCK]
+            merged = merge_topk(
+                np.concatenate([scores[rows], chunk_vectors[rows] @ fresh], axis=1),
+                np.concatenate([indices[rows], np.broadcast_to(new, (len(rows), len(new)))], axis=1),
+                width,
+            )
+            scores[rows], indices[rows] = merged
+    return scores, indices, len(again)
+
+
 def knn_graph(
     chunk_vectors: np.ndarray,
     chunk_postings: sp.csr_matrix,
@@ -35,12 +126,13 @@ def knn_graph(
     max_postings: int,
     exact_limit: int,
     xp: ModuleType = np,
+    cosine: np.ndarray | None = None,
 ) -> sp.csr_matrix:
     """Undirected chunk graph: each chunk links to its top ⌈K/2⌉ lexical and ⌊K/2⌋ cosine neighbours.
 
     Lexical similarity is the number of shared keywords (computed blockwise from postings); cosine
-    neighbours already chosen lexically are skipped, as in KET Alg. 3 line 5. Cosine neighbours are
-    exact up to ``exact_limit`` chunks and come from a FAISS IVF index above it.
+    neighbours already chosen lexically are skipped, as in KET Alg. 3 line 5. Cosine neighbours come
+    from ``cosine`` (the indices of :func:`cosine_candidates`, or of a patch of them) if given.
     """
     n = chunk_vectors.shape[0]
     if n < 2:
@@ -55,15 +147,11 @@ def knn_graph(
         rows.append(np.flatnonzero(valid))
         cols.append(lexical[valid, j])
     if k_semantic:
-        wanted = min(k_semantic + k_lexical, n - 1)
-        if n <= exact_limit:
-            vectors = xp.asarray(chunk_vectors)
-            semantic = to_numpy(cosine_topk(vectors, vectors, wanted, exclude_self=True)[1])
-        else:
-            semantic = ivf_cosine_topk(chunk_vectors, wanted, device="cpu" if xp is np else "cuda")[1]
+        if cosine is None:
+            cosine = cosine_candidates(chunk_vectors, k, exact_limit=exact_limit, xp=xp)[1]
         taken = np.zeros(n, dtype=np.int64)
-        for j in range(semantic.shape[1]):
-            candidate = semantic[:, j]
+        for j in range(cosine.shape[1]):
+            candidate = cosine[:, j]
             fresh = (taken < k_semantic) & (candidate >= 0) & ~(lexical == candidate[:, None]).any(axis=1)
             rows.append(np.flatnonzero(fresh))
             cols.append(candidate[fresh])

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from hopgraph.artifacts import (
+    CHUNK_VECTORS,
+    CHUNKS,
     CUE_ENTITIES,
     CUE_ENTITY_VECTORS,
     CUE_UNIT_VECTORS,
@@ -71,6 +73,7 @@ def _text(table: dict[str, list]) -> list[str]:
 
 
 UNIT_ROWS = ByText(UNITS, searchable, ("heading", "text"), UNIT_VECTORS)
+CHUNK_ROWS = ByText(CHUNKS, searchable, ("heading", "text"), CHUNK_VECTORS)
 SENTENCE_ROWS = ByText(SENTENCES, _text, ("text",), SENTENCE_VECTORS)
 CUE_UNIT_ROWS = ByText(CUE_UNITS, _text, ("text",), CUE_UNIT_VECTORS)
 CUE_UNIT_TOKENS = ByText(CUE_UNITS, _text, ("text",), "tokens", column=True, settings=())
@@ -121,14 +124,37 @@ class PreviousVersion:
             self._keys[name] = keys
         return self._keys[name]
 
+    def _lookup(self, source: ByText, texts: Sequence[str]) -> np.ndarray:
+        keys = self._rows_of(source)
+        return np.fromiter((keys.get(t, -1) for t in texts), dtype=np.int64, count=len(texts))
+
+    def same_rows(self, source: ByText, texts: Sequence[str], values: np.ndarray) -> np.ndarray | None:
+        """The edited version's row per text whose stored value is bitwise the row of ``values``
+        beside it (-1 where none is), or None where that version has no such rows to offer."""
+        if not texts or not self._usable(source):
+            return None
+        assert self.store is not None
+        rows = self._lookup(source, texts)
+        stored = self.store.read_array(source.values, mmap=True)
+        held = np.flatnonzero(rows >= 0)
+        if len(held):
+            same = (np.asarray(stored[rows[held]]) == values[held]).reshape(len(held), -1).all(axis=1)
+            rows[held[~same]] = -1
+        return rows
+
+    def array(self, name: str) -> np.ndarray | None:
+        """An array of the edited version (memory-mapped), or None where it has none."""
+        if not self._stored or self.store is None or not self.store.has("arrays", name):
+            return None
+        return self.store.read_array(name, mmap=True)
+
     def take(self, source: ByText, texts: Sequence[str], compute: Callable[[list[str]], Any]) -> np.ndarray:
         """The value per text: the edited version's row where it holds the text, ``compute`` (called
         once, on the rest in order) elsewhere."""
         if not texts or not self._usable(source):
             return np.asarray(compute(list(texts)))
         assert self.store is not None
-        keys = self._rows_of(source)
-        rows = np.fromiter((keys.get(t, -1) for t in texts), dtype=np.int64, count=len(texts))
+        rows = self._lookup(source, texts)
         values = (
             np.asarray(self.store.read_table(source.table, [source.values])[source.values])
             if source.column

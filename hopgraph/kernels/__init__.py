@@ -8,7 +8,14 @@ from hopgraph.kernels.cooccurrence import (
     iter_cooccurrence_pairs,
 )
 from hopgraph.kernels.pagerank import RandomWalk, pagerank, personalized_pagerank
-from hopgraph.kernels.similarity import cosine_topk, group_mean_vectors, mean_vectors, normalize_rows
+from hopgraph.kernels.similarity import (
+    cosine_topk,
+    drop_own,
+    group_mean_vectors,
+    mean_vectors,
+    merge_topk,
+    normalize_rows,
+)
 
 __all__ = [
     "array_module",
@@ -24,7 +31,9 @@ __all__ = [
     "pagerank",
     "personalized_pagerank",
     "cosine_topk",
+    "drop_own",
     "group_mean_vectors",
     "mean_vectors",
+    "merge_topk",
     "normalize_rows",
 ]

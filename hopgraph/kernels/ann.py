@@ -14,6 +14,7 @@ import numpy as np
 
 from hopgraph.errors import DependencyError
 from hopgraph.kernels.backend import to_numpy
+from hopgraph.kernels.similarity import drop_own
 
 
 def faiss_gpu_usable(faiss: Any) -> bool:
@@ -55,9 +56,5 @@ def ivf_cosine_topk(
     index.train(data)
     index.add(data)
     scores, indices = index.search(data, k + 1)
-    # Drop each row's own entry (or the last slot when the row itself was not returned).
-    own = indices == np.arange(n)[:, None]
-    drop = np.where(own.any(axis=1), own.argmax(axis=1), k)
-    keep = np.ones_like(own)
-    keep[np.arange(n), drop] = False
-    return scores[keep].reshape(n, k), indices[keep].reshape(n, k).astype(np.int64)
+    scores, indices = drop_own(scores, indices, np.arange(n), k)
+    return scores, indices.astype(np.int64)

@@ -31,6 +31,25 @@ def _sort_candidates(xp: Any, values: Any, indices: Any) -> tuple[Any, Any]:
     return xp.take_along_axis(values, by_value, axis=1), xp.take_along_axis(indices, by_value, axis=1)
 
 
+def merge_topk(values: Any, indices: Any, k: int) -> tuple[Any, Any]:
+    """The k best (value, index) pairs of each row, in the order every selection here uses
+    (descending value, then ascending index); indices must be unique within a row."""
+    values, indices = _sort_candidates(module_of(values), values, indices)
+    return values[:, :k], indices[:, :k]
+
+
+def drop_own(values: Any, indices: Any, own: Any, k: int) -> tuple[Any, Any]:
+    """The first k of each row's k + 1 results leaving out row i's own index ``own[i]`` (or its
+    last slot where its own index was not returned): a search of rows among themselves, self removed."""
+    xp = module_of(indices)
+    n = indices.shape[0]
+    mine = indices == xp.asarray(own).reshape(-1, 1)
+    drop = xp.where(mine.any(axis=1), mine.argmax(axis=1), k)
+    keep = xp.ones_like(mine)
+    keep[xp.arange(n), drop] = False
+    return values[keep].reshape(n, k), indices[keep].reshape(n, k)
+
+
 def _topk_rows(xp: Any, scores: Any, k: int) -> tuple[Any, Any]:
     """(values, columns) of the k best columns of each row of a dense block, ties to the lower column.
 

@@ -94,3 +94,36 @@ def test_core_chunks_follow_concept_rank(parts):
     core = graphs.core_chunks(chunk_scores, 0.5)
     assert len(core) == int(np.ceil(0.5 * len(chunk_scores)))
     assert chunk_scores[core].min() >= np.delete(chunk_scores, core).max()
+
+
+def _exact(vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    return graphs.cosine_candidates(vectors, k, exact_limit=len(vectors))
+
+
+def test_patched_cosine_candidates_are_an_exact_search_where_the_edited_ones_were():
+    rng = np.random.default_rng(3)
+    before = normalize_rows(rng.standard_normal((3000, 24)))
+    old_scores, old_indices = _exact(before, 4)
+    # The new version: 10 chunks deleted, the rest reordered, 25 new chunks and a repeat of an old one.
+    kept = rng.permutation(np.setdiff1d(np.arange(3000), rng.choice(3000, 10, replace=False)))
+    after = np.concatenate([before[kept], normalize_rows(rng.standard_normal((25, 24))), before[kept[:1]]])
+    same_as = np.concatenate([kept, np.full(26, -1)])
+    same_as[-1] = kept[0]  # the repeat maps to the same old row as its first copy
+    patched = graphs.patched_cosine_candidates(after, same_as, old_scores, old_indices)
+    assert patched is not None
+    scores, indices, searched = patched
+    exact_scores, exact_indices = _exact(after, 4)
+    assert np.array_equal(indices, exact_indices)
+    assert np.allclose(scores, exact_scores, atol=1e-6)
+    # Searched again: the 26 rows not taken over and the rows that lost a candidate, not the rest.
+    lost = np.isin(old_indices[kept], np.setdiff1d(np.arange(3000), kept)).any(axis=1).sum()
+    assert 26 < searched == 26 + lost < len(after) * graphs.PATCH_SHARE
+
+
+def test_patching_gives_way_to_a_fresh_search_when_much_changed():
+    rng = np.random.default_rng(4)
+    before = normalize_rows(rng.standard_normal((200, 16)))
+    old_scores, old_indices = _exact(before, 2)
+    after = np.concatenate([before, normalize_rows(rng.standard_normal((int(200 * graphs.PATCH_SHARE) + 2, 16)))])
+    same_as = np.concatenate([np.arange(200), np.full(len(after) - 200, -1)])
+    assert graphs.patched_cosine_candidates(after, same_as, old_scores, old_indices) is None

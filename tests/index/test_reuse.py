@@ -129,3 +129,27 @@ def test_a_table_column_is_taken_by_text_too(updated):
 
     taken = PreviousVersion(base, updated["config"]).take(CUE_UNIT_TOKENS, texts, count)
     assert taken.tolist() == [units["tokens"][0], -1, units["tokens"][1]] and asked == [texts[1:2]]
+
+
+def test_an_update_above_the_exact_knn_limit_patches_the_cosine_candidates(tmp_path, sample_documents):
+    """Above ``graph.exact_knn_limit`` an update searches only its touched chunks again. On the
+    sample the FAISS index probes every list, so the edited version's candidates are exact, and so
+    must the patched ones be: the same as a rebuild's. (The sample is small: any change is more than
+    the share of rows above which patching gives way to a fresh search, so that share is lifted.)"""
+    from hopgraph.index import graphs
+
+    settings = {**SAMPLE_SETTINGS, "chunking.size": 16, "chunking.overlap": 4, "graph.exact_knn_limit": 2}
+    config = load_config(None, {**settings, "embedding.cache": str(tmp_path / "cache.sqlite")})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graphs, "PATCH_SHARE", 1.0)
+        build_index(sample_documents[:5], tmp_path / "index", config, progress=False)
+        versions.submit_update(tmp_path / "index", sample_documents[5:], [])
+        [job] = versions.run_pending(tmp_path / "index")
+    build_index(sample_documents, tmp_path / "rebuilt", config, progress=False)
+    live, rebuilt = IndexStore(version_dir(tmp_path / "index", job["id"])), IndexStore(tmp_path / "rebuilt")
+    chunks = len(live.read_table("chunks", ["tokens"])["tokens"])
+    assert 0 < live.read_manifest()["stages"]["knn_graph"]["taken_from_previous"] < chunks  # the rest searched
+    assert "taken_from_previous" not in rebuilt.read_manifest()["stages"]["knn_graph"]
+    assert np.array_equal(live.read_array("knn_cosine_indices"), rebuilt.read_array("knn_cosine_indices"))
+    assert np.allclose(live.read_array("knn_cosine_scores"), rebuilt.read_array("knn_cosine_scores"), atol=1e-6)
+    assert (live.read_graph("knn") != rebuilt.read_graph("knn")).nnz == 0
