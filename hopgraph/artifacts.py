@@ -5,10 +5,10 @@ Stages write and methods read artifacts by the constants below, never by free st
 declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdown table.
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
-dimension, w cosine candidates per chunk; KG: E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge units,
-N entity nodes; entity layer: G entities (spaCy names and titles). Vectors are float32 with unit-length rows
-(all-zero where there was nothing to embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as
-.npz.
+dimension, w cosine candidates per chunk; KG: E entities, M mentions with a description, F mentions
+as written, R relations; CUE: Q knowledge units, N entity nodes; entity layer: G entities (spaCy
+names and titles). Vectors are float32 with unit-length rows (all-zero where there was nothing to
+embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as .npz.
 """
 
 from __future__ import annotations

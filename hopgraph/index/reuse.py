@@ -130,11 +130,23 @@ class PreviousVersion:
 
     def same_rows(self, source: ByText, texts: Sequence[str], values: np.ndarray) -> np.ndarray | None:
         """The edited version's row per text whose stored value is bitwise the row of ``values``
-        beside it (-1 where none is), or None where that version has no such rows to offer."""
+        beside it (-1 where none is; never one row for two texts), or None where that version has
+        no such rows to offer."""
         if not texts or not self._usable(source):
             return None
         assert self.store is not None
-        rows = self._lookup(source, texts)
+        # A text held n times here is matched with its first n rows there, in order: each row of the
+        # edited version is the match of one row at most.
+        rows_of: dict[str, list[int]] = {}
+        for row, text in enumerate(source.key(self.store.read_table(source.table, source.key_columns))):
+            rows_of.setdefault(text, []).append(row)
+        seen: dict[str, int] = {}
+        rows = np.full(len(texts), -1, dtype=np.int64)
+        for i, text in enumerate(texts):
+            matches, nth = rows_of.get(text, ()), seen.get(text, 0)
+            if nth < len(matches):
+                rows[i] = matches[nth]
+            seen[text] = nth + 1
         stored = self.store.read_array(source.values, mmap=True)
         held = np.flatnonzero(rows >= 0)
         if len(held):

@@ -10,8 +10,9 @@ import pytest
 from hopgraph.config import load_config
 from hopgraph.documents import Document
 from hopgraph.index import context, versions
+from hopgraph.index.chunking import searchable
 from hopgraph.index.pipeline import build_index
-from hopgraph.index.reuse import CUE_UNIT_ROWS, CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
+from hopgraph.index.reuse import CHUNK_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
 from hopgraph.store import IndexStore, version_dir
 from tests.conftest import SAMPLE_SETTINGS
 
@@ -129,6 +130,27 @@ def test_a_table_column_is_taken_by_text_too(updated):
 
     taken = PreviousVersion(base, updated["config"]).take(CUE_UNIT_TOKENS, texts, count)
     assert taken.tolist() == [units["tokens"][0], -1, units["tokens"][1]] and asked == [texts[1:2]]
+
+
+def test_same_rows_match_a_repeated_text_row_by_row_and_only_on_equal_vectors(updated, tmp_path):
+    """Chunks whose rows an update may keep: a text the edited version holds twice matches its two
+    rows in order (not its first row twice, which made every repeat and its neighbours be searched
+    again); a row whose vector differs, or a third copy, matches none."""
+    copy = tmp_path / "copy"
+    shutil.copytree(updated["work"] / "index", copy, ignore=shutil.ignore_patterns("versions", "jobs", "CURRENT"))
+    store = IndexStore(copy)
+    chunks, vectors = store.read_table("chunks"), store.read_array("chunk_vectors")
+    for column in chunks:  # rows 0 and 1: one text twice, one vector twice
+        chunks[column][1] = chunks[column][0]
+    vectors[1] = vectors[0]
+    store.write_table("chunks", chunks)
+    store.write_array("chunk_vectors", vectors)
+    keys = searchable(chunks)
+    asked = np.stack([vectors[0], vectors[0], vectors[2] * 0.5, vectors[0], vectors[3]])
+    rows = PreviousVersion(store, updated["config"]).same_rows(
+        CHUNK_ROWS, [keys[0]] * 2 + keys[2:3] + keys[:1] + keys[3:4], asked
+    )
+    assert rows.tolist() == [0, 1, -1, -1, 3]
 
 
 def test_an_update_above_the_exact_knn_limit_patches_the_cosine_candidates(tmp_path, sample_documents):
