@@ -47,6 +47,7 @@ VECTOR_SETTINGS = (*EMBEDDING, "chunking.encoding", "embedding.cache")
 # The version of the rules that compute the rows below, recorded in each manifest (``row_rules``):
 # bump it when one of them changes, so no update carries forward rows made by the old rule.
 ROW_RULES = 1
+SAME_BLOCK = 8192  # rows compared at a time by PreviousVersion.same_rows
 
 
 def setting(data: dict[str, Any], dotted: str) -> Any:
@@ -148,10 +149,14 @@ class PreviousVersion:
                 rows[i] = matches[nth]
             seen[text] = nth + 1
         stored = self.store.read_array(source.values, mmap=True)
+        if stored.dtype != values.dtype or stored.shape[1:] != values.shape[1:]:
+            return np.full(len(texts), -1, dtype=np.int64)
         held = np.flatnonzero(rows >= 0)
-        if len(held):
-            same = (np.asarray(stored[rows[held]]) == values[held]).reshape(len(held), -1).all(axis=1)
-            rows[held[~same]] = -1
+        bits = np.dtype(f"u{values.dtype.itemsize}")  # bitwise: -0.0 is not 0.0, a NaN is itself
+        for start in range(0, len(held), SAME_BLOCK):  # in blocks: whole, the copies cost more than the test
+            part = held[start : start + SAME_BLOCK]
+            same = (stored[rows[part]].view(bits) == values[part].view(bits)).reshape(len(part), -1).all(axis=1)
+            rows[part[~same]] = -1
         return rows
 
     def array(self, name: str) -> np.ndarray | None:
