@@ -154,6 +154,23 @@ def test_graph_builders_on_cupy_give_the_numpy_graphs(sample_index):
         np.testing.assert_allclose(rank, graphs.node_rank(graph, 0.85, np), atol=1e-12)
 
 
+def test_patched_cosine_candidates_on_cupy_give_the_numpy_patch(monkeypatch):
+    from hopgraph.index import graphs
+
+    monkeypatch.setattr(graphs, "PATCH_SHARE", 1.0)  # a small corpus: every change is a large share
+    vectors = integer_vectors(5, 400, 6)  # exact dot products: ties are broken alike too
+    old_scores, old_indices = graphs.cosine_candidates(vectors[:380], 4, exact_limit=1000)
+    same_as = np.concatenate([np.arange(380), np.full(20, -1)])
+    same_as[7] = -1  # a changed chunk: its old row's neighbours lose a candidate
+    patched = {
+        xp: graphs.patched_cosine_candidates(vectors, same_as, old_scores, old_indices, xp=xp) for xp in (np, cupy)
+    }
+    assert patched[np] is not None and patched[cupy] is not None
+    np.testing.assert_array_equal(patched[cupy][1], patched[np][1])
+    np.testing.assert_allclose(patched[cupy][0], patched[np][0])
+    assert patched[cupy][2] == patched[np][2]
+
+
 def test_ppr_retrieval_on_cuda_ranks_as_on_the_cpu(sample_index):
     from hopgraph.retrieve.methods import METHODS
     from hopgraph.retrieve.query import make_query
