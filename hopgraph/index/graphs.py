@@ -57,9 +57,10 @@ def cosine_candidates(
     return ivf_cosine_topk(chunk_vectors, width, device="cpu" if xp is np else "cuda")
 
 
-# Above this share of rows to search again, patching costs about what a fresh search does.
-PATCH_SHARE = 0.05
-PATCH_BLOCK = 8192  # rows compared with the new chunks at a time
+# Patching gives way to a fresh search above PATCH_ROWS_PER_ROOT·√n rows to search again: those
+# cost rows·n dot products, a fresh IVF index ~50·n^1.5 (training on 4√n lists, then searching), so
+# the bound keeps a patch well under a fresh search at every size.
+PATCH_ROWS_PER_ROOT = 10.0
 
 
 def patched_cosine_candidates(
@@ -71,49 +72,51 @@ def patched_cosine_candidates(
     xp: ModuleType = np,
 ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """The cosine candidates of the version an update edits, patched to its new chunks:
-    (scores, indices, rows searched again), or None where more than :data:`PATCH_SHARE` of the rows
-    would be searched again (a fresh :func:`cosine_candidates` then costs about the same).
+    (scores, indices, rows searched again), or None where more than :data:`PATCH_ROWS_PER_ROOT`·√n
+    rows would be searched again (a fresh :func:`cosine_candidates` costs about as much then) or
+    the old candidates do not fit ``same_as``.
 
     ``same_as[i]`` is the edited version's row holding chunk i's vector bitwise (-1: new or changed).
     A chunk that is new, or lost a candidate (deleted, changed, or none found), is searched again,
-    exactly, over every chunk; the others keep their candidates, merged with the new chunks that beat
-    them. So where the edited version's candidates were exact so are these; where they were
+    exactly, over every chunk; the others keep their candidates, merged with their best new chunks
+    and sorted again by (score, new index). So where the edited version's candidates were exact so
+    are these, up to which of several tied candidates fills the last place; where they were
     approximate (FAISS), touched rows become exact and the rest stay as approximate as they were.
     """
     n, width = chunk_vectors.shape[0], old_indices.shape[1]
+    rows_before = old_indices.shape[0]
+    if old_scores.shape != old_indices.shape or (len(same_as) and int(np.max(same_as)) >= rows_before):
+        return None
     same_as = np.asarray(same_as, dtype=np.int64).copy()
     held = np.flatnonzero(same_as >= 0)
     _, first = np.unique(same_as[held], return_index=True)
     repeated = np.ones(len(held), dtype=bool)
     repeated[first] = False
-    same_as[held[repeated]] = -1  # a text the new version holds twice takes the old row once
+    same_as[held[repeated]] = -1  # one new row per old row (PreviousVersion.same_rows never gives two)
     held = np.flatnonzero(same_as >= 0)
-    new_of_old = np.full(old_indices.shape[0], -1, dtype=np.int64)
+    new_of_old = np.full(rows_before, -1, dtype=np.int64)
     new_of_old[same_as[held]] = held
     old = np.asarray(old_indices[same_as[held]], dtype=np.int64)
+    old[old >= rows_before] = -1  # not a row of the edited version: lost
     mapped = np.where(old >= 0, new_of_old[np.maximum(old, 0)], -1)
     complete = (mapped >= 0).all(axis=1)
     stay, new = held[complete], np.flatnonzero(same_as < 0)
     again = np.union1d(new, held[~complete])
-    if len(again) > PATCH_SHARE * n:
+    if len(again) > PATCH_ROWS_PER_ROOT * np.sqrt(n):
         return None
     scores = np.empty((n, width), dtype=np.float32)
     indices = np.empty((n, width), dtype=np.int64)
-    scores[stay], indices[stay] = np.asarray(old_scores[same_as[stay]]), mapped[complete]
+    corpus = xp.asarray(chunk_vectors)
     if len(again):
-        corpus = xp.asarray(chunk_vectors)
         found = cosine_topk(corpus[xp.asarray(again)], corpus, width + 1)
         scores[again], indices[again] = drop_own(to_numpy(found[0]), to_numpy(found[1]), again, width)
-    if len(new) and len(stay):
-        fresh = np.ascontiguousarray(chunk_vectors[new]).T
-        for start in range(0, len(stay), PATCH_BLOCK):
-            rows = stay[start : start + PATCH_BLOCK]
-            merged = merge_topk(
-                np.concatenate([scores[rows], chunk_vectors[rows] @ fresh], axis=1),
-                np.concatenate([indices[rows], np.broadcast_to(new, (len(rows), len(new)))], axis=1),
-                width,
-            )
-            scores[rows], indices[rows] = merged
+    if len(stay):
+        kept_scores, kept_indices = np.asarray(old_scores[same_as[stay]], dtype=np.float32), mapped[complete]
+        if len(new):  # each kept row's best new chunks, then the best of both lists
+            best = cosine_topk(corpus[xp.asarray(stay)], corpus[xp.asarray(new)], width)
+            kept_scores = np.concatenate([kept_scores, to_numpy(best[0])], axis=1)
+            kept_indices = np.concatenate([kept_indices, new[to_numpy(best[1])]], axis=1)
+        scores[stay], indices[stay] = merge_topk(kept_scores, kept_indices, width)
     return scores, indices, len(again)
 
 

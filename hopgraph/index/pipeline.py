@@ -190,8 +190,9 @@ def _cosine_candidates(ctx: BuildContext, vectors: np.ndarray) -> tuple[np.ndarr
     xp = array_module(ctx.config.embedding.device)
     n = vectors.shape[0]
     old_scores, old_indices = ctx.previous.array(KNN_COSINE_SCORES), ctx.previous.array(KNN_COSINE_INDICES)
-    if n > cfg.exact_knn_limit and old_indices is not None and old_scores is not None:
-        if old_indices.shape[1] == graphs.cosine_width(cfg.knn_k, n):
+    width = graphs.cosine_width(cfg.knn_k, n)
+    if width and n > cfg.exact_knn_limit and old_indices is not None and old_scores is not None:
+        if old_indices.shape[1] == width:
             chunks = ctx.store.read_table(CHUNKS, ["heading", "text"])
             same_as = ctx.previous.same_rows(CHUNK_ROWS, searchable(chunks), vectors)
             if same_as is not None:

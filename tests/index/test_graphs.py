@@ -117,13 +117,38 @@ def test_patched_cosine_candidates_are_an_exact_search_where_the_edited_ones_wer
     assert np.allclose(scores, exact_scores, atol=1e-6)
     # Searched again: the 26 rows not taken over and the rows that lost a candidate, not the rest.
     lost = np.isin(old_indices[kept], np.setdiff1d(np.arange(3000), kept)).any(axis=1).sum()
-    assert 26 < searched == 26 + lost < len(after) * graphs.PATCH_SHARE
+    assert 26 < searched == 26 + lost < graphs.PATCH_ROWS_PER_ROOT * np.sqrt(len(after))
 
 
 def test_patching_gives_way_to_a_fresh_search_when_much_changed():
     rng = np.random.default_rng(4)
     before = normalize_rows(rng.standard_normal((200, 16)))
     old_scores, old_indices = _exact(before, 2)
-    after = np.concatenate([before, normalize_rows(rng.standard_normal((int(200 * graphs.PATCH_SHARE) + 2, 16)))])
-    same_as = np.concatenate([np.arange(200), np.full(len(after) - 200, -1)])
+    added = 300
+    assert added > graphs.PATCH_ROWS_PER_ROOT * np.sqrt(200 + added)
+    after = np.concatenate([before, normalize_rows(rng.standard_normal((added, 16)))])
+    same_as = np.concatenate([np.arange(200), np.full(added, -1)])
     assert graphs.patched_cosine_candidates(after, same_as, old_scores, old_indices) is None
+    # Candidates that do not fit the rows they are said to be of are not patched either.
+    assert graphs.patched_cosine_candidates(before, np.arange(200), old_scores[:, :1], old_indices) is None
+    assert graphs.patched_cosine_candidates(before, np.arange(200) + 1, old_scores, old_indices) is None
+
+
+def test_a_patch_searches_rows_again_where_a_candidate_is_missing_and_sorts_ties_by_new_index():
+    """Integer vectors (many exact ties) in reverse order: kept rows are sorted again by their new
+    numbers, so the patch holds the scores of an exact search, and its indices wherever no tie
+    straddles the last place; a row FAISS left a slot empty in (-1) is searched again."""
+    vectors = np.random.default_rng(5).integers(-2, 3, size=(2000, 6)).astype(np.float32)
+    old_scores, old_indices = _exact(vectors, 4)
+    old_indices[11, -1] = -1
+    after = vectors[::-1]
+    patched = graphs.patched_cosine_candidates(after, np.arange(2000)[::-1].copy(), old_scores, old_indices)
+    assert patched is not None
+    scores, indices, searched = patched
+    assert searched == 1  # the row with the empty slot
+    exact_scores, exact_indices = graphs.cosine_candidates(after, 4, exact_limit=2000)
+    np.testing.assert_array_equal(scores, exact_scores)
+    full_scores = graphs.cosine_candidates(after, 6, exact_limit=2000)[0]  # two places past the last
+    untied = full_scores[:, 3] > full_scores[:, 4]
+    assert untied.sum() > 100
+    np.testing.assert_array_equal(indices[untied], exact_indices[untied])

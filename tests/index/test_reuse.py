@@ -157,13 +157,13 @@ def test_an_update_above_the_exact_knn_limit_patches_the_cosine_candidates(tmp_p
     """Above ``graph.exact_knn_limit`` an update searches only its touched chunks again. On the
     sample the FAISS index probes every list, so the edited version's candidates are exact, and so
     must the patched ones be: the same as a rebuild's. (The sample is small: any change is more than
-    the share of rows above which patching gives way to a fresh search, so that share is lifted.)"""
+    the rows above which patching gives way to a fresh search, so that bound is lifted.)"""
     from hopgraph.index import graphs
 
     settings = {**SAMPLE_SETTINGS, "chunking.size": 16, "chunking.overlap": 4, "graph.exact_knn_limit": 2}
     config = load_config(None, {**settings, "embedding.cache": str(tmp_path / "cache.sqlite")})
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(graphs, "PATCH_SHARE", 1.0)
+        patch.setattr(graphs, "PATCH_ROWS_PER_ROOT", 100.0)
         build_index(sample_documents[:5], tmp_path / "index", config, progress=False)
         versions.submit_update(tmp_path / "index", sample_documents[5:], [])
         [job] = versions.run_pending(tmp_path / "index")

@@ -157,7 +157,7 @@ def test_graph_builders_on_cupy_give_the_numpy_graphs(sample_index):
 def test_patched_cosine_candidates_on_cupy_give_the_numpy_patch(monkeypatch):
     from hopgraph.index import graphs
 
-    monkeypatch.setattr(graphs, "PATCH_SHARE", 1.0)  # a small corpus: every change is a large share
+    monkeypatch.setattr(graphs, "PATCH_ROWS_PER_ROOT", 100.0)  # a small corpus: every change is large
     vectors = integer_vectors(5, 400, 6)  # exact dot products: ties are broken alike too
     old_scores, old_indices = graphs.cosine_candidates(vectors[:380], 4, exact_limit=1000)
     same_as = np.concatenate([np.arange(380), np.full(20, -1)])
