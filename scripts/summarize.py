@@ -212,6 +212,20 @@ def server() -> str:
             f"{sum(j['documents'] for j in jobs)} documents in all, taking {', '.join(str(j['seconds']) for j in jobs)} s; "
             "the update worker lingers between jobs, so only the first starts a process and loads models)."
         )
+    if (RESULTS / "serve_floor.json").exists():
+        d = _load("serve_floor.json")
+        q = d["int8_embedding"]
+        parts.append(
+            f"The floor under one request (`python3 {d['command']}` → `serve_floor.json`, one thread, in process, "
+            f"same index and questions): the query embedding takes {d['embed_ms_per_question']} ms per question "
+            f"(groups of {d['group']}) and `{d['method']}` at λ={d['budget']} {d['retrieve_ms_per_request']} ms from "
+            f"its vector, so {d['cores']} cores doing nothing else answer at most **{d['ceiling_rps']} requests/s** "
+            f"({d['embedding_only_ceiling_rps']} if retrieval were free), {d['ceiling_over_baseline']}× the "
+            f"baseline's {d['baseline_rps']}, against the 5× goal of {d['goal_rps']}; the server reaches "
+            f"{d['server_rps']}. Quantising the embedder's Linear layers to int8 would embed in "
+            f"{q['embed_ms_per_question']} ms, but its vectors move (cosine to the fp32 vector: median "
+            f"{q['cosine_to_fp32_median']}, min {q['cosine_to_fp32_min']}), so it is not used."
+        )
     if (RESULTS / "serve_replicas.json").exists():
         d = _load("serve_replicas.json")
         follow = d["insert_to_follower"]
