@@ -268,9 +268,9 @@ def write_cue_graph(
     on new units. Vectors and token counts the version an update edits holds (``previous``) are
     taken from it.
     """
-    chunks = store.read_table("chunks")
-    if len(chunk_units) != len(chunks["text"]):
-        raise InputError(f"got knowledge units for {len(chunk_units)} chunks, the index has {len(chunks['text'])}")
+    chunk_docs = store.read_table("chunks", ["docs"])["docs"]
+    if len(chunk_units) != len(chunk_docs):
+        raise InputError(f"got knowledge units for {len(chunk_units)} chunks, the index has {len(chunk_docs)}")
     flat = [(c, text.strip()) for c, units in enumerate(chunk_units) for text in units]
     if len(flat) != len(unit_source):
         raise InputError(f"{len(flat)} knowledge units but {len(unit_source)} source labels")
@@ -307,7 +307,7 @@ def write_cue_graph(
         {
             "text": texts,
             "tokens": previous.take(CUE_UNIT_TOKENS, texts, lambda rest: [count_tokens(t) for t in rest]).tolist(),
-            "docs": [chunks["docs"][c] for c in owner],
+            "docs": [chunk_docs[c] for c in owner],
             "chunk": owner,
             "source": sources,
         },

@@ -138,7 +138,7 @@ def write_entity_layer(
 ) -> dict[str, int]:
     """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents);
     name vectors the version an update edits holds (``previous``) are taken from it."""
-    sentences = store.read_table("sentences")
+    sentences = store.read_table("sentences", ["text", "unit"])
     table = unit_entities(
         sentences["unit"],
         cached_entity_names(sentences["text"], entity_cache, phrases=phrases),

@@ -80,7 +80,7 @@ def write_kg(
 def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
     """CUE-RAG hybrid extraction: LLM knowledge units for the knapsack-selected chunks, punkt sentences for the rest."""
     cfg = ctx.config
-    chunks = ctx.store.read_table("chunks")
+    chunks = ctx.store.read_table("chunks", ["text", "tokens"])
     vectors = ctx.store.read_array("chunk_vectors") if cfg.extraction.cue_metric == "cosine" else None
     chosen = cue.select_chunks(
         chunks["text"],

@@ -115,7 +115,7 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
 
 def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.keywords
-    chunks = searchable(ctx.store.read_table("chunks"))
+    chunks = searchable(ctx.store.read_table("chunks", ["heading", "text"]))
     if cfg.method == "tokens":  # the vocabulary is every chunk word: one pass over the chunks gives both
         vocabulary, chunk_postings = keywords.vocabulary_and_incidence(chunks, cfg.min_length)
         lookup = {w: i for i, w in enumerate(vocabulary)}
@@ -124,7 +124,7 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
         lookup = {w: i for i, w in enumerate(vocabulary)}
         chunk_postings = keywords.incidence(chunks, lookup, cfg.min_length)
     ctx.store.write_graph("postings_chunks", chunk_postings)
-    units = searchable(ctx.store.read_table("units"))
+    units = searchable(ctx.store.read_table("units", ["heading", "text"]))
     same = units == chunks  # one sub-chunk per chunk (τ=0): the same texts have the same postings
     ctx.store.write_graph(
         "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
@@ -138,7 +138,7 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
 
 def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
     """Sub-chunk vectors; a chunk's vector is the mean of its sub-chunks' (no truncation)."""
-    units = ctx.store.read_table("units")
+    units = ctx.store.read_table("units", ["heading", "text", "tokens", "chunk"])
     vectors = ctx.previous.take(UNIT_ROWS, searchable(units), ctx.embed)
     ctx.store.write_array("unit_vectors", vectors)
     n_chunks = len(ctx.store.read_table("chunks", ["tokens"])["tokens"])
@@ -147,7 +147,7 @@ def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
-    sentences = ctx.store.read_table("sentences")
+    sentences = ctx.store.read_table("sentences", ["text", "tokens"])
     ctx.store.write_array("sentence_vectors", ctx.previous.take(SENTENCE_ROWS, sentences["text"], ctx.embed))
     return {"embedded_sentences": len(sentences["text"]), "embedding_tokens": int(sum(sentences["tokens"]))}
 

@@ -145,5 +145,13 @@ def mean_vectors(incidence: sp.spmatrix, vectors: np.ndarray, block_rows: int = 
 def group_mean_vectors(vectors: np.ndarray, group: Any, groups: int) -> np.ndarray:
     """Row g: the unit-length mean of the rows of ``vectors`` whose ``group`` is g (see :func:`mean_vectors`)."""
     group = np.asarray(group, dtype=np.int64)
+    if groups == len(group) and np.array_equal(group, np.arange(groups)):
+        # One row per group, in order (one sub-chunk per chunk): the mean is the row itself. The
+        # product below adds it to 0.0 in float64 (-0.0 becomes 0.0) before the same normalisation:
+        # so does this, for the same bits at a fraction of the cost.
+        rows = np.array(vectors, dtype=np.float64)
+        rows += 0.0
+        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        return rows.astype(np.float32)
     membership = sp.csr_matrix((np.ones(len(group)), (np.arange(len(group)), group)), shape=(len(group), groups))
     return mean_vectors(membership, vectors)

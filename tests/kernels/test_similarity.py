@@ -9,6 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from hopgraph.kernels import cosine_topk, mean_vectors, normalize_rows
+from hopgraph.kernels.similarity import group_mean_vectors
 
 
 def brute_topk(
@@ -113,3 +114,24 @@ def test_mean_vectors_in_row_blocks_equal_one_product_and_bound_memory():
     assert peak < vectors.nbytes, peak
     with pytest.raises(ValueError, match="block_rows"):
         mean_vectors(incidence, vectors, block_rows=0)
+
+
+def test_one_row_per_group_gives_the_bits_of_the_product():
+    """The shortcut for one sub-chunk per chunk equals the sparse product bit for bit: negative
+    zeros (which the product's 0.0 + x turns positive), an all-zero row, and the caller's array
+    left as it was."""
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((300, 16)).astype(np.float32)
+    vectors[3, :5] = -0.0
+    vectors[4] = 0.0
+    before = vectors.copy()
+    membership = sp.identity(300, format="csr")
+    fast = group_mean_vectors(vectors, np.arange(300), 300)
+    product = mean_vectors(membership, vectors)
+    assert fast.dtype == product.dtype == np.float32
+    assert fast.tobytes() == product.tobytes()
+    assert vectors.tobytes() == before.tobytes()
+    shuffled = rng.permutation(300)  # not in order: the product, whatever it gives
+    assert group_mean_vectors(vectors, shuffled, 300).tobytes() == mean_vectors(
+        sp.csr_matrix((np.ones(300), (np.arange(300), shuffled)), shape=(300, 300)), vectors
+    ).tobytes()
