@@ -132,6 +132,7 @@ def test_one_row_per_group_gives_the_bits_of_the_product():
     assert fast.tobytes() == product.tobytes()
     assert vectors.tobytes() == before.tobytes()
     shuffled = rng.permutation(300)  # not in order: the product, whatever it gives
-    assert group_mean_vectors(vectors, shuffled, 300).tobytes() == mean_vectors(
-        sp.csr_matrix((np.ones(300), (np.arange(300), shuffled)), shape=(300, 300)), vectors
-    ).tobytes()
+    assert (
+        group_mean_vectors(vectors, shuffled, 300).tobytes()
+        == mean_vectors(sp.csr_matrix((np.ones(300), (np.arange(300), shuffled)), shape=(300, 300)), vectors).tobytes()
+    )
