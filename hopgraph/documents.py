@@ -29,9 +29,43 @@ def text_problem(text: str) -> str | None:
     """
     if not text.strip():
         return "text is empty or only whitespace"
+    problem = unicode_problem(text)
+    if problem:
+        return f"text {problem}"
     found = _CONTROL.search(text)
     if found:
         return f"text contains the control character U+{ord(found.group()):04X} at character {found.start()}"
+    return None
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` is not Unicode text, or None: JSON may spell a lone surrogate ("\\ud800"), which
+    Python reads into a string that no UTF-8 file, table or response can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"contains the lone surrogate U+{ord(text[exc.start]):04X} at character {exc.start} (not Unicode text)"
+    return None
+
+
+def invalid_unicode_at(value: Any, where: str = "") -> str | None:
+    """The dotted place of the first string (value or key) in nested JSON data that is not Unicode
+    text (:func:`unicode_problem`), or None (show it with :func:`hopgraph.errors.cut`)."""
+    if isinstance(value, str):
+        return (where or "value") if unicode_problem(value) else None
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        place = f"{where}.{key}" if where else str(key)
+        if unicode_problem(place):
+            return place
+        found = invalid_unicode_at(item, place)
+        if found:
+            return found
     return None
 
 

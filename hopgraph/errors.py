@@ -7,6 +7,28 @@ instead of a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+# How much of what a caller sent an error message repeats: a field name or value can be megabytes,
+# and a body can hold thousands of bad keys, so the message (and a server's reply) stays small.
+SHOWN_CHARS = 80
+SHOWN_PROBLEMS = 20
+
+
+def cut(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` up to ``limit`` characters, with an ellipsis where it was longer, and lone
+    surrogates (which JSON may spell) escaped, so the message can be printed and sent."""
+    short = text if len(text) <= limit else text[:limit] + "…"
+    return short.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def listed(problems: Sequence[str], limit: int = SHOWN_PROBLEMS, total: int | None = None) -> str:
+    """The first ``limit`` problems joined by "; ", then how many more there were (of ``total``,
+    where the caller kept only the first ones)."""
+    shown = problems[:limit]
+    more = (len(problems) if total is None else total) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
 
 class HopgraphError(Exception):
     """Base class for errors whose message is meant for the user."""

@@ -42,7 +42,7 @@ from hopgraph.config.retrieval import (
     TextMethod,
 )
 from hopgraph.config.serve import RequestLimits, ServeConfig
-from hopgraph.errors import ConfigError
+from hopgraph.errors import ConfigError, cut, listed
 
 __all__ = [
     "LLM_CONNECTION_FIELDS",
@@ -156,8 +156,8 @@ def validate_section(model: type[M], data: dict[str, Any], source: str = "config
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
-        raise ConfigError(f"{source}: {problems}") from None
+        problems = [f"{cut('.'.join(str(p) for p in err['loc']))}: {err['msg']}" for err in exc.errors()]
+        raise ConfigError(f"{source}: {listed(problems)}") from None
 
 
 def leaf_fields(model: type[BaseModel] = HopgraphConfig, prefix: str = "") -> list[tuple[str, Any]]:

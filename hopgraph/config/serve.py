@@ -23,6 +23,12 @@ class RequestLimits(Section):
     ppr_seed_keywords: int = Field(
         100, ge=1, le=100_000, description="Largest retrieval.ppr.seed_keywords a request may give."
     )
+    ppr_seed_entities: int = Field(
+        100, ge=1, le=10_000, description="Largest retrieval.ppr.seed_entities a request may give."
+    )
+    ppr_bridge_entities: int = Field(
+        50, ge=0, le=1000, description="Largest retrieval.ppr.bridge_entities a request may give."
+    )
     kg_seed_entities: int = Field(
         50, ge=1, le=200, description="Largest retrieval.kg.seed_entities a request may give."
     )
@@ -57,6 +63,12 @@ class ServeConfig(Section):
         "reading).",
     )
     max_body_bytes: int = Field(10_000_000, ge=1024, description="Largest request body; larger ones get 413.")
+    max_question_body_bytes: int = Field(
+        2_000_000,
+        ge=1024,
+        description="Largest body of /v1/retrieve, /v1/answer and /v1/chat/completions (a question, its settings and "
+        "at most 400,000 characters of conversation); larger ones get 413 before they are parsed.",
+    )
     max_query_chars: int = Field(2000, ge=1, le=100_000, description="Longest question accepted.")
     max_budget: int = Field(32000, ge=50, le=1_000_000, description="Largest context budget λ a request may ask for.")
     max_documents: int = Field(1000, ge=1, description="Most documents in one insert request.")

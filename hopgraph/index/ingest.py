@@ -26,8 +26,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hopgraph.documents import Document, text_problem
-from hopgraph.errors import InputError
+from hopgraph.documents import Document, invalid_unicode_at, text_problem
+from hopgraph.errors import InputError, cut
 from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
 from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
 
@@ -390,6 +390,9 @@ class _Reader:
         """One JSONL record as a Document; ValueError says what is wrong with it."""
         if not isinstance(record, dict):
             raise ValueError("record is not a JSON object")
+        place = invalid_unicode_at(record)
+        if place:
+            raise ValueError(f"{cut(place)!r} holds a lone surrogate (not Unicode text)")
         text = record.get("text")
         if not isinstance(text, str):
             raise ValueError("record has no non-empty 'text' string")

@@ -30,6 +30,10 @@ from hopgraph.retrieve.loaded import LoadedIndex
 
 Scalar = (str, int, float, bool, type(None))
 COLUMNS = ("id", "title", "source")  # document columns filterable beside the metadata keys
+# Where `hopgraph index` read a document on the server's disk (an absolute path). A reader sees no
+# source in any answer, but a range filter on it (gte/lt) answers yes or no per bound, so a reader
+# could spell a path out one character at a time: the server hides these fields from non-admins.
+SERVER_PATH_FIELDS = ("source", "source_path")
 RANGE = ("gt", "gte", "lt", "lte")
 OPERATORS = (*RANGE, "in", "ne", "eq")
 FIELDS_LISTED = 60  # the most field names an error message lists
@@ -113,13 +117,17 @@ def field_kinds(index: Any, reader: MetadataFilter | None = None) -> dict[str, s
     return memo("filter_fields", who, make)
 
 
-def check_fields(where: dict[str, Any], index: Any, reader: MetadataFilter | None = None) -> None:
-    """Refuse a filter naming a field the index does not have (for this reader), or comparing a field
-    with a bound of the wrong kind: a ValueError lists the filterable fields, or says which kind the
-    field holds."""
+def check_fields(
+    where: dict[str, Any], index: Any, reader: MetadataFilter | None = None, hidden: Iterable[str] = ()
+) -> None:
+    """Refuse a filter naming a field the index does not have (for this reader) or one of ``hidden``,
+    or comparing a field with a bound of the wrong kind: a ValueError lists the filterable fields, or
+    says which kind the field holds."""
     if not where:
         return
     kinds = field_kinds(index, reader)
+    if hidden:
+        kinds = {name: held for name, held in kinds.items() if name not in set(hidden)}
     unknown = [key for key in where if key not in kinds]
     if unknown:
         names = sorted(kinds)
@@ -242,12 +250,14 @@ def reader_filter(
     allow_unrestricted: bool = True,
     max_keys: int,
     max_values: int,
+    hidden: Iterable[str] = (),
 ) -> MetadataFilter:
-    """The filter of one reader's request, checked against the bounds and the index's fields (a
-    ValueError says what is wrong): the one entry point of the command line and the server."""
+    """The filter of one reader's request, checked against the bounds and the index's fields, none
+    of ``hidden`` among them (a ValueError says what is wrong): the one entry point of the command
+    line and the server."""
     check_where(where, max_keys, max_values)
     flt = MetadataFilter(groups=groups, allow_unrestricted=allow_unrestricted, where=where)
-    check_fields(where, index, flt)
+    check_fields(where, index, flt, hidden)
     return flt
 
 

@@ -30,6 +30,9 @@ from hopgraph.serve.routes import router
 from hopgraph.serve.service import Service
 from hopgraph.version import __version__
 
+# Endpoints whose body is a question (serve.max_question_body_bytes), not documents (serve.max_body_bytes).
+QUESTION_PATHS = frozenset({"/v1/retrieve", "/v1/answer", "/v1/chat/completions"})
+
 
 def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, start_jobs: bool = True) -> FastAPI:
     """The ASGI app over index ``root``; loads the live version (all of it) before returning.
@@ -73,6 +76,9 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         metrics=service.metrics,
         max_body_bytes=config.serve.max_body_bytes,
         request_log=service.request_log,
+        gate=service.gate,
+        question_paths=QUESTION_PATHS,
+        max_question_bytes=config.serve.max_question_body_bytes,
     )
     return app
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import ValidationError
 
-from hopgraph.errors import InputError
+from hopgraph.errors import InputError, listed
 from hopgraph.index.catalog import document_row
 from hopgraph.index.ingest import read_upload
 from hopgraph.serve.auth import Principal
@@ -26,7 +26,6 @@ from hopgraph.serve.service import Service, admin, service_of
 
 router = APIRouter(tags=["documents"])
 MAX_PAGE = 1000  # documents in one page of GET /v1/documents
-MAX_PROBLEMS = 20  # unreadable files or records named in one error
 _FORMATS = ".txt .md .pdf .docx .html .jsonl"
 
 
@@ -55,10 +54,7 @@ def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None) -> list[
         problems.extend(str(p) for p in result.problems)
         read.extend(result.documents)
     if problems:
-        more = len(problems) - MAX_PROBLEMS
-        raise APIError(
-            422, "unreadable_upload", "; ".join(problems[:MAX_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
-        )
+        raise APIError(422, "unreadable_upload", listed(problems))
     documents = []
     for doc in read:
         metadata = {k: v for k, v in doc.metadata.items() if k != "source_path"}

@@ -1,6 +1,6 @@
 """How the server says no: every error is JSON ``{"error": {"code", "message"}}`` with a 4xx/5xx
 status that says whose fault it is; messages name no internal address (the details are logged), and
-ids echoed in them are cut to 80 characters."""
+ids and field names echoed in them are cut to 80 characters, and at most 20 problems are listed."""
 
 from __future__ import annotations
 
@@ -14,15 +14,25 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hopgraph.errors import ConfigError, HopgraphError, InputError, LLMRequestError, LLMUnavailableError
+from hopgraph.documents import invalid_unicode_at
+from hopgraph.errors import (
+    SHOWN_CHARS,
+    SHOWN_PROBLEMS,
+    ConfigError,
+    HopgraphError,
+    InputError,
+    LLMRequestError,
+    LLMUnavailableError,
+    cut,
+    listed,
+)
 
 log = logging.getLogger("hopgraph.serve")
-ID_SHOWN = 80  # characters of a client-given id or name repeated in a message
 
 
-def shown(value: str, limit: int = ID_SHOWN) -> str:
+def shown(value: str, limit: int = SHOWN_CHARS) -> str:
     """``value`` quoted for a message, cut to ``limit`` characters with an ellipsis (never echo a huge id)."""
-    return repr(value if len(value) <= limit else value[:limit] + "…")
+    return repr(cut(value, limit))
 
 
 def all_finite(value: Any) -> bool:
@@ -66,10 +76,14 @@ def non_finite_at(value: Any, where: str = "") -> str | None:
 
 
 def finite_json(value: Any) -> Any:
-    """Pydantic check: JSON from clients may spell Infinity, NaN or 1e999; none is a usable setting."""
+    """Pydantic check: JSON from clients may spell Infinity, NaN or 1e999, none a usable setting,
+    and lone surrogates ("\\ud800"), which no file or response can hold."""
     found = non_finite_at(value)
     if found:
-        raise ValueError(f"{found}: numbers must be finite (no NaN, Infinity or overflowing literals)")
+        raise ValueError(f"{cut(found)}: numbers must be finite (no NaN, Infinity or overflowing literals)")
+    found = invalid_unicode_at(value)
+    if found:
+        raise ValueError(f"{cut(found)}: holds a lone surrogate (not Unicode text)")
     return value
 
 
@@ -88,9 +102,11 @@ def problems_of(errors: Sequence[Any], *, skip: int = 0, whole: str = "body") ->
     (``skip`` leading parts of each location dropped, e.g. FastAPI's "body"; ``whole`` names an
     error about the object itself)."""
     details = [
-        {"field": ".".join(str(x) for x in e.get("loc", ())[skip:]), "problem": e.get("msg", "")} for e in errors
+        {"field": cut(".".join(str(x) for x in e.get("loc", ())[skip:])), "problem": e.get("msg", "")}
+        for e in errors[:SHOWN_PROBLEMS]
     ]
-    return details, "; ".join(f"{d['field'] or whole}: {d['problem']}" for d in details)
+    problems = [f"{d['field'] or whole}: {d['problem']}" for d in details]
+    return details, listed(problems, total=len(errors))
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -1,5 +1,5 @@
-"""The outermost layer of the server: body-size guard, per-request timing for the metrics, and
-the request log line."""
+"""The outermost layer of the server: who may send a body, body-size guard, per-request timing for
+the metrics, and the request log line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-from hopgraph.serve.errors import error_body
+from hopgraph.serve.errors import APIError, error_body
 from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
 
@@ -47,16 +47,36 @@ class _BodyTooLarge(Exception):
     """Raised from ``receive`` once a body (declared or chunked) passes the limit."""
 
 
-class GuardMiddleware:
-    """Refuses oversized bodies before they are read, times every request for the metrics, and
-    queues its line for the request log (when there is one).
+# Requests whose body the app reads: under /v1/ every one needs a token, checked before the body is.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+Gate = Callable[[str, str], "APIError | None"]  # (Authorization header, client address) → why refused, or None
 
+
+class GuardMiddleware:
+    """Refuses a body before reading it when its sender has no known token (``gate``) or it is over
+    the limit (``question_paths`` have the smaller ``max_question_bytes``), times every request for
+    the metrics, and queues its line for the request log (when there is one).
+
+    The app parses a JSON body before any endpoint code (the token check included) runs: without
+    the gate, anyone could make the server parse megabytes per request without a token.
     A body without Content-Length (chunked) is counted as it arrives; once over the limit, reading
     stops and whatever the app would answer to the broken read is replaced by the 413.
     """
 
-    def __init__(self, app: Callable, metrics: Metrics, max_body_bytes: int, request_log: RequestLog | None = None):
+    def __init__(
+        self,
+        app: Callable,
+        metrics: Metrics,
+        max_body_bytes: int,
+        request_log: RequestLog | None = None,
+        *,
+        gate: Gate | None = None,
+        question_paths: frozenset[str] = frozenset(),
+        max_question_bytes: int | None = None,
+    ):
         self.app, self.metrics, self.max_body, self.log = app, metrics, max_body_bytes, request_log
+        self.gate, self.question_paths = gate, question_paths
+        self.max_question = min(max_question_bytes or max_body_bytes, max_body_bytes)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -65,7 +85,8 @@ class GuardMiddleware:
         started = time.perf_counter()
         status = {"code": 500}
         state = {"too_large": False, "started": False}
-        too_large = JSONResponse(error_body("body_too_large", f"request body over {self.max_body} bytes"), 413)
+        limit = self.max_question if scope["path"] in self.question_paths else self.max_body
+        too_large = JSONResponse(error_body("body_too_large", f"request body over {limit} bytes"), 413)
 
         async def send_recording(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -80,8 +101,15 @@ class GuardMiddleware:
                 await too_large(scope, receive, send_recording)  # instead of the app's answer to the cut-off body
 
         try:
-            declared = dict(scope.get("headers", [])).get(b"content-length")
-            if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
+            headers = dict(scope.get("headers", []))
+            refused = self._refused(scope, headers)
+            if refused is not None:
+                await JSONResponse(error_body(refused.code, refused.message), refused.status, refused.headers)(
+                    scope, receive, send_recording
+                )
+                return
+            declared = headers.get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > limit):
                 await too_large(scope, receive, send_recording)
                 return
             seen = 0
@@ -90,7 +118,7 @@ class GuardMiddleware:
                 nonlocal seen
                 message = await receive()
                 seen += len(message.get("body", b""))
-                if seen > self.max_body:
+                if seen > limit:
                     state["too_large"] = True
                     raise _BodyTooLarge()
                 return message
@@ -108,3 +136,9 @@ class GuardMiddleware:
             self.metrics.observe(endpoint, scope.get("state", {}).get("method", ""), status["code"], seconds)
             if self.log is not None:
                 self.log.write(entry(scope, endpoint, status["code"], seconds))
+
+    def _refused(self, scope: dict, headers: dict[bytes, bytes]) -> APIError | None:
+        if self.gate is None or scope["method"] not in _BODY_METHODS or not scope["path"].startswith("/v1/"):
+            return None
+        client = scope.get("client") or ("?", 0)
+        return self.gate(headers.get(b"authorization", b"").decode("latin-1"), str(client[0]))

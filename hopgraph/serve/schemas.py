@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from hopgraph.documents import text_problem
+from hopgraph.documents import text_problem, unicode_problem
 from hopgraph.serve.errors import finite_json
 
 
@@ -27,7 +27,8 @@ class RetrieveRequest(Strict):
     )
     where: dict[str, Any] = Field(
         default_factory=dict,
-        description="Filter: field (id, title, source or a metadata key) → value, flat list of values, or operators "
+        description="Filter: field (id, title, a metadata key; source and source_path, server file paths, for admins "
+        "only) → value, flat list of values, or operators "
         '(gt, gte, lt, lte, in, ne, eq), e.g. {"timestamp": {"gte": "2024-01-01"}}; an unknown field is refused with '
         "the filterable ones. At most serve.max_filter_keys keys and serve.max_filter_values values (operands).",
     )
@@ -61,6 +62,19 @@ class DocumentIn(Strict):
         return text
 
     _finite_metadata = field_validator("metadata")(finite_json)
+
+    @field_validator("id", "title", "source")
+    @classmethod
+    def _unicode(cls, value: str) -> str:
+        problem = unicode_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("acl")
+    @classmethod
+    def _unicode_groups(cls, groups: list[str] | None) -> list[str] | None:
+        return finite_json(groups)
 
 
 class InsertRequest(Strict):

@@ -33,7 +33,7 @@ from hopgraph.llm import open_llm
 from hopgraph.llm.types import Usage
 from hopgraph.models import limit_compute_threads
 from hopgraph.retrieve.answer import Answer, answer_many
-from hopgraph.retrieve.filters import MetadataFilter, reader_filter
+from hopgraph.retrieve.filters import SERVER_PATH_FIELDS, MetadataFilter, reader_filter
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
@@ -62,7 +62,11 @@ class Service:
         log = self.request_log
         self.metrics = Metrics(log_dropped=(lambda: log.dropped) if log is not None else None)
         self.limiter = RateLimiter(self.serve.rate_limit, self.serve.rate_burst)
-        self.llm = open_llm(config.llm.model_copy(update={"timeout": self.serve.answer_timeout, "retries": 0}))
+        # No completion cache for answers: every reader's question would add a row that nothing prunes,
+        # holding text of documents that may since have been deleted (builds keep theirs: extraction).
+        self.llm = open_llm(
+            config.llm.model_copy(update={"timeout": self.serve.answer_timeout, "retries": 0, "cache": ""})
+        )
         # Answers wait for the LLM here, never in the pool that serves retrieval; the semaphore bounds
         # how many wait for a slot, and for how long (serve.answer_timeout).
         self.answer_pool = ThreadPoolExecutor(
@@ -75,28 +79,8 @@ class Service:
     def authenticate(self, request: Request) -> Principal:
         """The token's principal; 401 without a known token, 429 over the per-token rate."""
         header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise APIError(
-                401,
-                "unauthenticated",
-                "missing bearer token (Authorization: Bearer <token>)",
-                {"WWW-Authenticate": "Bearer"},
-            )
-        who = self.tokens.lookup(token.strip())
-        if who is None:
-            # Guessing tokens is rate-limited per client address like any token's requests.
-            wait = self.limiter.allow(f"unknown-token@{request.client.host if request.client else '?'}")
-            if wait:
-                self.metrics.rate_limited.inc()
-                raise APIError(
-                    429,
-                    "rate_limited",
-                    "too many requests with unknown tokens",
-                    {"Retry-After": str(max(1, round(wait)))},
-                )
-            raise APIError(401, "unauthenticated", "unknown token", {"WWW-Authenticate": "Bearer"})
-        wait = self.limiter.allow(hashlib.sha256(token.strip().encode()).hexdigest())
+        who = self.known(header, request.client.host if request.client else "?")
+        wait = self.limiter.allow(hashlib.sha256(header.partition(" ")[2].strip().encode()).hexdigest())
         if wait:
             self.metrics.rate_limited.inc()
             raise APIError(
@@ -108,6 +92,40 @@ class Service:
         request.state.user = who.user
         return who
 
+    def known(self, authorization: str, client: str) -> Principal:
+        """The principal of a bearer ``authorization`` header. APIError 401 without one or with an
+        unknown token: guessing (or sending no token) is rate-limited per client address, 429."""
+        scheme, _, token = authorization.partition(" ")
+        who = self.tokens.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        if who is not None:
+            return who
+        wait = self.limiter.allow(f"unknown-token@{client}")
+        if wait:
+            self.metrics.rate_limited.inc()
+            raise APIError(
+                429,
+                "rate_limited",
+                "too many requests without a known token",
+                {"Retry-After": str(max(1, round(wait)))},
+            )
+        if scheme.lower() != "bearer" or not token.strip():
+            raise APIError(
+                401,
+                "unauthenticated",
+                "missing bearer token (Authorization: Bearer <token>)",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        raise APIError(401, "unauthenticated", "unknown token", {"WWW-Authenticate": "Bearer"})
+
+    def gate(self, authorization: str, client: str) -> APIError | None:
+        """Why a request with a body is refused before the body is read (see GuardMiddleware), or
+        None for a known token (whose rate the endpoint counts)."""
+        try:
+            self.known(authorization, client)
+        except APIError as exc:
+            return exc
+        return None
+
     def reader_filter(self, who: Principal, where: dict[str, Any], index: Any) -> MetadataFilter:
         try:
             return reader_filter(
@@ -117,6 +135,7 @@ class Service:
                 allow_unrestricted=self.serve.unrestricted_documents == "everyone",
                 max_keys=self.serve.max_filter_keys,
                 max_values=self.serve.max_filter_values,
+                hidden=() if who.admin else SERVER_PATH_FIELDS,
             )
         except ValueError as exc:
             raise APIError(422, "invalid_filter", f"where: {exc}") from None

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,7 +192,8 @@ class JobRunner:
         self._child: subprocess.Popen | None = None
         self._run = ""  # the name of the worker's run, recorded with the attempts it starts
         self._crashes = 0  # consecutive worker deaths (jobs also record the attempts that started)
-        self.publish_seconds: list[dict[str, float]] = []  # per build: worker run, worker exit → switch
+        # Per build, the last 100 (a server runs for months): worker exit → switch.
+        self.publish_seconds: deque[dict[str, float]] = deque(maxlen=100)
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
 
     @property

@@ -103,6 +103,8 @@ def test_every_bad_input_is_reported_and_good_files_survive(tmp_path: Path) -> N
             {"text": "bad time", "timestamp": "yesterday"},
             {"text": "bad meta", "metadata": [1]},
             ["not", "an", "object"],
+            # JSON may spell a lone surrogate; no UTF-8 table or job file can hold it.
+            '{"text": "fine", "metadata": {"team": "a\\ud800"}}',
         ).encode("utf-8"),
     }
     for name, data in files.items():
@@ -122,7 +124,8 @@ def test_every_bad_input_is_reported_and_good_files_survive(tmp_path: Path) -> N
     assert "ISO-8601" in found[("records.jsonl", 8)]
     assert "'metadata'" in found[("records.jsonl", 9)]
     assert "not a JSON object" in found[("records.jsonl", 10)]
-    assert len(result.problems) == 14
+    assert "'metadata.team' holds a lone surrogate" in found[("records.jsonl", 11)]
+    assert len(result.problems) == 15
     assert str(InputProblem("f.jsonl", 3, "why")) == "f.jsonl:3: why"
 
 
