@@ -214,7 +214,7 @@ def server() -> str:
         )
     if (RESULTS / "serve_floor.json").exists():
         d = _load("serve_floor.json")
-        q = d["int8_embedding"]
+        q = d["int8_embedding"]  # {} where the embedder is no torch model
         parts.append(
             f"The floor under one request (`python3 {d['command']}` → `serve_floor.json`, one thread, in process, "
             f"same index and questions): the query embedding takes {d['embed_ms_per_question']} ms per question "
@@ -222,9 +222,14 @@ def server() -> str:
             f"its vector, so {d['cores']} cores doing nothing else answer at most **{d['ceiling_rps']} requests/s** "
             f"({d['embedding_only_ceiling_rps']} if retrieval were free), {d['ceiling_over_baseline']}× the "
             f"baseline's {d['baseline_rps']}, against the 5× goal of {d['goal_rps']}; the server reaches "
-            f"{d['server_rps']}. Quantising the embedder's Linear layers to int8 would embed in "
-            f"{q['embed_ms_per_question']} ms, but its vectors move (cosine to the fp32 vector: median "
-            f"{q['cosine_to_fp32_median']}, min {q['cosine_to_fp32_min']}), so it is not used."
+            f"{d['server_rps']}."
+            + (
+                f" Quantising the embedder's Linear layers to int8 would embed in {q['embed_ms_per_question']} ms, "
+                f"but its vectors move (cosine to the fp32 vector: median {q['cosine_to_fp32_median']}, min "
+                f"{q['cosine_to_fp32_min']}), so it is not used."
+                if q
+                else ""
+            )
         )
     if (RESULTS / "serve_replicas.json").exists():
         d = _load("serve_replicas.json")

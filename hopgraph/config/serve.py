@@ -64,7 +64,7 @@ class ServeConfig(Section):
     )
     max_body_bytes: int = Field(10_000_000, ge=1024, description="Largest request body; larger ones get 413.")
     max_question_body_bytes: int = Field(
-        2_000_000,
+        3_000_000,
         ge=1024,
         description="Largest body of /v1/retrieve, /v1/answer and /v1/chat/completions (a question, its settings and "
         "at most 400,000 characters of conversation); larger ones get 413 before they are parsed.",

@@ -27,7 +27,7 @@ from typing import Any
 from tqdm import tqdm
 
 from hopgraph.documents import Document, invalid_unicode_at, text_problem
-from hopgraph.errors import InputError, cut
+from hopgraph.errors import InputError, cut, listed
 from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
 from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
 
@@ -135,7 +135,7 @@ def read_upload(
     stamp = datetime.now(tz=UTC).isoformat(timespec="seconds")
     reader.add_data(name, doc_id, data, source or doc_id, stamp)
     if not reader.documents:
-        raise InputError("; ".join(str(p) for p in reader.problems) or f"upload {name!r}: nothing to index")
+        raise InputError(listed([str(p) for p in reader.problems]) or f"upload {cut(name)!r}: nothing to index")
     return IngestResult(reader.documents, reader.problems)
 
 

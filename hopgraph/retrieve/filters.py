@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.documents import timestamp_of
+from hopgraph.errors import cut
 from hopgraph.retrieve.loaded import LoadedIndex
 
 Scalar = (str, int, float, bool, type(None))
@@ -43,7 +44,7 @@ def _scalars(key: str, values: Iterable[Any]) -> list[Any]:
     values = list(values)
     if not all(isinstance(v, Scalar) for v in values):
         raise ValueError(
-            f"filter key {key[:80]!r}: values must be strings, numbers, booleans or null, a flat list of them, or "
+            f"filter key {cut(key)!r}: values must be strings, numbers, booleans or null, a flat list of them, or "
             f"an object of operators ({', '.join(OPERATORS)})"
         )
     return values
@@ -60,23 +61,23 @@ def operator_values(key: str, condition: Any) -> dict[str, list[Any]]:
     """``condition`` as operator → list of scalar operands; a ValueError says what is malformed."""
     if isinstance(condition, dict):
         if not condition:
-            raise ValueError(f"filter key {key[:80]!r}: an empty operator object matches nothing; give an operator")
+            raise ValueError(f"filter key {cut(key)!r}: an empty operator object matches nothing; give an operator")
         unknown = [op for op in condition if op not in OPERATORS]
         if unknown:
             raise ValueError(
-                f"filter key {key[:80]!r}: unknown operator {str(unknown[0])[:40]!r}; use {', '.join(OPERATORS)}"
+                f"filter key {cut(key)!r}: unknown operator {cut(str(unknown[0]), 40)!r}; use {', '.join(OPERATORS)}"
             )
         ops = {op: _scalars(key, v if op == "in" and isinstance(v, list) else [v]) for op, v in condition.items()}
         if "in" in condition and not isinstance(condition["in"], list):
-            raise ValueError(f"filter key {key[:80]!r}: 'in' takes a list of values")
+            raise ValueError(f"filter key {cut(key)!r}: 'in' takes a list of values")
         bounds = {op: v[0] for op, v in ops.items() if op in RANGE}
         kinds = {_kind(v) for v in bounds.values()}
         if kinds - {"number", "string"}:
-            raise ValueError(f"filter key {key[:80]!r}: range bounds (gt, gte, lt, lte) must be numbers or strings")
+            raise ValueError(f"filter key {cut(key)!r}: range bounds (gt, gte, lt, lte) must be numbers or strings")
         if len(kinds) > 1:
             raise ValueError(
-                f"filter key {key[:80]!r}: range bounds mix numbers and strings "
-                f"({', '.join(f'{op} {v!r}' for op, v in bounds.items())}); give both of one kind"
+                f"filter key {cut(key)!r}: range bounds mix numbers and strings "
+                f"({', '.join(f'{op} {cut(repr(v))}' for op, v in bounds.items())}); give both of one kind"
             )
         return ops
     return {"in": _scalars(key, condition if isinstance(condition, list) else [condition])}
@@ -134,14 +135,14 @@ def check_fields(
         listed = ", ".join(names[:FIELDS_LISTED]) + (
             f" … ({len(names) - FIELDS_LISTED} more)" if len(names) > FIELDS_LISTED else ""
         )
-        raise ValueError(f"unknown filter field {unknown[0][:80]!r}; filterable fields: {listed}")
+        raise ValueError(f"unknown filter field {cut(unknown[0])!r}; filterable fields: {listed}")
     for key, condition in where.items():
         bounds = [v[0] for op, v in operator_values(key, condition).items() if op in RANGE]
         held = kinds[key] & {"number", "string"}
         if bounds and held and _kind(bounds[0]) not in held:
             raise ValueError(
-                f"filter key {key[:80]!r} holds {' and '.join(sorted(held))}s; compare it with "
-                f"{'a number' if 'number' in held else 'a string'}, not the {_kind(bounds[0])} {bounds[0]!r}"
+                f"filter key {cut(key)!r} holds {' and '.join(sorted(held))}s; compare it with "
+                f"{'a number' if 'number' in held else 'a string'}, not the {_kind(bounds[0])} {cut(repr(bounds[0]))}"
             )
 
 

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from hopgraph.config import RequestLimits
+from hopgraph.errors import cut
 
 
 class OverLimit(ValueError):
@@ -59,11 +60,11 @@ def check_params(overrides: dict[str, Any], limits: RequestLimits) -> None:
         if value is None:
             continue
         if not math.isfinite(value):
-            raise OverLimit(setting, f"params.{setting} = {value}: must be a finite number")
+            raise OverLimit(setting, f"params.{cut(setting)} = {value}: must be a finite number")
         bound = limit_for(setting, limits)
         if bound is not None and value > bound[1]:
             raise OverLimit(
                 setting,
-                f"params.{setting} = {value:g} is over the server's limit {bound[1]:g} "
+                f"params.{cut(setting)} = {value:g} is over the server's limit {bound[1]:g} "
                 f"(serve.request_limits.{bound[0]})",
             )

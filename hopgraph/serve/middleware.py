@@ -102,7 +102,7 @@ class GuardMiddleware:
 
         try:
             headers = dict(scope.get("headers", []))
-            refused = self._refused(scope, headers)
+            refused = self._refused(scope)
             if refused is not None:
                 await JSONResponse(error_body(refused.code, refused.message), refused.status, refused.headers)(
                     scope, receive, send_recording
@@ -137,8 +137,10 @@ class GuardMiddleware:
             if self.log is not None:
                 self.log.write(entry(scope, endpoint, status["code"], seconds))
 
-    def _refused(self, scope: dict, headers: dict[bytes, bytes]) -> APIError | None:
+    def _refused(self, scope: dict) -> APIError | None:
         if self.gate is None or scope["method"] not in _BODY_METHODS or not scope["path"].startswith("/v1/"):
             return None
         client = scope.get("client") or ("?", 0)
-        return self.gate(headers.get(b"authorization", b"").decode("latin-1"), str(client[0]))
+        # The first Authorization header, as the endpoint reads it (a dict of the headers keeps the last).
+        authorization = next((value for name, value in scope.get("headers", []) if name == b"authorization"), b"")
+        return self.gate(authorization.decode("latin-1"), str(client[0]))

@@ -50,7 +50,7 @@ router = APIRouter(tags=["openai"])
 
 PREFIX = "hopgraph-"
 # Chat clients resend the whole conversation with every question; these bound what is accepted of it
-# (the question itself is bounded by serve.max_query_chars, the body by serve.max_body_bytes).
+# (the question itself is bounded by serve.max_query_chars, the body by serve.max_question_body_bytes).
 MAX_MESSAGES = 256
 MAX_CONVERSATION_CHARS = 400_000
 

@@ -255,7 +255,7 @@ def test_streamed_and_plain_answers_carry_sources_and_evidence(answering):
     print(f"streamed in {len(pieces)} pieces: {streamed!r}")
 
     plain = client.chat.completions.create(**request)
-    assert plain.choices[0].message.content == streamed  # the streamed text is the answer (stored whole, reused)
+    assert plain.choices[0].message.content == streamed  # the streamed text is the answer (greedy decoding: the same)
     assert plain.choices[0].finish_reason == "stop" and plain.model == "hopgraph-text"
     assert extra_of(plain) == found
 

@@ -275,3 +275,25 @@ def test_readers_cannot_filter_on_server_file_paths(client):
         headers=auth("admin"),
     )
     assert allowed.status_code == 200, allowed.text
+
+
+def test_huge_values_and_names_are_cut_in_every_refusal(client):
+    """Each of these once came back whole in the 422 (a filter bound, a setting name with a value
+    that is not a finite number, and an upload with thousands of unreadable records)."""
+    bound = client.post(
+        "/v1/retrieve", json={"query": QUESTION, "where": {"line": {"gte": "9" * 500_000}}}, headers=auth("admin")
+    )
+    setting = post_raw(
+        client, "/v1/retrieve", f'{{"query": "{QUESTION}", "params": {{"ppr": {{"{"k" * 500_000}": NaN}}}}}}'
+    )
+    upload = client.post(
+        "/v1/documents/upload",
+        files=[("files", ("many.jsonl", b"{}\n" * 20_000, "application/jsonl"))],
+        headers=auth("admin"),
+    )
+    for response in (bound, setting, upload):
+        assert response.status_code == 422 and len(response.content) < 5000, (
+            response.status_code,
+            len(response.content),
+        )
+    assert "more" in upload.json()["error"]["message"]
