@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,11 +49,11 @@ def unicode_problem(text: str) -> str | None:
     return None
 
 
-def invalid_unicode_at(value: Any, where: str = "") -> str | None:
-    """The dotted place of the first string (value or key) in nested JSON data that is not Unicode
-    text (:func:`unicode_problem`), or None (show it with :func:`hopgraph.errors.cut`)."""
-    if isinstance(value, str):
-        return (where or "value") if unicode_problem(value) else None
+def first_place(value: Any, bad: Callable[[Any], bool], where: str = "") -> str | None:
+    """The dotted place ("params.ppr.damping", "where.year.1") of the first value or key in nested
+    JSON data for which ``bad`` holds, or None (show it with :func:`hopgraph.errors.cut`)."""
+    if bad(value):
+        return where or "value"
     if isinstance(value, dict):
         items: Any = value.items()
     elif isinstance(value, (list, tuple)):
@@ -61,12 +62,18 @@ def invalid_unicode_at(value: Any, where: str = "") -> str | None:
         return None
     for key, item in items:
         place = f"{where}.{key}" if where else str(key)
-        if unicode_problem(place):
+        if bad(key):
             return place
-        found = invalid_unicode_at(item, place)
+        found = first_place(item, bad, place)
         if found:
             return found
     return None
+
+
+def invalid_unicode_at(value: Any) -> str | None:
+    """The place of the first string (value or key) in nested JSON data that is not Unicode text
+    (:func:`unicode_problem`), or None."""
+    return first_place(value, lambda item: isinstance(item, str) and unicode_problem(item) is not None)
 
 
 def strip_control(text: str) -> str:

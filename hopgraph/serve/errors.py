@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hopgraph.documents import invalid_unicode_at
+from hopgraph.documents import first_place, invalid_unicode_at
 from hopgraph.errors import (
     SHOWN_CHARS,
     SHOWN_PROBLEMS,
@@ -58,21 +58,9 @@ def all_finite(value: Any) -> bool:
     return non_finite_at(value) is None  # subclasses of dict or list: the general walk
 
 
-def non_finite_at(value: Any, where: str = "") -> str | None:
+def non_finite_at(value: Any) -> str | None:
     """The dotted place of the first NaN or ±Infinity in nested JSON data, or None if all numbers are finite."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return where or "value"
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, (list, tuple)):
-        items = enumerate(value)
-    else:
-        return None
-    for key, item in items:
-        found = non_finite_at(item, f"{where}.{key}" if where else str(key))
-        if found:
-            return found
-    return None
+    return first_place(value, lambda item: isinstance(item, float) and not math.isfinite(item))
 
 
 def finite_json(value: Any) -> Any:
