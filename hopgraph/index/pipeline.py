@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -162,7 +163,7 @@ def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.graph
     xp = array_module(ctx.config.embedding.device)
     vectors = ctx.store.read_array(CHUNK_VECTORS)
-    scores, cosine = _cosine_candidates(ctx, vectors)
+    scores, cosine = _cosine_candidates(ctx, vectors, xp)
     ctx.store.write_array(KNN_COSINE_SCORES, scores)
     ctx.store.write_array(KNN_COSINE_INDICES, cosine)
     knn = graphs.knn_graph(
@@ -180,19 +181,18 @@ def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
     return {"knn_edges": int(knn.nnz // 2)}
 
 
-def _cosine_candidates(ctx: BuildContext, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cosine_candidates(ctx: BuildContext, vectors: np.ndarray, xp: ModuleType) -> tuple[np.ndarray, np.ndarray]:
     """(scores, indices) of the chunks' cosine candidates. Above the exact limit an update patches
     those of the version it edits, whose kept rows count as taken from it (a fresh FAISS search costs
     ~10 s at 100k chunks whatever the change). So there, unlike everywhere else, an update is not
     bitwise a rebuild: its untouched rows keep the edited version's approximate candidates, and its
     touched rows get exact ones."""
     cfg = ctx.config.graph
-    xp = array_module(ctx.config.embedding.device)
     n = vectors.shape[0]
-    old_scores, old_indices = ctx.previous.array(KNN_COSINE_SCORES), ctx.previous.array(KNN_COSINE_INDICES)
     width = graphs.cosine_width(cfg.knn_k, n)
-    if width and n > cfg.exact_knn_limit and old_indices is not None and old_scores is not None:
-        if old_indices.shape[1] == width:
+    if width and n > cfg.exact_knn_limit:
+        old_scores, old_indices = ctx.previous.array(KNN_COSINE_SCORES), ctx.previous.array(KNN_COSINE_INDICES)
+        if old_indices is not None and old_scores is not None and old_indices.shape[1] == width:
             chunks = ctx.store.read_table(CHUNKS, ["heading", "text"])
             same_as = ctx.previous.same_rows(CHUNK_ROWS, searchable(chunks), vectors)
             if same_as is not None:

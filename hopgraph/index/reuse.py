@@ -92,7 +92,7 @@ class PreviousVersion:
         self.taken = 0  # rows taken over so far
         self._config = config.model_dump() if config is not None else {}
         self._stored: dict[str, Any] = {}
-        self._keys: dict[tuple[str, ...], dict[str, int]] = {}
+        self._keys: dict[tuple[str, ...], dict[str, list[int]]] = {}
         if store is not None:
             manifest = store.read_manifest() if store.exists() else {}
             if manifest.get("complete") and manifest.get("row_rules") == ROW_RULES:
@@ -113,21 +113,17 @@ class PreviousVersion:
         except KeyError:  # a setting the edited version's hopgraph did not have
             return False
 
-    def _rows_of(self, source: ByText) -> dict[str, int]:
-        """Text → row of the edited version's table (the first row of a repeated text); sources with
-        the same table and key columns share one lookup."""
+    def _rows_of(self, source: ByText) -> dict[str, list[int]]:
+        """Text → rows of the edited version's table holding it, in order; sources with the same
+        table and key columns share one lookup."""
         name = (source.table, *source.key_columns)
         if name not in self._keys:
             assert self.store is not None
-            keys: dict[str, int] = {}
+            keys: dict[str, list[int]] = {}
             for row, text in enumerate(source.key(self.store.read_table(source.table, source.key_columns))):
-                keys.setdefault(text, row)
+                keys.setdefault(text, []).append(row)
             self._keys[name] = keys
         return self._keys[name]
-
-    def _lookup(self, source: ByText, texts: Sequence[str]) -> np.ndarray:
-        keys = self._rows_of(source)
-        return np.fromiter((keys.get(t, -1) for t in texts), dtype=np.int64, count=len(texts))
 
     def same_rows(self, source: ByText, texts: Sequence[str], values: np.ndarray) -> np.ndarray | None:
         """The edited version's row per text whose stored value is bitwise the row of ``values``
@@ -138,9 +134,7 @@ class PreviousVersion:
         assert self.store is not None
         # A text held n times here is matched with its first n rows there, in order: each row of the
         # edited version is the match of one row at most.
-        rows_of: dict[str, list[int]] = {}
-        for row, text in enumerate(source.key(self.store.read_table(source.table, source.key_columns))):
-            rows_of.setdefault(text, []).append(row)
+        rows_of = self._rows_of(source)
         seen: dict[str, int] = {}
         rows = np.full(len(texts), -1, dtype=np.int64)
         for i, text in enumerate(texts):
@@ -171,7 +165,8 @@ class PreviousVersion:
         if not texts or not self._usable(source):
             return np.asarray(compute(list(texts)))
         assert self.store is not None
-        rows = self._lookup(source, texts)
+        keys = self._rows_of(source)  # a repeated text takes its first row
+        rows = np.fromiter((keys[t][0] if t in keys else -1 for t in texts), dtype=np.int64, count=len(texts))
         values = (
             np.asarray(self.store.read_table(source.table, [source.values])[source.values])
             if source.column

@@ -127,8 +127,9 @@ def check_fields(
     if not where:
         return
     kinds = field_kinds(index, reader)
+    hidden = set(hidden)
     if hidden:
-        kinds = {name: held for name, held in kinds.items() if name not in set(hidden)}
+        kinds = {name: held for name, held in kinds.items() if name not in hidden}
     unknown = [key for key in where if key not in kinds]
     if unknown:
         names = sorted(kinds)

@@ -76,7 +76,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         metrics=service.metrics,
         max_body_bytes=config.serve.max_body_bytes,
         request_log=service.request_log,
-        gate=service.gate,
+        gate=service.known,
         question_paths=QUESTION_PATHS,
         max_question_bytes=config.serve.max_question_body_bytes,
     )

@@ -49,11 +49,13 @@ class _BodyTooLarge(Exception):
 
 # Requests whose body the app reads: under /v1/ every one needs a token, checked before the body is.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-Gate = Callable[[str, str], "APIError | None"]  # (Authorization header, client address) → why refused, or None
+# (Authorization header, client address) → the principal of a known token; raises APIError otherwise.
+Gate = Callable[[str, str], Any]
 
 
 class GuardMiddleware:
-    """Refuses a body before reading it when its sender has no known token (``gate``) or it is over
+    """Refuses a body before reading it when its sender has no known token (``gate``; a known one's
+    principal is left in the request's state for the endpoint) or it is over
     the limit (``question_paths`` have the smaller ``max_question_bytes``), times every request for
     the metrics, and queues its line for the request log (when there is one).
 
@@ -102,8 +104,9 @@ class GuardMiddleware:
 
         try:
             headers = dict(scope.get("headers", []))
-            refused = self._refused(scope)
-            if refused is not None:
+            try:
+                self._admit(scope)
+            except APIError as refused:
                 await JSONResponse(error_body(refused.code, refused.message), refused.status, refused.headers)(
                     scope, receive, send_recording
                 )
@@ -137,10 +140,10 @@ class GuardMiddleware:
             if self.log is not None:
                 self.log.write(entry(scope, endpoint, status["code"], seconds))
 
-    def _refused(self, scope: dict) -> APIError | None:
+    def _admit(self, scope: dict) -> None:
         if self.gate is None or scope["method"] not in _BODY_METHODS or not scope["path"].startswith("/v1/"):
-            return None
+            return
         client = scope.get("client") or ("?", 0)
         # The first Authorization header, as the endpoint reads it (a dict of the headers keeps the last).
         authorization = next((value for name, value in scope.get("headers", []) if name == b"authorization"), b"")
-        return self.gate(authorization.decode("latin-1"), str(client[0]))
+        scope.setdefault("state", {})["principal"] = self.gate(authorization.decode("latin-1"), str(client[0]))

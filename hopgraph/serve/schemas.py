@@ -61,7 +61,7 @@ class DocumentIn(Strict):
             raise ValueError(problem)
         return text
 
-    _finite_metadata = field_validator("metadata")(finite_json)
+    _finite_metadata = field_validator("metadata", "acl")(finite_json)
 
     @field_validator("id", "title", "source")
     @classmethod
@@ -70,11 +70,6 @@ class DocumentIn(Strict):
         if problem:
             raise ValueError(problem)
         return value
-
-    @field_validator("acl")
-    @classmethod
-    def _unicode_groups(cls, groups: list[str] | None) -> list[str] | None:
-        return finite_json(groups)
 
 
 class InsertRequest(Strict):
