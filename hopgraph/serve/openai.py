@@ -17,7 +17,6 @@ request whose connection closes).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -30,21 +29,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from starlette.types import Receive, Scope, Send
 
-from hopgraph.llm.client import context_window, joined, stream_completion
-from hopgraph.llm.types import Completion, Usage
-from hopgraph.retrieve.answer import (
-    Answer,
-    answer_request,
-    evidence_that_fits,
-    not_found,
-    read_answer,
-    refusal_error,
-)
+from hopgraph.llm.types import Usage
+from hopgraph.retrieve.answer import Answer
 from hopgraph.retrieve.packing import RetrievalResult, source_names
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, finite_json, problems_of, shown
 from hopgraph.serve.schemas import RetrieveRequest, Strict
-from hopgraph.serve.service import Service, answer_payload, finite, principal, service_of
+from hopgraph.serve.service import Generation, Service, answer_payload, finite, principal, service_of
 
 router = APIRouter(tags=["openai"])
 
@@ -232,43 +223,33 @@ async def answer_events(
     version: str,
     evidence: list[dict[str, Any]],
 ) -> AsyncGenerator[str, None]:
-    """The server-sent events of one streamed answer, inside an answer slot taken before the first event."""
-    head, config = Head(body.model), service.config.answer
+    """The server-sent events of one streamed answer. The answer slot is taken before the first event
+    (all busy: a 503, not a stream) and given back as soon as the model is done, before the sources and
+    the evidence, which can be large: a reader that stops reading holds a connection, never a slot."""
+    head, generation, wrote = Head(body.model), Generation(service, result), False
     async with service.answer_slot():
         yield head.chunk({"role": "assistant", "content": ""})
         try:
-            usage = Usage()
-            keep = await asyncio.get_running_loop().run_in_executor(  # counts tokens: off the event loop
-                service.answer_pool, evidence_that_fits, result, config, context_window(service.llm)
-            )
-            if keep:
-                pieces: list[Completion] = []
-                trimmed = Trimmed()
-                chat = answer_request(result, config, keep)
-                async with aclosing(stream_completion(service.llm, chat, service.answer_pool)) as stream:
-                    async for piece in stream:  # closed at once when the reader hangs up
-                        pieces.append(piece)
-                        text = trimmed.feed(piece.text)
-                        if text:
-                            yield head.chunk({"content": text})
-                done = joined(pieces)
-                refusal_error([done])
-                usage.add([done])
-                service.count_tokens(usage)
-                reply = read_answer(done.text, result, config, keep)
-                if not done.text.strip():
-                    yield head.chunk({"content": reply.text})
-            else:
-                reply = not_found(result, config)
-                yield head.chunk({"content": reply.text})
-            if reply.citations:
-                yield head.chunk({"content": sources(reply)})
-            yield head.chunk({}, "stop", hopgraph=answer_payload(reply, result, version, evidence))
-            if body.stream_options and body.stream_options.include_usage:
-                yield event(head.body("chat.completion.chunk", choices=[], usage=usage_of(usage)))
-            yield "data: [DONE]\n\n"
+            trimmed = Trimmed()
+            async with aclosing(generation.texts()) as texts:
+                async for piece in texts:  # closed at once when the reader hangs up
+                    text = trimmed.feed(piece)
+                    if text:
+                        wrote = True
+                        yield head.chunk({"content": text})
         except Exception as exc:  # headers are sent: the error ends the stream as an event
             yield await error_event(request, exc)
+            return
+    reply = generation.reply
+    assert reply is not None  # set when texts() ends
+    if not wrote:  # "not found", or a model that wrote only whitespace: the answer's own text
+        yield head.chunk({"content": reply.text})
+    if reply.citations:
+        yield head.chunk({"content": sources(reply)})
+    yield head.chunk({}, "stop", hopgraph=answer_payload(reply, result, version, evidence))
+    if body.stream_options and body.stream_options.include_usage:
+        yield event(head.body("chat.completion.chunk", choices=[], usage=usage_of(generation.usage)))
+    yield "data: [DONE]\n\n"
 
 
 def usage_of(usage: Usage) -> dict[str, int]:
@@ -343,7 +324,7 @@ async def chat_completions(
         events = answer_events(request, service, body, result, version, evidence)
         first = await anext(events)  # takes the answer slot: busy is still a 503 with Retry-After
         return SlotStream(first, events)
-    reply = await service.generate(result)
+    reply = await service.generate(request, result)
     message = {"role": "assistant", "content": content_of(reply)}
     return Head(body.model).body(
         "chat.completion",

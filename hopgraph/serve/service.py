@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import hashlib
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,17 @@ from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.deadline import check_deadline, deadline_after
 from hopgraph.errors import DeadlineExceeded
 from hopgraph.llm import open_llm
-from hopgraph.llm.types import Usage
+from hopgraph.llm.client import context_window, joined, stream_completion
+from hopgraph.llm.types import Completion, Usage
 from hopgraph.models import limit_compute_threads
-from hopgraph.retrieve.answer import Answer, answer_many
+from hopgraph.retrieve.answer import (
+    Answer,
+    answer_request,
+    evidence_that_fits,
+    not_found,
+    read_answer,
+    refusal_error,
+)
 from hopgraph.retrieve.filters import SERVER_PATH_FIELDS, MetadataFilter, reader_filter
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
@@ -220,14 +229,17 @@ class Service:
         finally:
             self.answer_slots.release()
 
-    async def generate(self, result: RetrievalResult) -> Answer:
-        """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy."""
+    async def generate(self, request: Request, result: RetrievalResult) -> Answer:
+        """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy.
+
+        A client that hangs up before the answer is ready stops it: the slot is given back and the
+        connection to the LLM closed (which stops the generation there), not held until the model ends.
+        """
         async with self.answer_slot():
-            (reply,), usage = await asyncio.get_running_loop().run_in_executor(
-                self.answer_pool, answer_many, self.llm, [result], self.config.answer
-            )
-        self.count_tokens(usage)
-        return reply
+            generation = Generation(self, result)
+            await while_connected(request, drained(generation.texts()))
+        assert generation.reply is not None  # set when texts() ends
+        return generation.reply
 
     def count_tokens(self, usage: Usage) -> None:
         self.metrics.llm_tokens.labels("prompt").inc(usage.prompt_tokens)
@@ -244,6 +256,67 @@ class Service:
         self.batcher.close()
         if self.request_log is not None:
             self.request_log.close()
+
+
+class Generation:
+    """One answer as the model writes it: iterate :meth:`texts` for its pieces of text (streamed from
+    an HTTP backend); ``reply`` and ``usage`` are set once they end. The one path of streamed and whole
+    answers, so both fit evidence, count tokens and read citations alike."""
+
+    def __init__(self, service: Service, result: RetrievalResult):
+        self.service, self.result = service, result
+        self.reply: Answer | None = None
+        self.usage = Usage()
+
+    async def texts(self) -> AsyncGenerator[str, None]:
+        service, result, config = self.service, self.result, self.service.config.answer
+        keep = await asyncio.get_running_loop().run_in_executor(  # counts tokens: off the event loop
+            service.answer_pool, evidence_that_fits, result, config, context_window(service.llm)
+        )
+        if not keep:  # no evidence, or none that fits: "not found" without a call
+            self.reply = not_found(result, config)
+            return
+        pieces: list[Completion] = []
+        chat = answer_request(result, config, keep)
+        async with aclosing(stream_completion(service.llm, chat, service.answer_pool)) as stream:
+            async for piece in stream:  # closing this generator early closes the LLM connection
+                pieces.append(piece)
+                if piece.text:
+                    yield piece.text
+        done = joined(pieces)
+        refusal_error([done])
+        self.usage.add([done])
+        service.count_tokens(self.usage)
+        self.reply = read_answer(done.text, result, config, keep)
+
+
+async def drained(texts: AsyncGenerator[str, None]) -> None:
+    async with aclosing(texts):
+        async for _ in texts:
+            pass
+
+
+async def hung_up(request: Request) -> None:
+    """Returns when the client closes its connection (the body is read: only the disconnect is left)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_connected(request: Request, work: Coroutine[Any, Any, None]) -> None:
+    """``work``, cancelled as soon as the client hangs up (then 499, which only the request log sees):
+    a non-streaming response cannot notice otherwise and would hold what it holds until the work ends."""
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(hung_up(request))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        raise APIError(499, "client_closed", "the client closed the connection before the answer was ready")
+    task.result()
 
 
 def finite(payload: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The OpenAI-compatible API through the official ``openai`` client (and LangChain's) over real HTTP:
 models per retrieval method, plain and streamed answers from the real stand-in with numbered sources
 and the evidence in ``hopgraph``, the same tokens and ACL as /v1/answer, the request bounds, errors
-before and during a stream, and the answer slot freed when a reader hangs up mid-stream."""
+before and during a stream, and the answer slot freed when a reader hangs up, streamed or not."""
 
 from __future__ import annotations
 
@@ -150,6 +150,40 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
     assert waited < 5, f"the second stream waited {waited:.1f} s for the slot"
 
 
+@pytest.mark.parametrize(
+    "path,body",
+    [("/v1/answer", {"query": QUESTION, "method": "text"}), ("/v1/chat/completions", ask("guest"))],
+    ids=["answer", "chat"],
+)
+def test_a_client_hanging_up_before_a_whole_answer_frees_the_answer_slot(acl_index, serve_config, path, body):
+    # Scripted, as above: an LLM that takes 15 s to answer. A non-streaming response writes nothing
+    # until the answer is ready, so only the hang-up itself can end its wait for the model.
+    import socket
+
+    from tests.llm.support import ScriptedServer
+
+    with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
+        serve = serve_config.serve.model_copy(update={"answer_concurrency": 1, "answer_timeout": 20.0})
+        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+        config = serve_config.model_copy(update={"serve": serve, "llm": llm_config})
+        with LiveServer(acl_index, config) as live:
+            slots = live.app.state.service.answer_slots
+            data = json.dumps(body).encode()
+            host, port = live.url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port))) as client:
+                head = (
+                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"Authorization: Bearer {USERS['guest']['token']}\r\nContent-Length: {len(data)}\r\n\r\n"
+                )
+                client.sendall(head.encode() + data)
+                wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # the LLM is asked and silent
+                assert slots.locked()
+            hung_up = time.monotonic()
+            wait_until(lambda: not slots.locked(), timeout=10)
+            waited = time.monotonic() - hung_up
+    assert waited < 5, f"the answer slot stayed taken {waited:.1f} s after the client hung up"
+
+
 def test_a_stream_whose_send_fails_gives_its_slot_back_when_the_response_ends():
     """A server that reports a hang-up by failing ``send`` (ASGI 2.4; the installed uvicorn cancels the
     stream instead, so the failure is injected here) leaves the event generator paused at a ``yield``,
@@ -189,6 +223,75 @@ def test_a_stream_whose_send_fails_gives_its_slot_back_when_the_response_ends():
 
     held, still_held = asyncio.run(scenario())
     assert held and not still_held, "the answer slot stayed taken after the response ended"
+
+
+def test_a_stream_gives_its_slot_back_before_a_reader_that_stopped_reading_takes_the_evidence(
+    acl_index, serve_config
+):
+    """The last events carry the sources and the evidence (tens of kB). A reader that stops reading
+    makes ``send`` wait for good once the socket buffers fill; the answer slot must be back by then.
+    Over loopback the kernel's buffers take those events whole, so that reader is injected here: the
+    app runs in process, and its ``send`` never returns for the event that holds the evidence."""
+    import asyncio
+
+    from hopgraph.serve.app import create_app
+    from tests.llm.support import ScriptedServer
+    from tests.serve.support import token_book
+
+    with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 0)) as llm:
+        serve = serve_config.serve.model_copy(update={"answer_concurrency": 1})
+        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+        config = serve_config.model_copy(update={"serve": serve, "llm": llm_config})
+        app = create_app(acl_index, config, token_book(), start_jobs=False)
+        slots = app.state.service.answer_slots
+
+        async def scenario() -> bool:
+            body = json.dumps(ask("guest", stream=True)).encode()
+            token = USERS["guest"]["token"]
+            scope = {
+                "type": "http",
+                "asgi": {"version": "3.0", "spec_version": "2.4"},
+                "http_version": "1.1",
+                "method": "POST",
+                "scheme": "http",
+                "path": "/v1/chat/completions",
+                "raw_path": b"/v1/chat/completions",
+                "query_string": b"",
+                "root_path": "",
+                "headers": [
+                    (b"host", b"test"),
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"authorization", f"Bearer {token}".encode()),
+                ],
+                "client": ("127.0.0.1", 50000),
+                "server": ("127.0.0.1", 80),
+                "state": {},
+            }
+            messages = [{"type": "http.request", "body": body, "more_body": False}]
+            stalled = asyncio.Event()
+            slot_held_then: list[bool] = []
+
+            async def receive() -> dict:
+                if messages:
+                    return messages.pop(0)
+                await asyncio.Event().wait()  # the reader never hangs up
+                return {"type": "http.disconnect"}
+
+            async def send(message: dict) -> None:
+                if b'"hopgraph"' in message.get("body", b""):  # the event with the evidence
+                    slot_held_then.append(slots.locked())
+                    stalled.set()
+                    await asyncio.Event().wait()  # ... is never taken by the reader
+
+            running = asyncio.create_task(app(scope, receive, send))
+            await asyncio.wait_for(stalled.wait(), timeout=60)
+            running.cancel()
+            return slot_held_then[0]
+
+        held = asyncio.run(scenario())
+        app.state.service.close()
+    assert not held, "the answer slot was still taken while the evidence waited for a reader that does not read"
 
 
 def test_cited_evidence_is_listed_with_its_titles(acl_index, serve_config):
