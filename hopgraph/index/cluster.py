@@ -1,10 +1,11 @@
 """The Ray engine: the model work of an index build on a Ray cluster (``cluster.engine = "ray"``).
 
-Three parts of a build cost model time or scale with the corpus text, and each runs as a Ray Data
-pipeline here: documents are tokenised and sentence-split by CPU tasks; texts are embedded by an
-actor pool (the model loaded once per actor, one GPU and fp16 per actor on GPU nodes); LLM
-extraction goes through ``ray.data.llm`` — its HTTP request processor spread over one or several
-OpenAI-compatible endpoints (``vllm serve`` replicas), or its vLLM engine processor on GPU nodes.
+Three parts of a build cost model time or scale with the corpus text, and each runs on the cluster
+here: documents are tokenised and sentence-split by Ray Data CPU tasks; texts are embedded by a pool
+of actors (one GPU and fp16 per actor on GPU nodes) that lives across embedding stages, so a model
+loads once per actor for a run of stages instead of once per stage; LLM extraction goes through
+``ray.data.llm`` — its HTTP request processor spread over one or several OpenAI-compatible
+endpoints (``vllm serve`` replicas), or its vLLM engine processor on GPU nodes.
 
 Everything else is the embedded engine's: the engine only replaces *where* vectors and completions
 are computed. They reach the same content-addressed caches (vectors by (model, text), completions
@@ -33,6 +34,9 @@ from hopgraph.llm.client import chat_body, completion_from_json
 from hopgraph.llm.types import ChatRequest, Completion, Done
 from hopgraph.llm.vllm_engine import engine_arguments
 
+# Restarts of one embedding actor (and retries of its batch) before the build fails: enough for lost
+# nodes and killed workers, few enough that an actor that crashes every time ends the build.
+ACTOR_RESTARTS = 8
 LIGHT_CPU = 0.05  # CPUs reserved by a worker that mostly waits (HTTP requests, reshaping rows)
 MISSING_RAY = (
     "--engine ray needs Ray on this node and on every node of the cluster: pip install 'hopgraph[cluster]' "
@@ -87,8 +91,11 @@ class RayEngine:
         context.print_on_execution_start = False
         self._costs = {"worker_seconds": 0.0, "gpu_seconds": 0.0}
         self._embedders: dict[str, RayEmbedder] = {}
+        self._pool: list[Any] = []  # embedding actors of the model keyed by _pool_key
+        self._pool_key = ""
 
     def close(self) -> None:
+        self.release_actors()
         if self.started_here:
             self.ray.shutdown()
             self.started_here = False
@@ -115,11 +122,39 @@ class RayEngine:
             actors = max(1, int(slots))
         return actors, gpus
 
+    def actor_pool(self, config: EmbeddingConfig) -> list[Any]:
+        """The embedding actors of ``config``'s model, started at the first call and kept for the
+        following embedding stages: loading the model per stage cost seconds on CPU (~7 s of a
+        100-text stage on the 2-core test cluster) and tens of seconds for large models on GPUs.
+
+        They hold their CPUs or GPUs while they live, so any other work on the cluster (document
+        analysis, LLM calls) releases them first (:meth:`release_actors`), as does closing the engine.
+        A killed actor is restarted and its batch run again (Ray's actor restarts and task retries).
+        """
+        key = json.dumps(config.model_dump(), sort_keys=True)
+        if self._pool_key != key:
+            self.release_actors()
+            actors, gpus = self.embedding_actors()
+            cpus = self.config.cluster.cpus_per_actor
+            remote = self.ray.remote(_EmbedActor).options(
+                num_cpus=cpus, num_gpus=gpus, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS
+            )
+            self._pool = [remote.remote(config.model_dump(), gpus, math.ceil(cpus)) for _ in range(actors)]
+            self._pool_key = key
+        return self._pool
+
+    def release_actors(self) -> None:
+        """End the embedding actors, giving their CPUs and GPUs back to the cluster."""
+        for actor in self._pool:
+            self.ray.kill(actor)
+        self._pool, self._pool_key = [], ""
+
     # ------------------------------------------------------------------ documents
     def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
         """:func:`hopgraph.index.chunking.analyse_texts` as Ray tasks over batches of documents."""
         if not texts:
             return []
+        self.release_actors()  # the tasks need the CPUs that embedding actors hold
         batch = self.config.cluster.analysis_batch_size
         rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
         dataset = self.ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / batch)))
@@ -141,6 +176,7 @@ class RayEngine:
 
     # ------------------------------------------------------------------ LLM
     def llm(self, config: LLMConfig) -> Any:
+        """The LLM on the cluster; its calls release the embedding actors first (their CPUs and GPUs)."""
         return RayVllm(self, config) if config.backend == "vllm" else RayHttpLLM(self, config)
 
 
@@ -154,7 +190,7 @@ def _analyse_batch(frame: Any, encoding: str) -> Any:
 
 
 class _EmbedActor:
-    """Ray Data actor: loads the model once, then embeds batch after batch (reporting its time)."""
+    """Ray actor: loads the model once, then embeds batch after batch (reporting its time)."""
 
     def __init__(self, embedding: dict[str, Any], gpus: float, threads: int):
         import torch  # noqa: PLC0415
@@ -165,17 +201,14 @@ class _EmbedActor:
             torch.set_num_threads(max(1, threads))
         config = EmbeddingConfig.model_validate({**embedding, "device": "cuda" if gpus > 0 else "cpu", "cache": ""})
         self.model = load_model(config)
-        self.gpus = gpus
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def dimension(self) -> int:
+        return int(self.model.dim)
+
+    def embed(self, texts: list[str]) -> tuple[np.ndarray, float]:
         started = time.perf_counter()
-        vectors = self.model.encode([str(t) for t in batch["text"]])
-        seconds = time.perf_counter() - started
-        return {
-            "position": batch["position"],
-            "vector": vectors,
-            "seconds": np.full(len(vectors), seconds / max(len(vectors), 1)),
-        }
+        vectors = np.asarray(self.model.encode(texts), np.float32)
+        return vectors, time.perf_counter() - started
 
 
 class RayEmbedder:
@@ -192,8 +225,7 @@ class RayEmbedder:
             raise ConfigError(f"embedding.backend {config.backend!r} is not registered")
         self.engine, self.config = engine, config
         self.name = config.model
-        probe = engine.ray.remote(num_cpus=1)(_model_dimension)
-        self.dim = int(engine.ray.get(probe.remote(config.model_dump())))
+        self.dim = int(engine.ray.get(engine.actor_pool(config)[0].dimension.remote()))
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)
@@ -204,47 +236,39 @@ class RayEmbedder:
     def encode_batches(
         self, texts: Sequence[str], *, progress: bool = False
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(positions in ``texts``, their vectors) per batch, in the order batches finish."""
+        """(positions in ``texts``, their vectors) per batch, in the order batches finish.
+
+        Each actor has two batches in flight (one embedding, one waiting), so none idles between them.
+        """
         if not texts:
             return
-        cluster = self.engine.config.cluster
-        actors, gpus = self.engine.embedding_actors()
+        ray, size = self.engine.ray, self.engine.config.cluster.embed_batch_size
+        actors = self.engine.actor_pool(self.config)
+        _, gpus = self.engine.embedding_actors()
         # Longest first: a batch then holds texts of about one length, so little of it is padding
         # (measured on MuSiQue-500's sentences: 1.4x the model time in corpus order), and the
         # slowest batches start first.
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        rows = [{"position": i, "text": texts[i]} for i in order]
-        blocks = max(1, min(1000, math.ceil(len(rows) / cluster.embed_batch_size)))
-        dataset = self.engine.ray.data.from_items(rows, override_num_blocks=blocks)
-        actors = min(actors, blocks)  # an actor without a batch to embed would only load the model
-        embedded = dataset.map_batches(
-            _EmbedActor,
-            fn_constructor_kwargs={
-                "embedding": self.config.model_dump(),
-                "gpus": gpus,
-                "threads": math.ceil(cluster.cpus_per_actor),
-            },
-            compute=self.engine.ray.data.ActorPoolStrategy(size=actors),
-            batch_size=cluster.embed_batch_size,
-            batch_format="numpy",
-            num_cpus=cluster.cpus_per_actor,
-            num_gpus=gpus,
-            # Ray Data restarts an actor that dies (killed, node lost) and runs its batch again.
-        )
+        order = np.array(sorted(range(len(texts)), key=lambda i: -len(texts[i])), dtype=np.int64)
+        batches = [order[start : start + size] for start in range(0, len(order), size)]
+        waiting = iter(batches)
+        running: dict[Any, tuple[Any, np.ndarray]] = {}  # result ref -> (actor, positions)
+
+        def submit(actor: Any) -> None:
+            positions = next(waiting, None)
+            if positions is not None:
+                running[actor.embed.remote([texts[i] for i in positions])] = (actor, positions)
+
+        for actor in actors * 2:
+            submit(actor)
         with tqdm(total=len(texts), desc="embed (ray)", unit="text", disable=not progress) as bar:
-            for batch in embedded.iter_batches(batch_size=None, batch_format="numpy"):
-                seconds = float(batch["seconds"].sum())
+            while running:
+                [done], _ = ray.wait(list(running), num_returns=1)
+                actor, positions = running.pop(done)
+                vectors, seconds = ray.get(done)
+                submit(actor)
                 self.engine.add_costs(seconds, seconds * gpus)
-                bar.update(len(batch["position"]))
-                yield batch["position"].astype(np.int64), np.asarray(batch["vector"], np.float32)
-
-
-def _model_dimension(embedding: dict[str, Any]) -> int:
-    """Ray task: the vector size of the configured model, loaded where the actors will load it."""
-    config = EmbeddingConfig.model_validate({**embedding, "device": "cpu", "cache": ""})
-    from hopgraph.models import load_model  # noqa: PLC0415
-
-    return int(load_model(config).dim)
+                bar.update(len(positions))
+                yield positions, vectors
 
 
 class RayHttpLLM:
@@ -266,6 +290,7 @@ class RayHttpLLM:
     ) -> list[Completion]:
         if not requests:
             return []
+        self.engine.release_actors()
         ray = self.engine.ray
         from ray.data.llm import HttpRequestProcessorConfig, build_processor  # noqa: PLC0415
 
@@ -362,6 +387,7 @@ class RayVllm:
     ) -> list[Completion]:
         if not requests:
             return []
+        self.engine.release_actors()
         from ray.data.llm import build_processor, vLLMEngineProcessorConfig  # noqa: PLC0415
 
         cluster = self.engine.config.cluster

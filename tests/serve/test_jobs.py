@@ -136,8 +136,9 @@ def test_a_lingering_worker_whose_server_died_exits(index_copy):
 
 
 def test_server_collects_old_versions_but_spares_those_in_use(index_copy, serve_config):
+    # One lingering worker builds all five jobs (models loaded once, not five times).
     with (
-        LiveServer(index_copy, configured(serve_config, keep_versions=1)) as server,
+        LiveServer(index_copy, configured(serve_config, keep_versions=1, worker_linger=120.0)) as server,
         httpx.Client(base_url=server.url, timeout=60) as client,
     ):
         holder = server.app.state.holder
