@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+# Texts per call of a model (and per slice an embedder sorts into batches, hopgraph.models.model_batches).
+ENCODE_SLICE = 2048
+
 
 class TextKeyedCache:
     """Values keyed by (model, text) in one SQLite table; subclasses say how a value is stored."""
@@ -125,7 +128,7 @@ class JsonCache(TextKeyedCache):
 class CachedEmbedder:
     """Wraps an embedder: texts seen before come from the cache, the rest are embedded and stored."""
 
-    SLICE = 2048
+    SLICE = ENCODE_SLICE
 
     def __init__(self, embedder, cache: VectorCache):
         self.inner = embedder

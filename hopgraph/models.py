@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hopgraph.cache import ENCODE_SLICE
 from hopgraph.config import OFFLINE_MINILM, EmbeddingConfig
 from hopgraph.config.build import window_for_model_tokens
 from hopgraph.errors import ConfigError, DependencyError
@@ -142,6 +143,35 @@ def register_backend(name: str, *, prompts: bool, description: str) -> Callable[
     return decorate
 
 
+def model_batches(texts: Sequence[str], batch_size: int) -> list[list[list[int]]]:
+    """Positions of ``texts`` in the batches a model computes them in, per slice of
+    :data:`~hopgraph.cache.ENCODE_SLICE` texts: each slice longest first (ties in order), cut into
+    ``batch_size``.
+
+    Every embedder computes in exactly these batches, in this process or on a Ray actor pool: a
+    text's padding, and with it the float rounding of its vector, then does not depend on where it
+    was embedded, so both engines write the same vectors from the same texts on the same hardware.
+    """
+    slices = []
+    for start in range(0, len(texts), ENCODE_SLICE):
+        order = sorted(range(start, min(start + ENCODE_SLICE, len(texts))), key=lambda i: -len(texts[i]))
+        slices.append([order[i : i + batch_size] for i in range(0, len(order), batch_size)])
+    return slices
+
+
+def encode_in_batches(
+    encode: Callable[[list[str]], Any], texts: Sequence[str], batch_size: int, dim: int, lock: FairLock
+) -> np.ndarray:
+    """Unit rows of ``texts``, computed by ``encode`` one batch of :func:`model_batches` at a time
+    (the lock held per batch, so a long caller lets others in between its batches)."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for batches in model_batches(texts, batch_size):
+        for batch in batches:
+            with lock:
+                out[batch] = np.asarray(encode([texts[i] for i in batch]), dtype=np.float32)
+    return _unit_rows(out)
+
+
 def _unit_rows(vectors: Any) -> np.ndarray:
     """float32 rows of unit length; normalising after the cast keeps fp16 GPU output unit-norm too."""
     vectors = np.asarray(vectors, dtype=np.float32)
@@ -175,21 +205,16 @@ class SentenceTransformerEmbedder:
         self.name = path
         # Hugging Face fast tokenizers are not safe to call from several threads at once, and every
         # caller (request threads, the version warm-up, rerankers) shares this object: the lock is
-        # held for one encode call only, so a long caller that encodes in batches lets others in.
+        # held for one batch only, so a long caller lets others in.
         self._lock = FairLock()
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            vectors = self.model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                show_progress_bar=progress,
-                normalize_embeddings=False,
-                convert_to_numpy=True,
+        def batch(part: list[str]) -> np.ndarray:
+            return self.model.encode(
+                part, batch_size=len(part), show_progress_bar=False, normalize_embeddings=False, convert_to_numpy=True
             )
-        return _unit_rows(vectors)
+
+        return encode_in_batches(batch, texts, self.batch_size, self.dim, self._lock)
 
 
 @register_backend(
@@ -220,11 +245,10 @@ class BgeM3Embedder:
         self._lock = FairLock()  # one model call at a time, as for SentenceTransformerEmbedder
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        with self._lock:
-            out = self.model.encode(list(texts), batch_size=self.batch_size, return_dense=True)["dense_vecs"]
-        return _unit_rows(out)
+        def batch(part: list[str]) -> np.ndarray:
+            return self.model.encode(part, batch_size=len(part), return_dense=True)["dense_vecs"]
+
+        return encode_in_batches(batch, texts, self.batch_size, self.dim, self._lock)
 
 
 def offline_minilm_path() -> str:

@@ -69,6 +69,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=None, help="Only the first N documents (a quick check).")
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="Cores the Ray instance and actor use.")
+    parser.add_argument("--keep", action="store_true", help="Keep both indexes (printed path) to inspect differences.")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hopgraph-cluster-"))
     try:
@@ -97,7 +98,10 @@ def main() -> None:
         write_json(args.out, payload)
         print(json.dumps({k: payload[k] for k in ("identical", "wall_ratio", "differences")}))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"indexes kept under {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

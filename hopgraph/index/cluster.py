@@ -33,6 +33,7 @@ from hopgraph.index.chunking import TextAnalysis, analyse_texts
 from hopgraph.llm.client import chat_body, completion_from_json
 from hopgraph.llm.types import ChatRequest, Completion, Done
 from hopgraph.llm.vllm_engine import engine_arguments
+from hopgraph.models import model_batches
 
 # Restarts of one embedding actor (and retries of its batch) before the build fails: enough for lost
 # nodes and killed workers, few enough that an actor that crashes every time ends the build.
@@ -238,18 +239,25 @@ class RayEmbedder:
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(positions in ``texts``, their vectors) per batch, in the order batches finish.
 
-        Each actor has two batches in flight (one embedding, one waiting), so none idles between them.
+        A batch sent to an actor is one or more whole batches of :func:`hopgraph.models.model_batches`
+        (up to ``cluster.embed_batch_size`` texts), which the actor's model computes as they are, so
+        every vector is bitwise the one the embedded engine computes on the same hardware. Each
+        actor has two batches in flight (one embedding, one waiting), so none idles between them.
         """
         if not texts:
             return
         ray, size = self.engine.ray, self.engine.config.cluster.embed_batch_size
         actors = self.engine.actor_pool(self.config)
         _, gpus = self.engine.embedding_actors()
-        # Longest first: a batch then holds texts of about one length, so little of it is padding
-        # (measured on MuSiQue-500's sentences: 1.4x the model time in corpus order), and the
-        # slowest batches start first.
-        order = np.array(sorted(range(len(texts)), key=lambda i: -len(texts[i])), dtype=np.int64)
-        batches = [order[start : start + size] for start in range(0, len(order), size)]
+        batches: list[np.ndarray] = []
+        for model_slice in model_batches(texts, self.config.batch_size):  # longest first within each slice
+            group: list[int] = []
+            for batch in model_slice:
+                if group and len(group) + len(batch) > size:
+                    batches.append(np.array(group, dtype=np.int64))
+                    group = []
+                group.extend(batch)
+            batches.append(np.array(group, dtype=np.int64))
         waiting = iter(batches)
         running: dict[Any, tuple[Any, np.ndarray]] = {}  # result ref -> (actor, positions)
 

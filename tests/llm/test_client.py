@@ -303,11 +303,13 @@ def test_structured_requests_carry_the_json_schema(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ answers fitted to the context
-def test_answer_evidence_is_fitted_to_the_models_context(llm_config, sample_documents):
-    """A budget far over the model's 4,096-token context: the stand-in answers (no 400) and the
+def test_answer_evidence_is_fitted_to_the_models_context(sample_documents, tmp_path):
+    """A budget far over the model's 2,048-token context: the stand-in answers (no 400) and the
     answer says how much evidence was left out. The stand-in's own prompt count checks the margin
-    kept for its tokenizer (SmolLM2's, not cl100k)."""
+    kept for its tokenizer (SmolLM2's, not cl100k). A server of its own with a small context keeps
+    the prompt, which 2 cores read at ~100 tokens/s, short."""
     from hopgraph.config import AnswerConfig
+    from hopgraph.llm.standin import StandinServer
     from hopgraph.models import count_tokens
     from hopgraph.retrieve.answer import answer_many
     from hopgraph.retrieve.packing import Evidence, RetrievalResult
@@ -322,7 +324,11 @@ def test_answer_evidence_is_fitted_to_the_models_context(llm_config, sample_docu
         )
     result = RetrievalResult("Who was the first director of the Halvern Harbor Institute?", "text", 12_000, evidence)
     config = AnswerConfig(max_tokens=32)
-    (reply,), usage = answer_many(open_llm(llm_config), [result], config)
+    with StandinServer("smollm2-135m", context=2048, parallel=1) as server:
+        llm_config = LLMConfig(
+            base_url=server.base_url, model="smollm2-135m", context_tokens=2048, retries=0, timeout=300, cache=""
+        )
+        (reply,), usage = answer_many(open_llm(llm_config), [result], config)
     assert usage.calls == 1 and reply.text
     assert 0 < reply.evidence_dropped < len(evidence)
     kept = len(evidence) - reply.evidence_dropped
