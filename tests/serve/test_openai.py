@@ -225,9 +225,7 @@ def test_a_stream_whose_send_fails_gives_its_slot_back_when_the_response_ends():
     assert held and not still_held, "the answer slot stayed taken after the response ended"
 
 
-def test_a_stream_gives_its_slot_back_before_a_reader_that_stopped_reading_takes_the_evidence(
-    acl_index, serve_config
-):
+def test_a_stream_gives_its_slot_back_before_a_reader_that_stopped_reading_takes_the_evidence(acl_index, serve_config):
     """The last events carry the sources and the evidence (tens of kB). A reader that stops reading
     makes ``send`` wait for good once the socket buffers fill; the answer slot must be back by then.
     Over loopback the kernel's buffers take those events whole, so that reader is injected here: the
