@@ -150,7 +150,8 @@ def model_batches(texts: Sequence[str], batch_size: int) -> list[list[list[int]]
 
     Every embedder computes in exactly these batches, in this process or on a Ray actor pool: a
     text's padding, and with it the float rounding of its vector, then does not depend on where it
-    was embedded, so both engines write the same vectors from the same texts on the same hardware.
+    was embedded, so both engines write the same vectors from the same texts on the same hardware
+    with the same number of compute threads.
     """
     slices = []
     for start in range(0, len(texts), ENCODE_SLICE):

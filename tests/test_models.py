@@ -129,3 +129,26 @@ def test_embedding_without_a_window_uses_the_embedders_own(minilm):
     np.testing.assert_array_equal(
         embed_long_texts(minilm, [text], window_tokens=None), embed_long_texts(minilm, [text], window_tokens=192)
     )
+
+
+def test_texts_embedded_in_any_grouping_of_whole_batches_get_bitwise_the_same_vectors(minilm):
+    """What lets the Ray engine write the embedded engine's vectors: an actor given consecutive whole
+    model batches of one slice keeps their order and cuts them into the same batches, so every text
+    is padded alike and its vector is bitwise the one a single call computes."""
+    from hopgraph.index.cluster import actor_batches
+    from hopgraph.models import model_batches
+
+    rng = np.random.default_rng(5)
+    words = ["harbor", "survey", "ferry", "board", "vessel", "Sorvik", "a", "the"]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 40)))) for _ in range(150)]
+    texts += texts[:10]  # repeated texts, and many ties in length
+    batch_size = minilm.inner.batch_size
+    whole = minilm.encode(texts)
+    for size in (1, 20, 64, 1000):
+        groups = actor_batches(texts, batch_size, size)
+        assert sorted(np.concatenate(groups).tolist()) == list(range(len(texts)))
+        for group in groups:
+            part = [texts[i] for i in group]
+            [batches] = model_batches(part, batch_size)  # one slice
+            assert [i for batch in batches for i in batch] == list(range(len(part)))  # order kept
+            assert np.array_equal(minilm.encode(part), whole[group])

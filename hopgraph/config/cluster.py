@@ -62,7 +62,8 @@ class ClusterConfig(Section):
         256,
         ge=1,
         le=65_536,
-        description="Texts per batch sent to an embedding actor (vectors reach the cache batch by batch).",
+        description="Texts per batch sent to an embedding actor (vectors reach the cache batch by batch): whole "
+        "batches of embedding.batch_size, at least one, within slices of 2,048 texts.",
     )
     analysis_batch_size: int = Field(
         500, ge=1, le=1_000_000, description="Documents per Ray task that tokenises and sentence-splits them."

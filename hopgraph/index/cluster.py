@@ -16,6 +16,7 @@ index equals the embedded engine's (tests/index/test_cluster.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -94,12 +95,16 @@ class RayEngine:
         self._embedders: dict[str, RayEmbedder] = {}
         self._pool: list[Any] = []  # embedding actors of the model keyed by _pool_key
         self._pool_key = ""
+        self._starting: dict[Any, Any] = {}  # dimension request -> actor not known to have started
+        self._ready: dict[Any, int] = {}
 
     def close(self) -> None:
-        self.release_actors()
-        if self.started_here:
-            self.ray.shutdown()
-            self.started_here = False
+        try:
+            self.release_actors()
+        finally:
+            if self.started_here:
+                self.ray.shutdown()
+                self.started_here = False
 
     def add_costs(self, worker_seconds: float, gpu_seconds: float) -> None:
         self._costs["worker_seconds"] += worker_seconds
@@ -131,6 +136,8 @@ class RayEngine:
         They hold their CPUs or GPUs while they live, so any other work on the cluster (document
         analysis, LLM calls) releases them first (:meth:`release_actors`), as does closing the engine.
         A killed actor is restarted and its batch run again (Ray's actor restarts and task retries).
+        Actors the cluster cannot place yet (its resources taken by another job) get no batch until
+        they start (:meth:`ready_actors`): a stage runs on those that did.
         """
         key = json.dumps(config.model_dump(), sort_keys=True)
         if self._pool_key != key:
@@ -141,14 +148,30 @@ class RayEngine:
                 num_cpus=cpus, num_gpus=gpus, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS
             )
             self._pool = [remote.remote(config.model_dump(), gpus, math.ceil(cpus)) for _ in range(actors)]
+            self._starting = {actor.dimension.remote(): actor for actor in self._pool}
+            self._ready = {}  # started actor -> its model's dimension
             self._pool_key = key
         return self._pool
 
+    def ready_actors(self, config: EmbeddingConfig, *, wait: bool) -> dict[Any, int]:
+        """The pool's actors that have loaded their model (-> its dimension): those started by now,
+        or with ``wait`` at least one (waiting for the first to start)."""
+        self.actor_pool(config)
+        while self._starting:
+            started, _ = self.ray.wait(list(self._starting), num_returns=1, timeout=None if wait else 0)
+            if not started:
+                break
+            for ref in started:
+                self._ready[self._starting.pop(ref)] = int(self.ray.get(ref))
+            wait = False
+        return self._ready
+
     def release_actors(self) -> None:
         """End the embedding actors, giving their CPUs and GPUs back to the cluster."""
-        for actor in self._pool:
-            self.ray.kill(actor)
-        self._pool, self._pool_key = [], ""
+        pool, self._pool, self._pool_key, self._starting, self._ready = self._pool, [], "", {}, {}
+        for actor in pool:
+            with contextlib.suppress(Exception):  # a lost connection must not hide why the build stopped
+                self.ray.kill(actor)
 
     # ------------------------------------------------------------------ documents
     def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
@@ -226,7 +249,7 @@ class RayEmbedder:
             raise ConfigError(f"embedding.backend {config.backend!r} is not registered")
         self.engine, self.config = engine, config
         self.name = config.model
-        self.dim = int(engine.ray.get(engine.actor_pool(config)[0].dimension.remote()))
+        self.dim = next(iter(engine.ready_actors(config, wait=True).values()))
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)
@@ -240,43 +263,62 @@ class RayEmbedder:
         """(positions in ``texts``, their vectors) per batch, in the order batches finish.
 
         A batch sent to an actor is one or more whole batches of :func:`hopgraph.models.model_batches`
-        (up to ``cluster.embed_batch_size`` texts), which the actor's model computes as they are, so
-        every vector is bitwise the one the embedded engine computes on the same hardware. Each
+        (up to ``cluster.embed_batch_size`` texts, at least one model batch, never more than one
+        slice), which the actor's model computes as they are, so every vector is bitwise the one
+        the embedded engine computes on the same hardware with as many threads. Each
         actor has two batches in flight (one embedding, one waiting), so none idles between them.
         """
         if not texts:
             return
         ray, size = self.engine.ray, self.engine.config.cluster.embed_batch_size
-        actors = self.engine.actor_pool(self.config)
         _, gpus = self.engine.embedding_actors()
-        batches: list[np.ndarray] = []
-        for model_slice in model_batches(texts, self.config.batch_size):  # longest first within each slice
-            group: list[int] = []
-            for batch in model_slice:
-                if group and len(group) + len(batch) > size:
-                    batches.append(np.array(group, dtype=np.int64))
-                    group = []
-                group.extend(batch)
-            batches.append(np.array(group, dtype=np.int64))
-        waiting = iter(batches)
+        waiting = iter(actor_batches(texts, self.config.batch_size, size))
         running: dict[Any, tuple[Any, np.ndarray]] = {}  # result ref -> (actor, positions)
+        fed: set[Any] = set()  # actors given their first batches
 
         def submit(actor: Any) -> None:
             positions = next(waiting, None)
             if positions is not None:
                 running[actor.embed.remote([texts[i] for i in positions])] = (actor, positions)
 
-        for actor in actors * 2:
-            submit(actor)
-        with tqdm(total=len(texts), desc="embed (ray)", unit="text", disable=not progress) as bar:
-            while running:
-                [done], _ = ray.wait(list(running), num_returns=1)
-                actor, positions = running.pop(done)
-                vectors, seconds = ray.get(done)
-                submit(actor)
-                self.engine.add_costs(seconds, seconds * gpus)
-                bar.update(len(positions))
-                yield positions, vectors
+        def feed_started(wait: bool) -> None:
+            for actor in self.engine.ready_actors(self.config, wait=wait):
+                if actor not in fed:
+                    fed.add(actor)
+                    submit(actor)
+                    submit(actor)
+
+        feed_started(wait=True)
+        try:
+            with tqdm(total=len(texts), desc="embed (ray)", unit="text", disable=not progress) as bar:
+                while running:
+                    [done], _ = ray.wait(list(running), num_returns=1)
+                    actor, positions = running.pop(done)
+                    vectors, seconds = ray.get(done)
+                    submit(actor)
+                    feed_started(wait=False)  # actors that started meanwhile take batches too
+                    self.engine.add_costs(seconds, seconds * gpus)
+                    bar.update(len(positions))
+                    yield positions, vectors
+        finally:
+            for ref in running:  # a failed batch (or a consumer that stopped): the rest are not waited for
+                ray.cancel(ref)
+
+
+def actor_batches(texts: Sequence[str], batch_size: int, size: int) -> list[np.ndarray]:
+    """Positions of the batches sent to embedding actors: consecutive whole batches of
+    :func:`hopgraph.models.model_batches` within one slice, up to ``size`` texts (at least one batch).
+    Longest first within a slice, ties in order, so an actor's model cuts each into those same batches."""
+    out: list[np.ndarray] = []
+    for model_slice in model_batches(texts, batch_size):
+        group: list[int] = []
+        for batch in model_slice:
+            if group and len(group) + len(batch) > size:
+                out.append(np.array(group, dtype=np.int64))
+                group = []
+            group.extend(batch)
+        out.append(np.array(group, dtype=np.int64))
+    return out
 
 
 class RayHttpLLM:

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.deadline import check_deadline, deadline_after
-from hopgraph.errors import DeadlineExceeded
+from hopgraph.errors import DeadlineExceeded, LLMUnavailableError
 from hopgraph.llm import open_llm
 from hopgraph.llm.client import context_window, joined, stream_completion
 from hopgraph.llm.types import Completion, Usage
@@ -233,11 +233,18 @@ class Service:
         """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy.
 
         A client that hangs up before the answer is ready stops it: the slot is given back and the
-        connection to the LLM closed (which stops the generation there), not held until the model ends.
+        connection to an HTTP LLM closed (which stops the generation there), not held until the model
+        ends. An answer still unwritten after serve.answer_timeout is a 503, as a silent LLM is.
         """
+        generation = Generation(self, result)
         async with self.answer_slot():
-            generation = Generation(self, result)
-            await while_connected(request, drained(generation.texts()))
+            try:
+                async with asyncio.timeout(self.serve.answer_timeout):  # the whole answer, not between pieces
+                    await while_connected(request, drained(generation.texts()))
+            except TimeoutError:
+                raise LLMUnavailableError(
+                    f"the LLM took longer than serve.answer_timeout ({self.serve.answer_timeout:g} s) to answer"
+                ) from None
         assert generation.reply is not None  # set when texts() ends
         return generation.reply
 
@@ -315,6 +322,8 @@ async def while_connected(request: Request, work: Coroutine[Any, Any, None]) -> 
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     if task.cancelled():
+        if not watch.cancelled() and watch.exception() is not None:
+            raise watch.exception()  # type: ignore[misc]  # reading the request failed: not a hang-up
         raise APIError(499, "client_closed", "the client closed the connection before the answer was ready")
     task.result()
 
