@@ -46,6 +46,11 @@ MISSING_RAY = (
 )
 
 
+def model_key(config: EmbeddingConfig) -> str:
+    """One string per embedding configuration (what an actor pool or embedder is kept for)."""
+    return json.dumps(config.model_dump(), sort_keys=True)
+
+
 def import_ray() -> Any:
     """The ``ray`` module with Ray Data and ``ray.data.llm``, or a DependencyError naming the extra."""
     try:
@@ -93,10 +98,12 @@ class RayEngine:
         context.print_on_execution_start = False
         self._costs = {"worker_seconds": 0.0, "gpu_seconds": 0.0}
         self._embedders: dict[str, RayEmbedder] = {}
-        self._pool: list[Any] = []  # embedding actors of the model keyed by _pool_key
+        # The embedding actors of one model (its config's key): those not known to have started (by
+        # their dimension request), and those that did (-> the dimension); each holds pool_gpus GPUs.
         self._pool_key = ""
-        self._starting: dict[Any, Any] = {}  # dimension request -> actor not known to have started
+        self._starting: dict[Any, Any] = {}
         self._ready: dict[Any, int] = {}
+        self.pool_gpus = 0.0
 
     def close(self) -> None:
         try:
@@ -128,10 +135,11 @@ class RayEngine:
             actors = max(1, int(slots))
         return actors, gpus
 
-    def actor_pool(self, config: EmbeddingConfig) -> list[Any]:
-        """The embedding actors of ``config``'s model, started at the first call and kept for the
-        following embedding stages: loading the model per stage cost seconds on CPU (~7 s of a
-        100-text stage on the 2-core test cluster) and tens of seconds for large models on GPUs.
+    def _start_pool(self, config: EmbeddingConfig) -> None:
+        """Start embedding actors of ``config``'s model, kept for the following embedding stages
+        (:meth:`ready_actors` starts them at the first embedding): loading the model per stage cost
+        seconds on CPU (~7 s of a 100-text stage on the 2-core test cluster) and tens of seconds for
+        large models on GPUs.
 
         They hold their CPUs or GPUs while they live, so any other work on the cluster (document
         analysis, LLM calls) releases them first (:meth:`release_actors`), as does closing the engine.
@@ -139,24 +147,23 @@ class RayEngine:
         Actors the cluster cannot place yet (its resources taken by another job) get no batch until
         they start (:meth:`ready_actors`): a stage runs on those that did.
         """
-        key = json.dumps(config.model_dump(), sort_keys=True)
-        if self._pool_key != key:
-            self.release_actors()
-            actors, gpus = self.embedding_actors()
-            cpus = self.config.cluster.cpus_per_actor
-            remote = self.ray.remote(_EmbedActor).options(
-                num_cpus=cpus, num_gpus=gpus, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS
-            )
-            self._pool = [remote.remote(config.model_dump(), gpus, math.ceil(cpus)) for _ in range(actors)]
-            self._starting = {actor.dimension.remote(): actor for actor in self._pool}
-            self._ready = {}  # started actor -> its model's dimension
-            self._pool_key = key
-        return self._pool
+        self.release_actors()
+        actors, self.pool_gpus = self.embedding_actors()
+        cpus = self.config.cluster.cpus_per_actor
+        remote = self.ray.remote(_EmbedActor).options(
+            num_cpus=cpus, num_gpus=self.pool_gpus, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS
+        )
+        for _ in range(actors):
+            actor = remote.remote(config.model_dump(), self.pool_gpus, math.ceil(cpus))
+            self._starting[actor.dimension.remote()] = actor
+        self._pool_key = model_key(config)
 
     def ready_actors(self, config: EmbeddingConfig, *, wait: bool) -> dict[Any, int]:
         """The pool's actors that have loaded their model (-> its dimension): those started by now,
-        or with ``wait`` at least one (waiting for the first to start)."""
-        self.actor_pool(config)
+        or with ``wait`` at least one (waiting for the first to start). Starts the pool of
+        ``config``'s model where another model's (or none) runs."""
+        if self._pool_key != model_key(config):
+            self._start_pool(config)
         while self._starting:
             started, _ = self.ray.wait(list(self._starting), num_returns=1, timeout=None if wait else 0)
             if not started:
@@ -168,7 +175,8 @@ class RayEngine:
 
     def release_actors(self) -> None:
         """End the embedding actors, giving their CPUs and GPUs back to the cluster."""
-        pool, self._pool, self._pool_key, self._starting, self._ready = self._pool, [], "", {}, {}
+        pool = [*self._starting.values(), *self._ready]
+        self._pool_key, self._starting, self._ready = "", {}, {}
         for actor in pool:
             with contextlib.suppress(Exception):  # a lost connection must not hide why the build stopped
                 self.ray.kill(actor)
@@ -193,7 +201,7 @@ class RayEngine:
 
     # ------------------------------------------------------------------ embeddings
     def embedder(self, config: EmbeddingConfig) -> RayEmbedder:
-        key = json.dumps(config.model_dump(), sort_keys=True)
+        key = model_key(config)
         if key not in self._embedders:  # one dimension probe per model, not per stage
             self._embedders[key] = RayEmbedder(self, config)
         return self._embedders[key]
@@ -271,7 +279,6 @@ class RayEmbedder:
         if not texts:
             return
         ray, size = self.engine.ray, self.engine.config.cluster.embed_batch_size
-        _, gpus = self.engine.embedding_actors()
         waiting = iter(actor_batches(texts, self.config.batch_size, size))
         running: dict[Any, tuple[Any, np.ndarray]] = {}  # result ref -> (actor, positions)
         fed: set[Any] = set()  # actors given their first batches
@@ -297,7 +304,7 @@ class RayEmbedder:
                     vectors, seconds = ray.get(done)
                     submit(actor)
                     feed_started(wait=False)  # actors that started meanwhile take batches too
-                    self.engine.add_costs(seconds, seconds * gpus)
+                    self.engine.add_costs(seconds, seconds * self.engine.pool_gpus)
                     bar.update(len(positions))
                     yield positions, vectors
         finally:
