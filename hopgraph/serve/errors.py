@@ -80,6 +80,10 @@ class APIError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.headers = status, code, message, headers
 
+    def response(self) -> JSONResponse:
+        """The refusal as the server sends it (from an endpoint's handler or from the middleware)."""
+        return JSONResponse(error_body(self.code, self.message), self.status, headers=self.headers)
+
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **extra}}
@@ -102,7 +106,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), exc.status, headers=exc.headers)
+        return exc.response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

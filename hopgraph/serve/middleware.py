@@ -8,9 +8,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from fastapi.responses import JSONResponse
-
-from hopgraph.serve.errors import APIError, error_body
+from hopgraph.serve.errors import APIError
 from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
 
@@ -88,7 +86,7 @@ class GuardMiddleware:
         status = {"code": 500}
         state = {"too_large": False, "started": False}
         limit = self.max_question if scope["path"] in self.question_paths else self.max_body
-        too_large = JSONResponse(error_body("body_too_large", f"request body over {limit} bytes"), 413)
+        too_large = APIError(413, "body_too_large", f"request body over {limit} bytes").response()
 
         async def send_recording(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -107,9 +105,7 @@ class GuardMiddleware:
             try:
                 self._admit(scope)
             except APIError as refused:
-                await JSONResponse(error_body(refused.code, refused.message), refused.status, refused.headers)(
-                    scope, receive, send_recording
-                )
+                await refused.response()(scope, receive, send_recording)
                 return
             declared = headers.get(b"content-length")
             if declared is not None and (not declared.isdigit() or int(declared) > limit):
