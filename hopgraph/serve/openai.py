@@ -35,7 +35,15 @@ from hopgraph.retrieve.packing import RetrievalResult, source_names
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, finite_json, problems_of, shown
 from hopgraph.serve.schemas import RetrieveRequest, Strict
-from hopgraph.serve.service import Generation, Service, answer_payload, finite, principal, service_of
+from hopgraph.serve.service import (
+    Generation,
+    Service,
+    answer_payload,
+    finite,
+    principal,
+    service_of,
+    while_connected,
+)
 
 router = APIRouter(tags=["openai"])
 
@@ -322,7 +330,9 @@ async def chat_completions(
     evidence = finite(result.to_dict())["evidence"]
     if body.stream:
         events = answer_events(request, service, body, result, version, evidence)
-        first = await anext(events)  # takes the answer slot: busy is still a 503 with Retry-After
+        # Takes the answer slot (busy is still a 503 with Retry-After), or leaves the queue for one
+        # when the client hangs up meanwhile.
+        first = await while_connected(request, anext(events))
         return SlotStream(first, events)
     reply = await service.generate(request, result)
     message = {"role": "assistant", "content": content_of(reply)}

@@ -15,11 +15,11 @@ import asyncio
 import contextlib
 import hashlib
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import Depends, Request
@@ -54,6 +54,8 @@ from hopgraph.serve.metrics import Metrics
 from hopgraph.serve.ratelimit import RateLimiter
 from hopgraph.serve.schemas import RetrieveRequest
 from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
+
+T = TypeVar("T")
 
 
 class Service:
@@ -237,16 +239,19 @@ class Service:
         ends. An answer still unwritten after serve.answer_timeout is a 503, as a silent LLM is.
         """
         generation = Generation(self, result)
+        await while_connected(request, self._written(generation))  # waiting for a slot too
+        assert generation.reply is not None  # set when texts() ends
+        return generation.reply
+
+    async def _written(self, generation: Generation) -> None:
         async with self.answer_slot():
             try:
                 async with asyncio.timeout(self.serve.answer_timeout):  # the whole answer, not between pieces
-                    await while_connected(request, drained(generation.texts()))
+                    await drained(generation.texts())
             except TimeoutError:
                 raise LLMUnavailableError(
                     f"the LLM took longer than serve.answer_timeout ({self.serve.answer_timeout:g} s) to answer"
                 ) from None
-        assert generation.reply is not None  # set when texts() ends
-        return generation.reply
 
     def count_tokens(self, usage: Usage) -> None:
         self.metrics.llm_tokens.labels("prompt").inc(usage.prompt_tokens)
@@ -309,9 +314,10 @@ async def hung_up(request: Request) -> None:
         pass
 
 
-async def while_connected(request: Request, work: Coroutine[Any, Any, None]) -> None:
+async def while_connected(request: Request, work: Awaitable[T]) -> T:
     """``work``, cancelled as soon as the client hangs up (then 499, which only the request log sees):
-    a non-streaming response cannot notice otherwise and would hold what it holds until the work ends."""
+    a response that has not started cannot notice otherwise, and would hold what it holds (or wait
+    in the queue for an answer slot) until the work ends."""
     task, watch = asyncio.ensure_future(work), asyncio.ensure_future(hung_up(request))
     try:
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -325,7 +331,7 @@ async def while_connected(request: Request, work: Coroutine[Any, Any, None]) -> 
         if not watch.cancelled() and watch.exception() is not None:
             raise watch.exception()  # type: ignore[misc]  # reading the request failed: not a hang-up
         raise APIError(499, "client_closed", "the client closed the connection before the answer was ready")
-    task.result()
+    return task.result()
 
 
 def finite(payload: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,9 @@ before and during a stream, and the answer slot freed when a reader hangs up, st
 from __future__ import annotations
 
 import json
+import socket
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -131,10 +133,7 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
     from tests.llm.support import ScriptedServer
 
     with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
-        serve = serve_config.serve.model_copy(update={"answer_concurrency": 1, "answer_timeout": 20.0})
-        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
-        config = serve_config.model_copy(update={"serve": serve, "llm": llm_config})
-        with LiveServer(acl_index, config) as live:
+        with LiveServer(acl_index, one_slot_and_a_silent_llm(serve_config, llm)) as live:
             body = ask("guest", stream=True)
             with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
                 lines = r.iter_lines()  # one iterator: dropping it would close the connection
@@ -150,6 +149,26 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
     assert waited < 5, f"the second stream waited {waited:.1f} s for the slot"
 
 
+def one_slot_and_a_silent_llm(serve_config, llm, **serve):
+    """``serve_config`` with one answer slot and, as LLM, ``llm`` (a ScriptedServer)."""
+    serve = serve_config.serve.model_copy(update={"answer_concurrency": 1, "answer_timeout": 20.0, **serve})
+    llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+    return serve_config.model_copy(update={"serve": serve, "llm": llm_config})
+
+
+def sent_raw(live: LiveServer, path: str, body: dict) -> socket.socket:
+    """A connection that has sent one request as guest and reads nothing: closing it is a hang-up."""
+    data = json.dumps(body).encode()
+    host, port = live.url.removeprefix("http://").split(":")
+    client = socket.create_connection((host, int(port)))
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {USERS['guest']['token']}\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    client.sendall(head.encode() + data)
+    return client
+
+
 @pytest.mark.parametrize(
     "path,body",
     [("/v1/answer", {"query": QUESTION, "method": "text"}), ("/v1/chat/completions", ask("guest"))],
@@ -158,30 +177,56 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
 def test_a_client_hanging_up_before_a_whole_answer_frees_the_answer_slot(acl_index, serve_config, path, body):
     # Scripted, as above: an LLM that takes 15 s to answer. A non-streaming response writes nothing
     # until the answer is ready, so only the hang-up itself can end its wait for the model.
-    import socket
-
     from tests.llm.support import ScriptedServer
 
     with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
-        serve = serve_config.serve.model_copy(update={"answer_concurrency": 1, "answer_timeout": 20.0})
-        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
-        config = serve_config.model_copy(update={"serve": serve, "llm": llm_config})
-        with LiveServer(acl_index, config) as live:
+        with LiveServer(acl_index, one_slot_and_a_silent_llm(serve_config, llm)) as live:
             slots = live.app.state.service.answer_slots
-            data = json.dumps(body).encode()
-            host, port = live.url.removeprefix("http://").split(":")
-            with socket.create_connection((host, int(port))) as client:
-                head = (
-                    f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                    f"Authorization: Bearer {USERS['guest']['token']}\r\nContent-Length: {len(data)}\r\n\r\n"
-                )
-                client.sendall(head.encode() + data)
+            with sent_raw(live, path, body):
                 wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # the LLM is asked and silent
                 assert slots.locked()
             hung_up = time.monotonic()
             wait_until(lambda: not slots.locked(), timeout=10)
             waited = time.monotonic() - hung_up
     assert waited < 5, f"the answer slot stayed taken {waited:.1f} s after the client hung up"
+
+
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/v1/answer", {"query": QUESTION, "method": "text"}),
+        ("/v1/chat/completions", ask("guest")),
+        ("/v1/chat/completions", ask("guest", stream=True)),
+    ],
+    ids=["answer", "chat", "chat-stream"],
+)
+def test_a_client_hanging_up_while_queued_for_an_answer_slot_leaves_the_queue_at_once(
+    acl_index, serve_config, tmp_path, path, body
+):
+    # Scripted, as above: the first client's answer holds the only slot for 15 s. The second one hangs
+    # up while it waits for that slot: its request must end then (499 in the request log), not when
+    # the slot comes free, and the LLM must never be asked for it.
+    from tests.llm.support import ScriptedServer
+
+    log = tmp_path / "requests.jsonl"
+    with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
+        with LiveServer(acl_index, one_slot_and_a_silent_llm(serve_config, llm, request_log=str(log))) as live:
+            slots = live.app.state.service.answer_slots
+            with sent_raw(live, "/v1/answer", {"query": QUESTION, "method": "text"}):
+                wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # the first answer holds the slot
+                with sent_raw(live, path, body):
+                    # asyncio keeps no public count of a semaphore's waiters
+                    wait_until(lambda: len(slots._waiters or ()) == 1, timeout=10)
+                hung_up = time.monotonic()
+                wait_until(lambda: any(line["status"] == 499 for line in logged(log)), timeout=20)
+                waited = time.monotonic() - hung_up
+                assert slots.locked() and len(llm.bodies) == 1  # the first answer still runs
+    assert waited < 5, f"the request that hung up waited {waited:.1f} s in the queue for an answer slot"
+    assert len(llm.bodies) == 1
+
+
+def logged(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
 
 
 def test_a_stream_whose_send_fails_gives_its_slot_back_when_the_response_ends():
