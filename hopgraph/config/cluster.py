@@ -42,8 +42,9 @@ class ClusterConfig(Section):
         None,
         ge=1,
         le=4096,
-        description="Embedding actors; each loads the model once and embeds batch after batch. Empty = as many as "
-        "the cluster holds: one per GPU with GPU actors, else one per cpus_per_actor CPUs.",
+        description="Most embedding actors; each loads the model once and embeds batch after batch, and a stage "
+        "starts one per two batches it has, up to this. Empty = as many as the cluster holds: one per GPU with GPU "
+        "actors, else one per cpus_per_actor CPUs.",
     )
     gpus_per_actor: float | None = Field(
         None,

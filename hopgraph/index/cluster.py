@@ -103,6 +103,7 @@ class RayEngine:
         self._pool_key = ""
         self._starting: dict[Any, Any] = {}
         self._ready: dict[Any, int] = {}
+        self._pool_size = 0
         self.pool_gpus = 0.0
 
     def close(self) -> None:
@@ -136,10 +137,11 @@ class RayEngine:
         return actors, gpus
 
     def _start_pool(self, config: EmbeddingConfig) -> None:
-        """Start embedding actors of ``config``'s model, kept for the following embedding stages
-        (:meth:`ready_actors` starts them at the first embedding): loading the model per stage cost
-        seconds on CPU (~7 s of a 100-text stage on the 2-core test cluster) and tens of seconds for
-        large models on GPUs.
+        """Make the pool ``config``'s model's: embedding actors, kept for the following embedding
+        stages, as many as the work asks for (:meth:`ready_actors`) up to the configured count.
+        Loading the model per stage cost seconds on CPU (~7 s of a 100-text stage on the 2-core test
+        cluster) and tens of seconds for large models on GPUs; starting every actor for an update of
+        a few texts would load it on every GPU of the cluster for one batch.
 
         They hold their CPUs or GPUs while they live, so any other work on the cluster (document
         analysis, LLM calls) releases them first (:meth:`release_actors`), as does closing the engine.
@@ -148,22 +150,27 @@ class RayEngine:
         they start (:meth:`ready_actors`): a stage runs on those that did.
         """
         self.release_actors()
-        actors, self.pool_gpus = self.embedding_actors()
+        self._pool_size, self.pool_gpus = self.embedding_actors()
+        self._pool_key = model_key(config)
+
+    def _grow_pool(self, config: EmbeddingConfig, wanted: int) -> None:
+        """Start actors until the pool has ``wanted`` (at most its configured size)."""
         cpus = self.config.cluster.cpus_per_actor
         remote = self.ray.remote(_EmbedActor).options(
             num_cpus=cpus, num_gpus=self.pool_gpus, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS
         )
-        for _ in range(actors):
+        while len(self._starting) + len(self._ready) < min(wanted, self._pool_size):
             actor = remote.remote(config.model_dump(), self.pool_gpus, math.ceil(cpus))
             self._starting[actor.dimension.remote()] = actor
-        self._pool_key = model_key(config)
 
-    def ready_actors(self, config: EmbeddingConfig, *, wait: bool) -> dict[Any, int]:
+    def ready_actors(self, config: EmbeddingConfig, *, wait: bool, wanted: int = 1) -> dict[Any, int]:
         """The pool's actors that have loaded their model (-> its dimension): those started by now,
-        or with ``wait`` at least one (waiting for the first to start). Starts the pool of
-        ``config``'s model where another model's (or none) runs."""
+        or with ``wait`` at least one (waiting for the first to start). The pool becomes
+        ``config``'s model's where another model's (or none) runs, and grows to ``wanted`` actors
+        (the work at hand: a small update needs one)."""
         if self._pool_key != model_key(config):
             self._start_pool(config)
+        self._grow_pool(config, wanted)
         while self._starting:
             started, _ = self.ray.wait(list(self._starting), num_returns=1, timeout=None if wait else 0)
             if not started:
@@ -279,7 +286,9 @@ class RayEmbedder:
         if not texts:
             return
         ray, size = self.engine.ray, self.engine.config.cluster.embed_batch_size
-        waiting = iter(actor_batches(texts, self.config.batch_size, size))
+        batches = actor_batches(texts, self.config.batch_size, size)
+        waiting = iter(batches)
+        wanted = math.ceil(len(batches) / 2)  # two batches per actor: more would get none
         running: dict[Any, tuple[Any, np.ndarray]] = {}  # result ref -> (actor, positions)
         fed: set[Any] = set()  # actors given their first batches
 
@@ -289,7 +298,7 @@ class RayEmbedder:
                 running[actor.embed.remote([texts[i] for i in positions])] = (actor, positions)
 
         def feed_started(wait: bool) -> None:
-            for actor in self.engine.ready_actors(self.config, wait=wait):
+            for actor in self.engine.ready_actors(self.config, wait=wait, wanted=wanted):
                 if actor not in fed:
                     fed.add(actor)
                     submit(actor)

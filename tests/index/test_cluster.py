@@ -282,3 +282,45 @@ def test_an_update_through_the_ray_engine_equals_one_through_the_embedded_engine
     assert_same_index(live["local"], live["ray"])
     stages = IndexStore(live["ray"]).read_manifest()["stages"]
     assert stages["embed_units"]["embedded_new"] > 0 and stages["embed_units"]["worker_seconds"] > 0
+
+
+def free_cpus(ray, until: float | None = None, seconds: float = 3.0) -> list[float]:
+    """The cluster's free CPUs read every quarter second for ``seconds``, or until they are ``until``."""
+    readings: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (until is None or until not in readings):
+        readings.append(ray.available_resources().get("CPU", 0.0))
+        time.sleep(0.25)
+    return readings
+
+
+def test_the_actor_pool_grows_with_the_work_and_gives_its_cpus_back_when_closed(ray_cluster, tmp_path):
+    """An update of a few texts loads the model on one actor, not on every CPU or GPU of the cluster."""
+    import ray
+
+    from hopgraph.index.cluster import RayEngine
+
+    config = configure(
+        HopgraphConfig.model_validate({}),
+        tmp_path,
+        "pool",
+        cluster__engine="ray",
+        cluster__address=ray_cluster.address,
+        cluster__embed_actors=2,
+        cluster__embed_batch_size=16,
+    )
+    engine = RayEngine(config)
+    try:
+        embedder = engine.embedder(config.embedding)
+        assert embedder.encode(["Ada Lovelace", "Charles Babbage"]).shape == (2, embedder.dim)
+        assert set(free_cpus(ray)) == {1.0}  # one actor for one batch; the other CPU stays free
+        texts = [f"passage {i} about the analytical engine" for i in range(200)]
+        assert embedder.encode(texts).shape == (200, embedder.dim)
+        assert free_cpus(ray)[-1] == 0.0  # 13 batches: both actors
+    finally:
+        engine.close()  # it joined the cluster for itself, so it also left it
+    ray.init(address=ray_cluster.address, log_to_driver=False)
+    try:
+        assert free_cpus(ray, until=2.0, seconds=20)[-1] == 2.0
+    finally:
+        ray.shutdown()
