@@ -96,8 +96,9 @@ def ner_model_key(phrases: bool = False) -> str:
 
 def cached_entity_names(
     texts: Sequence[str], cache: str | Path | None = None, phrases: bool = False
-) -> list[list[tuple[str, str]]]:
-    """:func:`entity_names`, with ``cache`` (a SQLite file) sending only texts it lacks to spaCy."""
+) -> Sequence[Sequence[Sequence[str]]]:
+    """:func:`entity_names`, with ``cache`` (a SQLite file) sending only texts it lacks to spaCy;
+    each (name, label) pair is a list there."""
     if cache is None:
         return entity_names(texts, phrases)
     store = JsonCache(cache, ner_model_key(phrases))
@@ -105,7 +106,7 @@ def cached_entity_names(
         found = store.get_or_compute(texts, lambda batch: entity_names(batch, phrases))
     finally:
         store.close()
-    return [[(name, label) for name, label in per_text] for per_text in found]
+    return found  # [name, label] lists as JSON reads them back: made into tuples, they cost ~1 s per 200k texts
 
 
 def query_entities(text: str) -> list[str]:

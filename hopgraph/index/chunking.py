@@ -222,9 +222,10 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
         unit_starts: list[int] = []
         unit_ids: list[int] = []
         for start, end in cuts.chunks(config.size, config.overlap):
-            chunk = layers.chunks.add(*piece(start, end))
+            whole = piece(start, end)
+            chunk = layers.chunks.add(*whole)
             for a, b in cuts.units(start, end, parts, unit_target):
-                unit = layers.units.add(*piece(a, b), parent=chunk)
+                unit = layers.units.add(*(whole if (a, b) == (start, end) else piece(a, b)), parent=chunk)
                 if not unit_starts or a > unit_starts[-1]:
                     unit_starts.append(a)
                     unit_ids.append(unit)

@@ -57,7 +57,7 @@ def _binary(rows: list[int], columns: list[int], shape: tuple[int, int]) -> sp.c
 
 def unit_entities(
     sentence_units: Sequence[int],
-    sentence_names: Sequence[Sequence[tuple[str, str]]],
+    sentence_names: Sequence[Sequence[Sequence[str]]],
     unit_docs: Sequence[Sequence[int]],
     titles: Sequence[str],
 ) -> EntityTable:

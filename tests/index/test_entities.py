@@ -28,7 +28,7 @@ def test_names_with_and_without_phrases_are_cached_apart(tmp_path):
     plain = cached_entity_names(text, cache)
     with_phrases = cached_entity_names(text, cache, phrases=True)
     assert [n for n, _ in plain[0]] == ["ermengarde of tours"]
-    assert ("ancient manuscripts", PHRASE) in with_phrases[0]
+    assert ["ancient manuscripts", PHRASE] in with_phrases[0]  # pairs are lists, as JSON reads them
     assert cached_entity_names(text, cache) == plain  # the cached plain result is not the phrase one
 
 
