@@ -195,3 +195,12 @@ def test_units_that_are_index_sentences_reuse_their_vectors(tmp_path):
     names = store.read_table("cue_entities")["name"]
     assert embedded == [cut, *names]  # units: only the new one; then the entity names
     np.testing.assert_allclose(store.read_array("cue_unit_vectors"), embedder.encode([*sentences, cut]), atol=1e-5)
+
+
+def test_an_entity_takes_the_label_it_was_said_with_most_often_and_the_first_of_equals():
+    from collections import Counter
+
+    from hopgraph.index.cue import most_said
+
+    said = Counter([("ada", "ORG"), ("ada", "PERSON"), ("tours", "GPE"), ("ada", "PERSON"), ("tours", "ORG")])
+    assert most_said(said) == {"ada": "PERSON", "tours": "GPE"}
