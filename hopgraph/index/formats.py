@@ -76,11 +76,28 @@ class Extracted:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+def _mostly_utf8(data: bytes) -> tuple[str, str] | None:
+    """UTF-8 with a few stray bytes (a copyright sign pasted from a legacy editor, a cut file), read
+    as UTF-8 with each bad byte replaced by U+FFFD, or None for text in another encoding.
+
+    A legacy-encoded text all but never holds a valid multi-byte UTF-8 sequence ("Ã©" in Latin-1),
+    so at least as many of those as bad bytes say UTF-8: guessing a code page for the whole file
+    instead turned every "ü" of a German UTF-8 text into "Ã¼" because of one stray byte.
+    """
+    text = data.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") - data.count("\ufffd".encode())
+    good = len(text) - len(text.encode("ascii", errors="ignore")) - text.count("\ufffd")
+    if good < max(bad, 1):
+        return None
+    return text, f"utf-8, {bad} invalid byte{'s' if bad > 1 else ''} replaced by U+FFFD"
+
+
 def decode(data: bytes) -> tuple[str, str]:
     """(text, encoding): UTF-8 (or a byte-order mark's encoding) first, else charset-normalizer's guess.
 
-    A legacy-encoded file (Latin-1, Windows-1252, Shift-JIS, ...) is read, not dropped; bytes that
-    fit no encoding raise :class:`Unreadable`.
+    A legacy-encoded file (Latin-1, Windows-1252, Shift-JIS, ...) is read, not dropped; a UTF-8 file
+    with a few invalid bytes is read as UTF-8 with those replaced (the encoding says how many); bytes
+    that fit no encoding raise :class:`Unreadable`.
     """
     for bom, encoding in _BOMS + _BOMS16:
         if data.startswith(bom):
@@ -94,6 +111,9 @@ def decode(data: bytes) -> tuple[str, str]:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         pass
+    mostly = _mostly_utf8(data)
+    if mostly is not None:
+        return mostly
     from charset_normalizer import from_bytes  # noqa: PLC0415  (only legacy-encoded files need it)
 
     matches = list(from_bytes(data))

@@ -139,6 +139,27 @@ def test_legacy_encodings_are_decoded_not_dropped(tmp_path: Path, text: str, enc
     assert result.documents[0].metadata["encoding"] != "utf-8"
 
 
+@pytest.mark.parametrize(
+    "data,text",
+    [
+        ("Der Geschäftsführer Jürgen Müller prüft die Bücher.\n".encode() + b"\xff", "Müller"),
+        ("Our café menu: crème brûlée. Copyright ".encode() + b"\xa9 2024", "crème brûlée"),
+        (b"Smart quotes from a legacy editor: " + b"\x93quoted\x94" + " – naïve".encode(), "naïve"),
+    ],
+    ids=["stray-byte", "latin1-sign", "cp1252-quotes"],
+)
+def test_utf8_with_a_few_invalid_bytes_stays_utf8_with_those_bytes_replaced(
+    tmp_path: Path, data: bytes, text: str
+) -> None:
+    path = tmp_path / "note.txt"
+    path.write_bytes(data)
+    result = read_corpus([path])
+    assert result.problems == []
+    [document] = result.documents
+    assert text in document.text and "\ufffd" in document.text and "Ã" not in document.text
+    assert document.metadata["encoding"].startswith("utf-8, ") and "replaced by U+FFFD" in document.metadata["encoding"]
+
+
 def test_every_skipped_file_is_listed_with_its_reason(tmp_path: Path) -> None:
     (tmp_path / "good.md").write_text("# Good\nkept", encoding="utf-8")
     (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
