@@ -17,6 +17,7 @@ document's value is looked up in it (never a scan of the value list per document
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -145,6 +146,13 @@ def check_fields(
                 f"filter key {cut(key)!r} holds {' and '.join(sorted(held))}s; compare it with "
                 f"{'a number' if 'number' in held else 'a string'}, not the {_kind(bounds[0])} {cut(repr(bounds[0]))}"
             )
+        if key == "timestamp":  # always a date or time: any other bound would silently match nothing
+            for bound in bounds:
+                if isinstance(bound, str) and _instant(bound) is None and not _YEAR_OR_MONTH.fullmatch(bound):
+                    raise ValueError(
+                        "filter key 'timestamp' takes ISO-8601 dates or times (2024, 2024-01, 2024-01-31, "
+                        f"2024-01-31T12:00:00Z), not {cut(repr(bound))}"
+                    )
 
 
 def _lookup_key(value: Any) -> Hashable:
@@ -153,6 +161,10 @@ def _lookup_key(value: Any) -> Hashable:
 
 
 _UNMATCHABLE = object()
+
+
+# A year or a month: no instant, but as a string it orders right among ISO dates ("2024" < "2024-03-01").
+_YEAR_OR_MONTH = re.compile(r"\d{4}(-(0[1-9]|1[0-2]))?")
 
 
 def _instant(text: str) -> datetime | None:

@@ -81,6 +81,8 @@ def test_set_operators(index):
         ({"id": {"in": "press-2023"}}, "'in' takes a list"),
         ({"id": {}}, "empty operator object"),
         ({"id": {"gte": True}}, "numbers or strings"),
+        ({"timestamp": {"gte": "yesterday"}}, "ISO-8601 dates or times .* not 'yesterday'"),
+        ({"timestamp": {"lt": "2024-13-45"}}, "ISO-8601 dates or times .* not '2024-13-45'"),
     ],
 )
 def test_malformed_or_mismatched_conditions_are_refused(index, where, problem):
