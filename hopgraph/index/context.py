@@ -17,6 +17,7 @@ from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
 from hopgraph.index.chunking import analyse_texts
 from hopgraph.index.progress import RunProgress
 from hopgraph.index.reuse import FIRST_BUILD, PreviousVersion
+from hopgraph.kernels.backend import resolve_device
 from hopgraph.llm import LLM, open_llm
 from hopgraph.models import Embedder, embed_long_texts, load_embedder
 from hopgraph.store import IndexStore
@@ -63,6 +64,15 @@ class BuildContext:
     engine: Any = None  # a RayEngine (hopgraph.index.cluster) where model work runs on a Ray cluster
     run: RunProgress = field(default_factory=RunProgress.off)  # the build's bar: stages tell it of their work
     previous: PreviousVersion = FIRST_BUILD  # the version an update edits
+
+    def __post_init__(self) -> None:
+        # A device this machine cannot use is refused before the first stage, not by the first stage
+        # that needs it (after documents, chunks and keywords were written). On a Ray cluster the
+        # model runs on the actors; the graph kernels run here either way.
+        device = self.config.embedding.device
+        resolve_device(device, "cupy")
+        if self.engine is None:
+            resolve_device(device, "torch")
 
     @functools.cached_property
     def llm(self) -> LLM:

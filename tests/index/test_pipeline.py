@@ -132,3 +132,17 @@ def test_a_stage_whose_settings_are_newer_than_the_index_is_rebuilt_not_refused(
     store.manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(IndexFormatError, match="different build settings \\(stages entities\\)"):
         build_index(sample_documents[:3], out, phrases, progress=False)  # not the default: the user's choice
+
+
+def test_a_device_this_machine_cannot_use_is_refused_before_any_stage(tmp_path, sample_documents, sample_config):
+    from hopgraph.errors import DependencyError
+    from hopgraph.kernels.backend import cupy_available, torch_cuda_available
+
+    if cupy_available() and torch_cuda_available():
+        pytest.skip("this machine can use CUDA: nothing to refuse")
+    config = sample_config.model_copy(
+        update={"embedding": sample_config.embedding.model_copy(update={"device": "cuda"})}
+    )
+    with pytest.raises(DependencyError, match="device 'cuda' was requested"):
+        build_index(sample_documents, tmp_path / "index", config, progress=False)
+    assert not (tmp_path / "index" / "tables").exists()  # no stage ran
