@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import logging
 import re
 import zipfile
 from collections.abc import Callable, Iterator
@@ -135,6 +136,9 @@ def read_pdf(data: bytes) -> Extracted:
     """Pages joined by blank lines; ``pages`` holds each page's start offset."""
     from pypdf import PdfReader  # noqa: PLC0415
 
+    # pypdf logs what it repairs ("EOF marker not found") on a line that names no file; a file it
+    # cannot read is skipped with the reason below instead.
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):

@@ -268,3 +268,13 @@ def test_a_docx_bomb_and_a_pdf_of_too_many_pages_are_skipped_before_parsing(tmp_
         reasons["bomb.docx"].startswith("DOCX unzips to ") and f"over the {MAX_DOCX_UNZIPPED}" in reasons["bomb.docx"]
     )
     assert reasons["long.pdf"] == f"PDF has {MAX_PDF_PAGES + 1} pages, over the {MAX_PDF_PAGES} read"
+
+
+def test_a_broken_pdf_is_named_with_its_reason_and_pypdf_logs_nothing_of_its_own(tmp_path: Path, caplog) -> None:
+    (tmp_path / "good.txt").write_text("A readable note.", encoding="utf-8")
+    (tmp_path / "cut.pdf").write_bytes(b"%PDF-1.4\n1 0 obj <<>> endobj\ntrailer <<>>\n")  # no EOF marker, no pages
+    result = read_corpus([tmp_path])
+    [problem] = result.problems
+    assert "cut.pdf" in str(problem) and "PDF could not be read" in str(problem)
+    # Without a handler of the caller's, such a record is printed bare on stderr, naming no file.
+    assert [record.getMessage() for record in caplog.records if record.name.startswith("pypdf")] == []
