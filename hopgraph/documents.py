@@ -93,14 +93,26 @@ def place(metadata: dict[str, Any], offset: int) -> str:
     """
     parts = []
     pages = metadata.get("pages")
-    if pages:
+    if _offsets(pages):
         parts.append(f"p. {bisect.bisect_right(pages, offset)}")
     sections = metadata.get("sections")
-    if sections:
-        at = bisect.bisect_right([s[0] for s in sections], offset)
+    if isinstance(sections, list) and all(isinstance(s, list) and len(s) == 3 for s in sections):
+        starts = [s[0] for s in sections]
+        at = bisect.bisect_right(starts, offset) if _offsets(starts) else 0
         if at:
             parts.append(str(sections[at - 1][2]))
     return ", ".join(parts)
+
+
+def _offsets(value: Any) -> bool:
+    """Whether ``value`` is a non-empty ascending list of offsets, as a format's reader writes them.
+    A user's own ``pages`` (a page count, say) is metadata like any other, never a reason a
+    version cannot be loaded."""
+    if not isinstance(value, list) or not value:
+        return False
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return False
+    return all(a <= b for a, b in zip(value, value[1:]))
 
 
 @dataclass

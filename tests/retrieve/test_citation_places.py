@@ -128,3 +128,22 @@ def test_index_without_starts_cites_documents_only(built: Path, tmp_path: Path) 
     ask = ("query", "idx", QUESTION, "--retrieval.method", "text", "--retrieval.budget", "2000", "--json")
     evidence = json.loads(hopgraph(tmp_path, *ask))["evidence"]
     assert evidence and all(e["places"] == [""] * len(e["doc_ids"]) for e in evidence)
+
+
+def test_a_documents_own_pages_or_sections_field_names_no_place_and_its_index_loads(tmp_path, sample_config):
+    # JSONL records may carry any metadata: "pages": 212 is a page count, not a reader's offsets.
+    from hopgraph.documents import Document
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.retrieve.loaded import LoadedIndex
+    from hopgraph.retrieve.retriever import Retriever
+
+    odd: list[Any] = [212, [3, 1], ["a"], [True], "intro"]
+    documents = [
+        Document(id=f"book-{n}", text=f"The Marmalade handbook {n} explains Seville oranges.", metadata=meta)
+        for n, meta in enumerate([{"pages": value} for value in odd] + [{"sections": value} for value in odd])
+    ]
+    build_index(documents, tmp_path / "index", sample_config, progress=False)
+    result = Retriever(LoadedIndex(tmp_path / "index"), sample_config.retrieval).retrieve(
+        "Seville oranges", method="text"
+    )
+    assert result.evidence and all(place == "" for e in result.evidence for place in e.places)
