@@ -6,7 +6,7 @@ import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 # C0 control characters and DEL, except tab, line feed and carriage return.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -104,7 +104,7 @@ def place(metadata: dict[str, Any], offset: int) -> str:
     return ", ".join(parts)
 
 
-def _offsets(value: Any) -> bool:
+def _offsets(value: Any) -> TypeGuard[list[int]]:
     """Whether ``value`` is a non-empty ascending list of offsets, as a format's reader writes them.
     A user's own ``pages`` (a page count, say) is metadata like any other, never a reason a
     version cannot be loaded."""
