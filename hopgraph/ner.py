@@ -61,13 +61,34 @@ def _phrase(chunk: Any) -> str:
     return normalise_entity(chunk.doc[tokens[0].i : tokens[-1].i + 1].text)
 
 
-def entity_names(texts: Sequence[str], phrases: bool = False) -> list[list[tuple[str, str]]]:
+# Characters per spaCy call. A text with no sentence end can be a whole document (one "sentence" of
+# a million characters failed a build with spaCy's E088), and its parser and NER take about 1 GB
+# per 100,000 characters: a longer text is read in windows cut at whitespace, its names merged.
+NER_WINDOW = 100_000
+
+
+def windows(text: str, size: int = NER_WINDOW) -> list[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters, each cut after whitespace where
+    there is some in its second half (a word is then never split)."""
+    pieces, start = [], 0
+    while len(text) - start > size:
+        cut = max(text.rfind(" ", start + size // 2, start + size), text.rfind("\n", start + size // 2, start + size))
+        end = cut + 1 if cut >= 0 else start + size
+        pieces.append(text[start:end])
+        start = end
+    pieces.append(text[start:])
+    return pieces
+
+
+def entity_names(texts: Sequence[str], phrases: bool = False, window: int = NER_WINDOW) -> list[list[tuple[str, str]]]:
     """(normalised name, label) per text from spaCy, each name once, in order of appearance; with
-    ``phrases`` the text's noun phrases too (label :data:`PHRASE`), those that overlap no entity."""
-    found = []
+    ``phrases`` the text's noun phrases too (label :data:`PHRASE`), those that overlap no entity.
+    A text over ``window`` characters is read in :func:`windows`."""
+    pieces = [(i, piece) for i, text in enumerate(texts) for piece in windows(text, window)]
+    found: list[list[tuple[str, str]]] = [[] for _ in texts]
     pipeline = phrase_pipeline() if phrases else ner_pipeline()
-    for doc in pipeline.pipe(texts, batch_size=256):
-        names: dict[str, str] = {}
+    for (i, _), doc in zip(pieces, pipeline.pipe((piece for _, piece in pieces), batch_size=256)):
+        names: dict[str, str] = dict(found[i])  # a later window adds only names not yet seen
         for ent in doc.ents:
             name = normalise_entity(ent.text)
             if name:
@@ -80,7 +101,7 @@ def entity_names(texts: Sequence[str], phrases: bool = False) -> list[list[tuple
                 name = _phrase(chunk)
                 if name:
                     names.setdefault(name, PHRASE)
-        found.append(list(names.items()))
+        found[i] = list(names.items())
     return found
 
 

@@ -68,3 +68,16 @@ def test_synonym_search_above_the_exact_limit_finds_the_exact_edges():
     assert exact.nnz == 60  # the 30 planted pairs, both ways
     assert ((exact > 0) != (approximate > 0)).nnz == 0  # the same edges...
     np.testing.assert_allclose(approximate.toarray(), exact.toarray(), atol=1e-5)  # ...up to float summation order
+
+
+def test_a_text_longer_than_a_spacy_window_is_read_in_windows_and_its_names_merged():
+    from hopgraph.ner import windows
+
+    filler = "and then the committee met again " * 20  # ~660 characters without a name
+    text = f"Ada Lovelace wrote to Charles Babbage. {filler}Later Ada Lovelace visited Paris in France."
+    pieces = windows(text, 200)
+    assert "".join(pieces) == text and len(pieces) > 3 and max(map(len, pieces)) <= 200
+    assert all(piece.endswith(" ") for piece in pieces[:-1])  # never inside a word
+    names = [name for name, _ in entity_names([text, "Paris"], window=200)[0]]
+    assert names.count("ada lovelace") == 1 and {"charles babbage", "paris", "france"} <= set(names)
+    assert entity_names([text], window=200)[0][:2] == entity_names([text])[0][:2]  # the same order of first names
