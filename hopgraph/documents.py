@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -39,6 +39,11 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+# Containers nested in a request body or a document's metadata, at most: a real one has a handful,
+# and JSON a thousand levels deep broke code that walks it (a 500 instead of a 422).
+MAX_JSON_DEPTH = 32
+
+
 def unicode_problem(text: str) -> str | None:
     """Why ``text`` is not Unicode text, or None: JSON may spell a lone surrogate ("\\ud800"), which
     Python reads into a string that no UTF-8 file, table or response can hold."""
@@ -49,24 +54,45 @@ def unicode_problem(text: str) -> str | None:
     return None
 
 
+def _children(value: Any) -> Iterator[tuple[Any, Any]]:
+    if isinstance(value, dict):
+        return iter(value.items())
+    if isinstance(value, (list, tuple)):
+        return iter(enumerate(value))
+    return iter(())
+
+
 def first_place(value: Any, bad: Callable[[Any], bool], where: str = "") -> str | None:
     """The dotted place ("params.ppr.damping", "where.year.1") of the first value or key in nested
-    JSON data for which ``bad`` holds, or None (show it with :func:`hopgraph.errors.cut`)."""
+    JSON data for which ``bad`` holds, or None (show it with :func:`hopgraph.errors.cut`).
+    Depth-first with a stack of its own: JSON nested a thousand levels deep must not hit Python's
+    recursion limit."""
     if bad(value):
         return where or "value"
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, (list, tuple)):
-        items = enumerate(value)
-    else:
-        return None
-    for key, item in items:
-        place = f"{where}.{key}" if where else str(key)
-        if bad(key):
+    stack = [(where, _children(value))]
+    while stack:
+        prefix, children = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            continue
+        key, item = child
+        place = f"{prefix}.{key}" if prefix else str(key)
+        if bad(key) or bad(item):
             return place
-        found = first_place(item, bad, place)
-        if found:
-            return found
+        stack.append((place, _children(item)))
+    return None
+
+
+def too_deep_at(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The place of the first value nested more than ``limit`` containers deep in JSON data, or None."""
+    stack = [("", value, 0)]
+    while stack:
+        where, item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth >= limit:
+                return where or "value"
+            stack.extend((f"{where}.{key}" if where else str(key), child, depth + 1) for key, child in _children(item))
     return None
 
 

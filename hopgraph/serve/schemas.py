@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hopgraph.documents import text_problem, unicode_problem
+from hopgraph.documents import MAX_JSON_DEPTH, text_problem, too_deep_at, unicode_problem
+from hopgraph.errors import cut
 from hopgraph.serve.errors import finite_json
+
+
+def bounded_depth(data: Any) -> Any:
+    """A request body as it is, unless nested deeper than MAX_JSON_DEPTH (a 422 naming where)."""
+    found = too_deep_at(data)
+    if found:
+        raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep at {cut(found)!r}")
+    return data
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    _bounded_depth = model_validator(mode="before")(bounded_depth)
 
 
 class RetrieveRequest(Strict):

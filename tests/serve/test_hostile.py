@@ -282,3 +282,30 @@ def test_model_lock_is_granted_in_arrival_order():
         order.append("batch 2")
     reader.join()
     assert order == ["batch 1", "reader", "batch 2"]
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "1" + "]" * levels
+
+
+@pytest.mark.parametrize(
+    "path,body,user",
+    [
+        ("/v1/retrieve", '{"query": "harbor", "where": {"title": DEEP}}', "guest"),
+        ("/v1/retrieve", '{"query": "harbor", "params": {"ppr": DEEP}}', "guest"),
+        ("/v1/documents", '{"documents": [{"id": "deep", "text": "A note.", "metadata": {"tags": DEEP}}]}', "admin"),
+        ("/v1/chat/completions", '{"model": "hopgraph-ppr", "messages": [], "tools": DEEP}', "guest"),
+    ],
+    ids=["where", "params", "metadata", "chat-extra-field"],
+)
+@pytest.mark.parametrize("levels", [40, 950])
+def test_json_nested_deeper_than_the_bound_is_refused_with_422(server, path, body, user, levels):
+    # 950 levels passed the JSON parser and broke the recursive walks after it: a 500 before the bound.
+    response = httpx.post(
+        f"{server.url}{path}",
+        content=body.replace("DEEP", nested(levels)),
+        headers={**auth(user), "Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert response.status_code == 422, response.text
+    assert "nested more than 32 levels deep" in response.text
