@@ -51,6 +51,14 @@ _HTML_BLOCKS = (
 # 2,000); each page is parsed on its own, so the page count bounds the work.
 MAX_DOCX_UNZIPPED = 100_000_000
 MAX_PDF_PAGES = 5000
+# Within those bounds a file can still be cheap to send and dear to read. A DOCX's text part may
+# hold at most 500,000 XML elements (a 300-page report has about 100,000; 2.8 million empty
+# paragraphs in 99 MB took 320 s and 2.6 GB to parse). A PDF's pages may hold at most 4 MB of
+# decoded content, or 50 times the file's size where that is more (text PDFs compress 3-10 times):
+# twenty pages sharing one 1 MB stream made a 6 KB file that took 53 s to read.
+MAX_DOCX_ELEMENTS = 500_000
+MAX_PDF_CONTENT_BYTES = 4_000_000
+MAX_PDF_EXPANSION = 50
 # An HTML page's cost is its tree's, not its size's: 10 MB of "<p>x</p>" is over a million elements.
 # At most 100,000 elements (about 1.2 KB of memory and 30 us of parsing each, so 120 MB and 3 s;
 # a long wiki or manual page has under 20,000) and 512 levels of nesting (where browsers stop
@@ -145,6 +153,12 @@ def read_pdf(data: bytes) -> Extracted:
             raise Unreadable("encrypted PDF (a password is needed)")
         if len(reader.pages) > MAX_PDF_PAGES:
             raise Unreadable(f"PDF has {len(reader.pages)} pages, over the {MAX_PDF_PAGES} read")
+        content = sum(map(_content_bytes, reader.pages))
+        allowed = max(MAX_PDF_CONTENT_BYTES, MAX_PDF_EXPANSION * len(data))
+        if content > allowed:
+            raise Unreadable(
+                f"PDF pages hold {content} bytes of content, over the {allowed} read for a {len(data)}-byte file"
+            )
         texts = [tidy(page.extract_text() or "") for page in reader.pages]
         info = reader.metadata
         title = str(info.title).strip() if info is not None and info.title else ""
@@ -160,6 +174,18 @@ def read_pdf(data: bytes) -> Extracted:
         starts.append(len(text))  # an empty page starts where the next one does
         text += page
     return Extracted(text, title, {"format": "pdf", "pages": starts})
+
+
+def _content_bytes(page: Any) -> int:
+    """Decoded bytes of a PDF page's content streams (a stream shared by pages counts for each)."""
+    from pypdf.generic import ArrayObject  # noqa: PLC0415
+
+    contents = page.get("/Contents")
+    if contents is None:
+        return 0
+    contents = contents.get_object()
+    streams = contents if isinstance(contents, ArrayObject) else [contents]
+    return sum(len(stream.get_object().get_data()) for stream in streams)
 
 
 def _with_sections(blocks: list[tuple[int, str]]) -> tuple[str, list[list[Any]]]:
@@ -184,10 +210,15 @@ def read_docx(data: bytes) -> Extracted:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             unzipped = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, ValueError) as error:
+            if unzipped > MAX_DOCX_UNZIPPED:
+                raise Unreadable(f"DOCX unzips to {unzipped} bytes, over the {MAX_DOCX_UNZIPPED} read (a zip bomb?)")
+            names = set(archive.namelist())
+            body = archive.read("word/document.xml") if "word/document.xml" in names else b""
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
         raise Unreadable(f"DOCX could not be read (not a zip archive: {error})") from None
-    if unzipped > MAX_DOCX_UNZIPPED:
-        raise Unreadable(f"DOCX unzips to {unzipped} bytes, over the {MAX_DOCX_UNZIPPED} read (a zip bomb?)")
+    elements = body.count(b"<") - body.count(b"</")  # an element opens once, closed or not
+    if elements > MAX_DOCX_ELEMENTS:
+        raise Unreadable(f"DOCX text has {elements} XML elements, over the {MAX_DOCX_ELEMENTS} read")
     blocks: list[tuple[int, str]] = []
     try:
         document = docx.Document(io.BytesIO(data))

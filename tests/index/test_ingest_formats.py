@@ -4,6 +4,9 @@ section metadata, every skipped file named, and ids that do not depend on how a 
 from __future__ import annotations
 
 import random
+import time
+import zipfile
+import zlib
 from pathlib import Path
 
 import docx
@@ -11,7 +14,7 @@ import pytest
 
 from hopgraph.documents import place
 from hopgraph.errors import InputError
-from hopgraph.index.formats import decode
+from hopgraph.index.formats import Unreadable, decode, read_docx, read_pdf
 from hopgraph.index.ingest import read_corpus, read_upload
 
 
@@ -30,6 +33,11 @@ def pdf_bytes(pages: list[str], title: str = "") -> bytes:
         kids.append(len(objects))
     objects[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (b" ".join(b"%d 0 R" % k for k in kids), len(kids))
     objects.append(f"<< /Title ({title}) >>".encode("latin-1"))
+    return pdf_file(objects, b"/Info %d 0 R" % len(objects))
+
+
+def pdf_file(objects: list[bytes], trailer: bytes = b"") -> bytes:
+    """PDF 1.4 bytes of ``objects`` (numbered from 1, the first the catalog) with their xref table."""
     out, offsets = bytearray(b"%PDF-1.4\n"), []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))
@@ -37,7 +45,7 @@ def pdf_bytes(pages: list[str], title: str = "") -> bytes:
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R /Info %d 0 R >>\n" % (len(objects) + 1, len(objects))
+    out += b"trailer\n<< /Size %d /Root 1 0 R %s >>\n" % (len(objects) + 1, trailer)
     out += b"startxref\n%d\n%%%%EOF\n" % xref
     return bytes(out)
 
@@ -278,3 +286,45 @@ def test_a_broken_pdf_is_named_with_its_reason_and_pypdf_logs_nothing_of_its_own
     assert "cut.pdf" in str(problem) and "PDF could not be read" in str(problem)
     # Without a handler of the caller's, such a record is printed bare on stderr, naming no file.
     assert [record.getMessage() for record in caplog.records if record.name.startswith("pypdf")] == []
+
+
+def shared_stream_pdf(content: bytes, pages: int) -> bytes:
+    """A PDF whose ``pages`` pages all show one compressed content stream: small to send, dear to read."""
+    packed = zlib.compress(content, 9)
+    kids = b" ".join(b"%d 0 R" % (5 + n) for n in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(packed), packed),
+    ]
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+    return pdf_file(objects + [page + b"/Contents 4 0 R >>"] * pages)
+
+
+def test_a_small_pdf_whose_pages_expand_to_megabytes_of_content_is_refused_before_it_is_read() -> None:
+    operations = b"BT /F1 12 Tf 72 712 Td (a) Tj ET\n" * 30_000  # ~1 MB, compressing to a few kB
+    data = shared_stream_pdf(operations, pages=20)
+    assert len(data) < 20_000
+    started = time.perf_counter()
+    with pytest.raises(Unreadable, match="bytes of content, over the 4000000 read"):
+        read_pdf(data)
+    assert time.perf_counter() - started < 5  # reading it took ~50 s
+    assert read_pdf(shared_stream_pdf(operations[:3400], pages=2)).text  # a small one is read
+
+
+def test_a_docx_of_too_many_xml_elements_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "handbook.docx"
+    write_docx(path)
+    bloated = tmp_path / "bloated.docx"
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(bloated, "w", zipfile.ZIP_DEFLATED) as target:
+        for item in source.infolist():
+            part = source.read(item)
+            if item.filename == "word/document.xml":
+                part = part.replace(b"</w:body>", b"<w:p/>" * 600_000 + b"</w:body>")
+            target.writestr(item, part)
+    started = time.perf_counter()
+    with pytest.raises(Unreadable, match="XML elements, over the 500000 read"):
+        read_docx(bloated.read_bytes())
+    assert time.perf_counter() - started < 5
+    assert read_docx(path.read_bytes()).text  # the handbook itself is read
