@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hopgraph.config import read_toml, validate_section
 from hopgraph.errors import ConfigError
+from hopgraph.serve.errors import APIError, shown
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,17 @@ class Principal:
     user: str
     groups: frozenset[str]
     admin: bool = False
+
+    def require_admin(self) -> Principal:
+        """Itself where it holds the admin scope; a 403 otherwise."""
+        if not self.admin:
+            raise APIError(
+                403,
+                "forbidden",
+                f"user {shown(self.user)} lacks the admin scope needed for this (changing documents, index counts, "
+                "metrics)",
+            )
+        return self
 
 
 def _digest(token: str) -> bytes:

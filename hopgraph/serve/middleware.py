@@ -53,7 +53,7 @@ Gate = Callable[[str, str], Any]
 
 class GuardMiddleware:
     """Refuses a body before reading it when its sender has no known token (``gate``; a known one's
-    principal is left in the request's state for the endpoint) or it is over
+    principal is left in the request's state for the endpoint), is no admin on ``admin_paths``, or it is over
     the limit (``question_paths`` have the smaller ``max_question_bytes``), times every request for
     the metrics, and queues its line for the request log (when there is one).
 
@@ -73,9 +73,10 @@ class GuardMiddleware:
         gate: Gate | None = None,
         question_paths: frozenset[str] = frozenset(),
         max_question_bytes: int | None = None,
+        admin_paths: frozenset[str] = frozenset(),
     ):
         self.app, self.metrics, self.max_body, self.log = app, metrics, max_body_bytes, request_log
-        self.gate, self.question_paths = gate, question_paths
+        self.gate, self.question_paths, self.admin_paths = gate, question_paths, admin_paths
         self.max_question = min(max_question_bytes or max_body_bytes, max_body_bytes)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -142,4 +143,7 @@ class GuardMiddleware:
         client = scope.get("client") or ("?", 0)
         # The first Authorization header, as the endpoint reads it (a dict of the headers keeps the last).
         authorization = next((value for name, value in scope.get("headers", []) if name == b"authorization"), b"")
-        scope.setdefault("state", {})["principal"] = self.gate(authorization.decode("latin-1"), str(client[0]))
+        who = self.gate(authorization.decode("latin-1"), str(client[0]))
+        if scope["path"] in self.admin_paths:  # a reader's token must not buy the parse of a 10 MB body either
+            who.require_admin()
+        scope.setdefault("state", {})["principal"] = who

@@ -401,10 +401,4 @@ def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends
 
 def admin(who: Principal = Depends(principal)) -> Principal:
     """Dependency: the caller, who must hold the admin scope (403 otherwise)."""
-    if not who.admin:
-        raise APIError(
-            403,
-            "forbidden",
-            f"user {shown(who.user)} lacks the admin scope needed for this (changing documents, index counts, metrics)",
-        )
-    return who
+    return who.require_admin()

@@ -12,7 +12,7 @@ import pytest
 
 from hopgraph.index.ingest import read_corpus
 from hopgraph.llm.standin import free_port
-from tests.serve.support import LiveServer, auth, wait_for_job, wait_until
+from tests.serve.support import USERS, LiveServer, auth, wait_for_job, wait_until
 
 QUESTION = "Who was the first director of the Halvern Harbor Institute?"
 
@@ -218,28 +218,42 @@ def test_thousands_of_bad_settings_give_a_short_message(client):
     assert "and 4980 more" in response.json()["error"]["message"]
 
 
+def reply_to_an_announced_body(server, path: str, authorization: str, expected: bytes) -> bytes:
+    """What the server answers to a POST whose body is announced (5 MB) and never sent."""
+    import socket
+
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{authorization}"
+                "Content-Type: application/json\r\nContent-Length: 5000000\r\n\r\n"
+            ).encode()
+        )
+        reply = b""
+        while expected not in reply:  # a timeout here: the server waits for the body
+            received = connection.recv(4096)
+            if not received:
+                break
+            reply += received
+    return reply
+
+
 def test_a_body_from_no_known_token_is_refused_before_it_is_read(server):
     """The app parses a JSON body before the endpoint checks the token: without the gate, anyone
     could make the server read and parse megabytes. Here the body is announced and never sent:
     the answer must come without it (before the gate, the server waited for the body)."""
-    import socket
-
-    host, port = server.url.removeprefix("http://").split(":")
     for authorization in ("", "Authorization: Bearer not-a-known-token-000\r\n"):
-        with socket.create_connection((host, int(port)), timeout=10) as connection:
-            connection.sendall(
-                (
-                    f"POST /v1/retrieve HTTP/1.1\r\nHost: {host}\r\n{authorization}"
-                    "Content-Type: application/json\r\nContent-Length: 5000000\r\n\r\n"
-                ).encode()
-            )
-            reply = b""
-            while b"unauthenticated" not in reply:  # a timeout here: the server waits for the body
-                received = connection.recv(4096)
-                if not received:
-                    break
-                reply += received
+        reply = reply_to_an_announced_body(server, "/v1/retrieve", authorization, b"unauthenticated")
         assert reply.startswith(b"HTTP/1.1 401") and b"unauthenticated" in reply, reply[:300]
+
+
+@pytest.mark.parametrize("path", ["/v1/documents", "/v1/documents/upload"])
+def test_a_readers_body_to_an_admin_endpoint_is_refused_before_it_is_read(server, path):
+    # Admin endpoints take bodies of up to serve.max_body_bytes: a reader's token must not buy their parse.
+    authorization = f"Authorization: Bearer {USERS['guest']['token']}\r\n"
+    reply = reply_to_an_announced_body(server, path, authorization, b"lacks the admin scope")
+    assert reply.startswith(b"HTTP/1.1 403") and b"lacks the admin scope" in reply, reply[:300]
 
 
 def test_a_question_body_has_its_own_smaller_limit(client, server):
