@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
 from hopgraph.documents import Document
-from hopgraph.errors import ConfigError
+from hopgraph.errors import ConfigError, InputError
 from hopgraph.retrieve.filters import MetadataFilter, reader_filter
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
 from hopgraph.retrieve.partitioned import open_index
@@ -183,6 +183,8 @@ class Index:
         (see :mod:`hopgraph.retrieve.filters`); an unknown field is a ConfigError naming the known ones.
         ``params``: retrieval settings as in the [retrieval] section, e.g. ``{"ppr": {"damping": 0.6}}``.
         """
+        if not question.strip():
+            raise InputError("the question is empty: give the question to retrieve evidence for")
         flt = None
         if groups is not None or where:
             try:

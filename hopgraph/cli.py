@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,43 @@ from hopgraph.config import (
     read_toml,
     validate_config,
 )
-from hopgraph.errors import HopgraphError
+from hopgraph.errors import ConfigError, HopgraphError, cut
 
 
 def _fail(message: str) -> None:
     click.secho(f"error: {message}", fg="red", err=True)
     sys.exit(2)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """An index known by its manifest alone: enough to say which methods it offers, before loading it."""
+
+    manifest: dict[str, Any]
+
+
+def _known_method(method: str, source: str) -> None:
+    """Refuse a retrieval method the registry does not know now, not at every query without --retrieval.method."""
+    from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
+
+    if method not in METHODS:
+        raise ConfigError(f"{source}: unknown retrieval.method {cut(method)!r}; choose one of {', '.join(METHODS)}")
+
+
+def _offered_method(method: str, index: Any, index_dir: str) -> None:
+    """Refuse a (default) method ``index`` lacks the parts for, naming those it offers, before models load."""
+    from hopgraph.retrieve.methods import SPECS, available_methods  # noqa: PLC0415
+
+    offered = ", ".join(available_methods(index))
+    if method not in SPECS:
+        raise ConfigError(f"retrieval.method {cut(method)!r} is not a retrieval method; {index_dir} offers {offered}")
+    stages = index.manifest.get("stages", {})
+    missing = [stage for stage in SPECS[method].needs if not stages.get(stage, {}).get("done")]
+    if missing:
+        raise ConfigError(
+            f"retrieval.method {method!r} needs parts {index_dir} lacks (stage {', '.join(missing)}); it offers "
+            f"{offered} (choose one with --retrieval.method)"
+        )
 
 
 class Group(click.Group):
@@ -106,11 +138,15 @@ def index(
     run again.
     """
     from hopgraph.index.pipeline import build_index  # noqa: PLC0415
-    from hopgraph.store import IndexStore  # noqa: PLC0415
+    from hopgraph.store import CorruptManifestError, IndexStore  # noqa: PLC0415
 
     config = build_config(config_file, {**options, "cluster__engine": engine})
+    _known_method(config.retrieval.method, config_file or "settings")
     corpus = read_inputs(paths, root, None, progress=not quiet)
-    earlier = IndexStore(out).finished_stages()
+    try:
+        earlier = {} if overwrite else IndexStore(out).finished_stages()  # --overwrite runs every stage
+    except CorruptManifestError:
+        earlier = {}  # build_index refuses it, saying that --overwrite rebuilds it
     started = time.perf_counter()
     manifest = build_index(corpus.documents, out, config, progress=not quiet, overwrite=overwrite)
     if overwrite:
@@ -195,6 +231,10 @@ def update(
 
     if resume and (add_paths or delete_ids):
         raise click.UsageError("--resume runs the jobs already submitted; give --add/--delete without it")
+    versions.live_version(index_dir)  # a clear error where INDEX is no index directory or CURRENT is garbage
+    method = settings(config_file, {}).get("retrieval.method")
+    if method is not None:  # the index keeps its own, but a method that cannot exist is a mistake to name now
+        _known_method(str(method), config_file or "settings")
     overrides = settings(config_file, options, only=UPDATE_SETTINGS)
     llm_overrides = {k.removeprefix("llm."): v for k, v in overrides.items() if k.startswith("llm.")}
     llm = None
@@ -283,8 +323,8 @@ def documents(index_dir: str, as_json: bool) -> None:
 @click.argument("question", required=False)
 @click.option(
     "--questions",
-    type=click.File("r", encoding="utf-8"),
-    help="File of questions ('-' = stdin): one per line, or JSONL with a 'question' field. Models load once.",
+    type=click.File("rb"),
+    help="File of questions ('-' = stdin), UTF-8: one per line, or JSONL with a 'question' field. Models load once.",
 )
 @click.option(
     "--where",
@@ -311,7 +351,7 @@ def documents(index_dir: str, as_json: bool) -> None:
 def query(
     index_dir: str,
     question: str | None,
-    questions: typing.TextIO | None,
+    questions: typing.BinaryIO | None,
     where: str | None,
     groups: str | None,
     as_json: bool,
@@ -331,6 +371,7 @@ def query(
     asked = questions_to_ask(question, questions)
     loaded = open_index(index_dir)
     config = build_config(config_file, options, loaded.config.model_dump(), "command-line options")
+    _offered_method(config.retrieval.method, loaded, index_dir)
     flt = None
     if where or groups:
         try:
@@ -495,18 +536,21 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     """
     import uvicorn  # noqa: PLC0415
 
-    from hopgraph.serve.app import create_app, run_workers  # noqa: PLC0415
+    from hopgraph.serve.app import check_address, create_app, run_workers  # noqa: PLC0415
     from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
     from hopgraph.store import IndexStore, live_root  # noqa: PLC0415
 
-    stored = IndexStore(live_root(index_dir)).require_complete()["config"]
-    merged = apply_overrides(stored, dotted_keys(read_toml(config_file)) if config_file else {})
+    manifest = IndexStore(live_root(index_dir)).require_complete()
+    merged = apply_overrides(manifest["config"], dotted_keys(read_toml(config_file)) if config_file else {})
     overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
     config = validate_config(apply_overrides(merged, overrides), "serve settings")
+    # Every request without a method uses the default: one the index cannot answer is refused now.
+    _offered_method(config.retrieval.method, _Stored(manifest), index_dir)
     tokens = TokenBook.load(config.serve.tokens_file, config.serve.tokens_env)
     workers = config.serve.workers
     if workers > 1 and config.serve.jobs == "always":
         raise click.UsageError("serve.jobs = 'always' runs jobs in every process: use it with serve.workers = 1")
+    check_address(config.serve.host, config.serve.port)  # before loading the index, which can take minutes
     where = f"http://{config.serve.host}:{config.serve.port}"
     # On SIGTERM, in-flight requests get a few seconds to finish; any retrieval still computing
     # stops at its deadline (serve.request_deadline), so the process exits within both bounds.

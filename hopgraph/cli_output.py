@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 import typing
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hopgraph.errors import InputError
+from hopgraph.errors import InputError, cut
 
 if TYPE_CHECKING:
     from hopgraph.index.ingest import IngestResult
@@ -32,19 +33,28 @@ def echo_llm_usage(usage: dict[str, dict[str, Any]]) -> None:
         )
 
 
-def questions_to_ask(question: str | None, source: typing.TextIO | None) -> typing.Iterator[str]:
+def questions_to_ask(question: str | None, source: typing.BinaryIO | None) -> typing.Iterator[str]:
     """The questions to ask: the argument, the lines of --questions, or a prompt on a terminal
-    (checked now, read as they are asked)."""
+    (checked now; a file is read whole now, a pipe or the prompt as the questions are asked)."""
     if question is not None and source is not None:
         raise click.UsageError("give QUESTION or --questions FILE, not both")
     if question is None and source is None and not sys.stdin.isatty():
         raise click.UsageError(
             "give QUESTION, or --questions FILE ('-' reads stdin); on a terminal, questions are asked"
         )
-    return iter([question]) if question is not None else read_questions(source)
+    if question is not None and not question.strip():
+        raise InputError("QUESTION is empty: give the question to retrieve evidence for")
+    if question is not None:
+        return iter([question])
+    if source is not None and source.seekable():  # a file: every line checked before models load
+        return iter(list(read_questions(source)))
+    return read_questions(source)
 
 
-def read_questions(source: typing.TextIO | None) -> typing.Iterator[str]:
+def read_questions(source: typing.BinaryIO | None) -> typing.Iterator[str]:
+    """Questions one per line: plain text, or a JSON object (a line starting with "{") with a
+    non-empty 'question'. Blank lines separate; any other line that yields no question is an error
+    naming it, so batch output lines up with the input."""
     if source is None:
         try:
             while text := click.prompt("question (empty line ends)", default="", show_default=False).strip():
@@ -52,15 +62,41 @@ def read_questions(source: typing.TextIO | None) -> typing.Iterator[str]:
         except click.Abort:  # Ctrl-D or Ctrl-C at the prompt: done asking
             click.echo()
         return
-    for number, line in enumerate(source, 1):
+    name = getattr(source, "name", "--questions")
+    offset = 0  # bytes before this line, so an undecodable byte is named where a hex editor shows it
+    for number, raw in enumerate(source, 1):
+        start = len(codecs.BOM_UTF8) if number == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+        try:
+            line = raw[start:].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            at = offset + start + exc.start
+            raise InputError(
+                f"{name}:{number}: not UTF-8 (byte 0x{raw[start + exc.start]:02x} at offset {at}); "
+                "save the questions as UTF-8"
+            ) from None
+        offset += len(raw)
         text = line.strip()
+        if not text:
+            continue
         if text.startswith("{"):
-            try:
-                text = str(json.loads(text).get("question") or "").strip()
-            except (ValueError, AttributeError) as exc:
-                raise InputError(f"{source.name}:{number}: not a JSON object with a 'question' ({exc})") from None
-        if text:
-            yield text
+            text = _json_question(text, f"{name}:{number}")
+        yield text
+
+
+def _json_question(line: str, where: str) -> str:
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise InputError(f"{where}: not a JSON object with a 'question' ({exc})") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: not a JSON object with a 'question'")
+    question = record.get("question")
+    if not isinstance(question, str):
+        what = "no 'question' field" if question is None else f"'question' is {type(question).__name__}, not text"
+        raise InputError(f"{where}: {what} (keys: {cut(', '.join(map(str, record)) or 'none')})")
+    if not question.strip():
+        raise InputError(f"{where}: 'question' is empty")
+    return question.strip()
 
 
 def print_result(result: Any, reply: Any, header: bool) -> None:

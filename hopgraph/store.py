@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from hopgraph.artifacts import SCHEMA, Kind
-from hopgraph.errors import IndexFormatError
+from hopgraph.errors import IndexFormatError, cut
 from hopgraph.version import __version__
 
 FORMAT_VERSION = 1
@@ -56,6 +56,11 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+class CorruptManifestError(IndexFormatError):
+    """The manifest is there but unreadable (empty, cut short, not JSON, not hopgraph's): the directory
+    was an index, so `hopgraph index --overwrite` may rebuild it."""
 
 
 class IndexStore:
@@ -82,9 +87,9 @@ class IndexStore:
         try:
             manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise IndexFormatError(f"{self.manifest_path}: corrupt manifest ({exc})") from None
+            raise CorruptManifestError(f"{self.manifest_path}: corrupt manifest ({exc})") from None
         if not isinstance(manifest, dict) or "format_version" not in manifest:
-            raise IndexFormatError(f"{self.manifest_path}: not a hopgraph manifest")
+            raise CorruptManifestError(f"{self.manifest_path}: not a hopgraph manifest")
         version = manifest["format_version"]
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise IndexFormatError(
@@ -293,16 +298,29 @@ def version_dir(root: str | Path, version: str) -> Path:
     return Path(root) / VERSIONS / version if version else Path(root)
 
 
+# Not "delete it": without CURRENT the root (the first build) is served, silently older than the last update.
+CURRENT_FIX = (
+    f"it should hold '{VERSIONS}/<job id>', the live version: write there the newest complete version under "
+    f"{VERSIONS}/ (its manifest.json says complete)"
+)
+
+
 def live_version(root: str | Path) -> str:
     """Name of the live version ("" when CURRENT is absent and the root itself is live)."""
     path = Path(root) / CURRENT
+    if Path(root).exists() and not Path(root).is_dir():
+        raise IndexFormatError(f"{root}: is a file, not an index directory (build one with `hopgraph index`)")
     try:
         text = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         return ""
+    except UnicodeDecodeError as exc:
+        raise IndexFormatError(f"{path}: not text (byte {exc.start} is not UTF-8); {CURRENT_FIX}") from None
+    except OSError as exc:  # a directory named CURRENT, no permission, ...
+        raise IndexFormatError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     name = text.removeprefix(f"{VERSIONS}/")
     if not text.startswith(f"{VERSIONS}/") or not JOB_ID.fullmatch(name):
-        raise IndexFormatError(f"{path}: does not name a version directory ({text[:80]!r})")
+        raise IndexFormatError(f"{path}: does not name a version directory ({cut(text)!r}); {CURRENT_FIX}")
     return name
 
 

@@ -64,3 +64,12 @@ def test_reading_an_index_loads_no_build_llm_or_ner_code():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "", f"reader imports loaded: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("question", ["", "   ", "\n\t"])
+def test_an_empty_question_is_refused(sample_index, question):
+    from hopgraph import Index
+    from hopgraph.errors import InputError
+
+    with pytest.raises(InputError, match="the question is empty"):
+        Index.open(sample_index).retrieve(question)

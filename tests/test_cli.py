@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -147,3 +149,125 @@ def test_methods_lists_the_registry_and_what_an_index_offers(sample_index):
     lines = {line.split()[0]: line for line in out.output.splitlines()}
     assert "[offered]" in lines["bm25"] and "[offered]" in lines["ppr"]
     assert "[not built]" in lines["kg"] and "kg_extract" in lines["kg"] and "[not built]" in lines["cue"]
+
+
+def cli(*args: object, env: dict[str, str] | None = None):
+    """``hopgraph ARGS`` run in this process (the models and the sample index load once per session)."""
+    from click.testing import CliRunner
+
+    from hopgraph.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
+
+
+def one_line_error(out, *expected: str) -> str:
+    """The error line of a run that failed as a user error should: exit 2, one line, no traceback."""
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.exit_code == 2 and isinstance(out.exception, SystemExit), (out.exception, out.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert all(text in lines[0] for text in expected), lines[0]
+    return lines[0]
+
+
+@pytest.fixture()
+def index_copy(sample_index, tmp_path) -> Path:
+    target = tmp_path / "index"
+    shutil.copytree(sample_index, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    "command", [["query", "q"], ["inspect"], ["methods"], ["serve"], ["documents"], ["update", "--resume"], ["jobs"]]
+)
+def test_a_file_or_a_garbage_current_is_a_one_line_error(command, index_copy, tmp_path):
+    name, *rest = command
+    (index_copy / "CURRENT").write_bytes(b"\xff\xfe garbage")
+    out = cli(name, index_copy, *rest, env={"HOPGRAPH_TOKENS": ""})
+    one_line_error(out, f"{index_copy / 'CURRENT'}: not text (byte 0 is not UTF-8)")
+    assert out.stdout == ""  # nothing done before the index was found unreadable
+    if name in ("query", "inspect", "methods", "serve"):  # the others take directories only (click says so)
+        a_file = tmp_path / "afile"
+        a_file.write_text("not an index\n", encoding="utf-8")
+        one_line_error(cli(name, a_file, *rest), f"{a_file}: is a file, not an index directory")
+
+
+def test_questions_file_not_utf8_names_the_file_line_and_offset(sample_index, tmp_path):
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("Who built the mill?\nCaf\xe9 owner?\n".encode("latin-1"))
+    out = cli("query", sample_index, "--questions", latin)
+    one_line_error(out, f"{latin}:2: not UTF-8 (byte 0xe9 at offset 23)")
+
+
+def test_questions_without_a_question_field_are_refused_by_line(sample_index, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    for bad, why in [('{"q": "bad"}', "no 'question' field (keys: q)"), ('{"question": 7}', "'question' is int")]:
+        questions.write_text(f'{{"question": "Who built the mill?"}}\n\n{bad}\n', encoding="utf-8")
+        out = cli("query", sample_index, "--questions", questions, "--json")
+        one_line_error(out, f"{questions}:3: {why}")
+        assert out.stdout == ""  # the whole file is checked before the first question is answered
+
+
+@pytest.mark.parametrize("question", ["", "   "])
+def test_an_empty_question_is_refused(question, sample_index, tmp_path):
+    one_line_error(cli("query", sample_index, question), "QUESTION is empty")
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(f"Who built the mill?\n{json.dumps({'question': question})}\n", encoding="utf-8")
+    one_line_error(cli("query", sample_index, "--questions", questions), f"{questions}:2: 'question' is empty")
+
+
+def test_overwrite_rebuilds_an_index_whose_manifest_is_corrupt(index_copy):
+    (index_copy / "manifest.json").write_text("", encoding="utf-8")
+    refused = cli("index", SAMPLE, "--out", index_copy, "-q", *SMALL)
+    one_line_error(refused, "manifest.json: corrupt manifest", "pass --overwrite to rebuild the index")
+    rebuilt = cli("index", SAMPLE, "--out", index_copy, "-q", "--overwrite", *SMALL)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert json.loads((index_copy / "manifest.json").read_text(encoding="utf-8"))["complete"]
+
+
+def test_a_named_input_that_does_not_exist_is_refused_before_building(tmp_path):
+    missing, out = tmp_path / "nosuch.txt", tmp_path / "index"
+    refused = cli("index", SAMPLE / "sorvik.txt", missing, "--out", out, "-q", *SMALL)
+    one_line_error(refused, f"{missing}: no such file or directory")
+    assert not out.exists()
+
+
+def test_serve_refuses_a_port_in_use_before_loading_the_index(sample_index):
+    tokens = json.dumps([{"token": "admin-token-0123456789", "user": "a", "groups": [], "admin": True}])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "hopgraph.cli", "serve", str(sample_index), "--serve.port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "HOPGRAPH_TOKENS": tokens},
+        )
+    assert out.returncode == 2 and out.stdout == "", (out.stdout, out.stderr)  # no "loading", no "serving"
+    assert out.stderr.strip().splitlines() == [
+        f"error: cannot serve at 127.0.0.1:{port}: Address already in use; choose another --serve.port or "
+        "--serve.host, or stop what listens there"
+    ]
+
+
+def test_index_and_update_refuse_an_unknown_default_method(index_copy, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[retrieval]\nmethod = "nosuch"\n', encoding="utf-8")
+    out = tmp_path / "new-index"
+    refused = cli("index", SAMPLE, "--out", out, "-q", "--config", config, *SMALL)
+    one_line_error(refused, f"{config}: unknown retrieval.method 'nosuch'; choose one of text, bm25")
+    assert not out.exists()
+    refused = cli("update", index_copy, "--resume", "--config", config)
+    one_line_error(refused, f"{config}: unknown retrieval.method 'nosuch'")
+
+
+def test_query_and_serve_refuse_a_default_method_the_index_lacks(sample_index, tmp_path):
+    offered = "it offers text, bm25, knng, keyword, concept, ppr"
+    config = tmp_path / "kg.toml"
+    config.write_text('[retrieval]\nmethod = "kg"\n', encoding="utf-8")
+    one_line_error(cli("query", sample_index, "q", "--config", config), "'kg' needs parts", "kg_extract", offered)
+    served = cli("serve", sample_index, "--retrieval.method", "kg", env={"HOPGRAPH_TOKENS": ""})
+    one_line_error(served, "'kg' needs parts", offered)
+    unknown = cli("serve", sample_index, "--retrieval.method", "nosuch", env={"HOPGRAPH_TOKENS": ""})
+    one_line_error(unknown, "'nosuch' is not a retrieval method", "offers text, bm25")

@@ -46,3 +46,33 @@ def test_missing_partial_corrupt_and_newer(tmp_path):
     (tmp_path / "idx" / "arrays" / "vec.npy").write_bytes(b"garbage")
     with pytest.raises(IndexFormatError, match="corrupt array"):
         store.read_array("vec")
+
+
+def test_a_file_or_an_unreadable_current_is_a_clear_error(tmp_path):
+    from hopgraph.store import live_root, live_version
+
+    a_file = tmp_path / "afile"
+    a_file.write_text("not an index\n")
+    with pytest.raises(IndexFormatError, match=r"afile: is a file, not an index directory"):
+        live_root(a_file)
+    store = IndexStore(tmp_path / "idx")
+    store.write_manifest({"complete": True, "stages": {}})
+    (tmp_path / "idx" / "CURRENT").write_bytes(b"versions/\xff\xfe")
+    with pytest.raises(IndexFormatError, match=r"idx/CURRENT: not text \(byte 9 is not UTF-8\).*newest complete"):
+        live_version(tmp_path / "idx")
+    (tmp_path / "idx" / "CURRENT").write_text("nonsense\n")
+    with pytest.raises(IndexFormatError, match=r"CURRENT: does not name a version directory \('nonsense'"):
+        live_root(tmp_path / "idx")
+
+
+def test_an_unreadable_manifest_is_told_apart(tmp_path):
+    from hopgraph.store import CorruptManifestError
+
+    store = IndexStore(tmp_path / "idx")
+    store.write_manifest({"complete": True, "stages": {}})
+    store.manifest_path.write_text("")
+    with pytest.raises(CorruptManifestError, match="corrupt manifest"):
+        store.read_manifest()
+    store.manifest_path.write_text("[1]")
+    with pytest.raises(CorruptManifestError, match="not a hopgraph manifest"):
+        store.read_manifest()

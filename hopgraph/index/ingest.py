@@ -3,8 +3,8 @@
 Bad input is the normal case with real corpora, so one broken file or record never stops the run
 and never costs the other files: it becomes an :class:`InputProblem` and reading goes on, and every
 file left out is listed with its reason (an unsupported type, unreadable, empty, too large,
-undecodable). Only a run that yields no document at all is an error. How each format becomes text
-is :mod:`hopgraph.index.formats`.
+undecodable). Only a path named that does not exist, or a run that yields no document at all, is an
+error. How each format becomes text is :mod:`hopgraph.index.formats`.
 
 A file's document id is its path relative to a root: the root given (``--root``), else the folder
 named, else, for a file named alone, its own folder. Paths are compared as absolute paths first and
@@ -88,7 +88,8 @@ def read_corpus(
     default_metadata: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> IngestResult:
-    """Read every file, folder and benchmark in ``paths``; raise InputError only if nothing is usable.
+    """Read every file, folder and benchmark in ``paths``; raise InputError if one of ``paths`` does
+    not exist or nothing is usable.
 
     ``root``: ids are paths relative to it (a file outside it is skipped); by default each folder
     named is its own root and a file named alone is relative to its folder. ``known_ids`` maps a
@@ -102,17 +103,26 @@ def read_corpus(
         raise InputError("no input paths given")
     if root is not None and not Path(root).is_dir():
         raise InputError(f"root {root}: not a folder")
+    # A path named by the caller that is not there is a typo to fix, not a file to skip among many:
+    # refused before anything is read or built (files inside folders are still skipped one by one).
+    missing = [str(p) for p in paths if not Path(p).exists()]
+    if missing:
+        raise InputError(
+            f"{missing[0]}: no such file or directory"
+            if len(missing) == 1
+            else f"no such files or directories: {listed(missing)}"
+        )
     reader = _Reader(max_file_bytes, _base_metadata(default_metadata), dict(known_ids or {}) if root is None else {})
     for raw in paths:
         path = Path(raw)
         reader.plan(path, Path(root) if root is not None else path if path.is_dir() else _absolute(path).parent)
     reader.run(progress)
     if not reader.documents:
-        listed = "\n".join(f"  {problem}" for problem in reader.problems[:_MAX_LISTED])
+        named = "\n".join(f"  {problem}" for problem in reader.problems[:_MAX_LISTED])
         more = len(reader.problems) - _MAX_LISTED
         detail = (
-            listed + (f"\n  ... and {more} more" if more > 0 else "")
-            if listed
+            named + (f"\n  ... and {more} more" if more > 0 else "")
+            if named
             else f"  no files of the kinds read ({_KINDS}) or benchmark data were found"
         )
         raise InputError(f"no document could be read from {', '.join(str(p) for p in paths)}:\n{detail}")

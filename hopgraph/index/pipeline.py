@@ -44,7 +44,7 @@ from hopgraph.index.reuse import (
 )
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
-from hopgraph.store import PARTITIONS, IndexStore
+from hopgraph.store import PARTITIONS, CorruptManifestError, IndexStore
 
 
 def corpus_fingerprint(documents: Sequence[Document]) -> str:
@@ -384,7 +384,10 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
                 f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out"
             )
         return fresh
-    manifest = store.read_manifest()
+    try:
+        manifest = store.read_manifest()
+    except CorruptManifestError as exc:
+        raise CorruptManifestError(f"{exc}; pass --overwrite to rebuild the index, or choose another --out") from None
     stored = manifest.get("stage_settings")
     if stored is None:  # written before per-stage keys: its LLM-free stages match if its build settings do
         same = manifest.get("build_settings") == config.build_settings()

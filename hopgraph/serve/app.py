@@ -13,12 +13,14 @@ import contextlib
 import inspect
 import json
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import FastAPI
 
 from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.errors import ConfigError
 from hopgraph.serve import openai
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.docs import install_pages
@@ -32,6 +34,7 @@ from hopgraph.version import __version__
 
 # Endpoints whose body is a question (serve.max_question_body_bytes), not documents (serve.max_body_bytes).
 QUESTION_PATHS = frozenset({"/v1/retrieve", "/v1/answer", "/v1/chat/completions"})
+ADMIN_BODY_PATHS = frozenset({"/v1/documents", "/v1/documents/upload"})  # admin-only endpoints with a body
 
 
 def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, start_jobs: bool = True) -> FastAPI:
@@ -79,8 +82,25 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         gate=service.known,
         question_paths=QUESTION_PATHS,
         max_question_bytes=config.serve.max_question_body_bytes,
+        admin_paths=ADMIN_BODY_PATHS,
     )
     return app
+
+
+def check_address(host: str, port: int) -> None:
+    """Bind ``host:port`` once and let it go, so a port in use is named before minutes of loading the
+    index, not after (the socket is made as uvicorn makes its own: IPv6 for a host with a colon,
+    SO_REUSEADDR, which still refuses a port another process listens on)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot serve at {host}:{port}: {exc.strerror or exc}; choose another --serve.port or --serve.host, "
+            "or stop what listens there"
+        ) from None
 
 
 # ---------------------------------------------------------------------- several worker processes

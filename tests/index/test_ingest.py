@@ -109,14 +109,15 @@ def test_every_bad_input_is_reported_and_good_files_survive(tmp_path: Path) -> N
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    result = read_corpus([tmp_path, tmp_path / "missing.txt"], max_file_bytes=1000)
+    (tmp_path / "dangling.txt").symlink_to(tmp_path / "missing.txt")  # inside a folder: skipped, named
+    result = read_corpus([tmp_path], max_file_bytes=1000)
     assert sorted(d.id for d in result.documents) == ["good.txt", "latin.txt", "ok"]
     found = {(Path(p.path).name, p.line): p.reason for p in result.problems}
     assert found[("empty.txt", None)] == "empty file"
     assert found[("blank.md", None)] == "empty file"
     assert "binary" in found[("binary.txt", None)]
     assert "over the 1,000-byte limit" in found[("big.txt", None)]
-    assert "no such file" in found[("missing.txt", None)]
+    assert "broken link" in found[("dangling.txt", None)]
     assert "invalid JSON" in found[("records.jsonl", 2)]
     assert "'text'" in found[("records.jsonl", 3)] and "'text'" in found[("records.jsonl", 4)]
     assert "'acl'" in found[("records.jsonl", 5)] and "'acl'" in found[("records.jsonl", 6)]
@@ -137,6 +138,16 @@ def test_duplicate_ids_keep_the_first(tmp_path: Path) -> None:
     (problem,) = result.problems
     assert (Path(problem.path).name, problem.line) == ("dup.jsonl", 2)
     assert "duplicate document id 'same'" in problem.reason
+
+
+def test_a_named_path_that_does_not_exist_is_an_error_before_reading(tmp_path: Path) -> None:
+    # Inside a folder a missing file is one problem among many; named by the caller, it is a typo.
+    good = tmp_path / "notes.txt"
+    good.write_text("Plain notes.\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"nosuch\.txt: no such file or directory$"):
+        read_corpus([good, tmp_path / "nosuch.txt"])
+    with pytest.raises(InputError, match=r"no such files or directories: .*a\.txt; .*b\.txt$"):
+        read_corpus([tmp_path / "a.txt", good, tmp_path / "b.txt"])
 
 
 def test_nothing_readable_raises_input_error_listing_problems(tmp_path: Path) -> None:
