@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hopgraph.documents import Document, invalid_unicode_at, text_problem
+from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at, text_problem, too_deep_at
 from hopgraph.errors import InputError, cut, listed
 from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
 from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
@@ -388,6 +388,9 @@ class _Reader:
             except json.JSONDecodeError as error:
                 self.problem(where, lineno, f"invalid JSON ({error.msg} at column {error.colno})")
                 continue
+            except RecursionError:  # Python's parser gives up around a thousand levels
+                self.problem(where, lineno, f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+                continue
             try:
                 document = self.record_document(record, f"{name}:{lineno}", source, lineno)
             except ValueError as error:
@@ -400,6 +403,9 @@ class _Reader:
         """One JSONL record as a Document; ValueError says what is wrong with it."""
         if not isinstance(record, dict):
             raise ValueError("record is not a JSON object")
+        place = too_deep_at(record)
+        if place:
+            raise ValueError(f"{cut(place)!r} is nested more than {MAX_JSON_DEPTH} levels deep")
         place = invalid_unicode_at(record)
         if place:
             raise ValueError(f"{cut(place)!r} holds a lone surrogate (not Unicode text)")

@@ -197,3 +197,18 @@ def test_benchmark_inputs_are_recognised_by_content(tmp_path: Path) -> None:
 def test_real_benchmark_folder_reads_all_corpora() -> None:
     result = read_corpus([DATA / "musique" / "ketrag_500", DATA / "hotpotqa" / "dev_subsampled.jsonl"])
     assert len(result.documents) == 6761 + 4858 and result.problems == []
+
+
+def test_records_nested_too_deep_are_skipped_with_their_line(tmp_path: Path) -> None:
+    # 40 levels: refused by the bound; 100,000: past what Python's JSON parser itself can read.
+    (tmp_path / "notes.jsonl").write_text(
+        _lines(
+            {"id": "kept", "text": "A readable note."},
+            '{"id": "deep", "text": "A note.", "tags": ' + "[" * 40 + "]" * 40 + "}",
+            '{"id": "deeper", "text": "A note.", "tags": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        ),
+        encoding="utf-8",
+    )
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["kept"]
+    assert [(p.line, "nested more than 32 levels deep" in p.reason) for p in result.problems] == [(2, True), (3, True)]
