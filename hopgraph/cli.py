@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import typing
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,19 @@ def _offered_method(method: str, index: Any, index_dir: str) -> None:
         )
 
 
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> str:
+    return f"warning: {message}\n"
+
+
 class Group(click.Group):
     """Turns user-facing errors into one clear line instead of a traceback."""
 
     command_class = Command  # short help: settings grouped by section
 
     def invoke(self, ctx: click.Context) -> Any:
+        # hopgraph's own warnings (a tokens file others may write) read as one line, not as Python's
+        # "file:line: UserWarning" with the source line under it.
+        warnings.formatwarning = _warning_line
         try:
             return super().invoke(ctx)
         except HopgraphError as exc:

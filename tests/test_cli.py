@@ -251,6 +251,32 @@ def test_serve_refuses_a_port_in_use_before_loading_the_index(sample_index):
     ]
 
 
+def test_a_tokens_file_others_may_write_is_one_warning_line_and_a_missing_one_is_named(sample_index, tmp_path):
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[[tokens]]\ntoken = "admin-token-0123456789"\nuser = "a"\ngroups = []\n', encoding="utf-8")
+    tokens.chmod(0o666)
+    with socket.socket() as taken:  # the port is taken: serve stops right after reading the tokens
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for file in (tokens, tmp_path / "nope.toml"):
+            out = subprocess.run(
+                [sys.executable, "-m", "hopgraph.cli", "serve", str(sample_index), "--serve.port", port]
+                + ["--serve.tokens_file", str(file)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            lines = out.stderr.strip().splitlines()
+            if file == tokens:
+                assert lines[0] == f"warning: tokens file {tokens} is writable by its group or by other users " + (
+                    f"(mode -rw-rw-rw-); run `chmod go-w {tokens}`"
+                )
+                assert lines[1].startswith("error: cannot serve at") and len(lines) == 2
+            else:
+                assert lines == [f"error: tokens file not found: {file}"]
+
+
 def test_index_and_update_refuse_an_unknown_default_method(index_copy, tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text('[retrieval]\nmethod = "nosuch"\n', encoding="utf-8")

@@ -114,11 +114,12 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     return validate_config(apply_overrides(data, overrides or {}), source=str(path) if path else "configuration")
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
+def read_toml(path: str | Path, kind: str = "config file") -> dict[str, Any]:
+    """The TOML file at ``path``; ``kind`` names it in errors ("tokens file")."""
     try:
         return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
+        raise ConfigError(f"{kind} not found: {path}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 

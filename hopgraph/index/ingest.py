@@ -432,7 +432,9 @@ class _Reader:
     def add_document(self, document: Document, where: Path | str, line: int | None = None) -> None:
         first = self._first_source.get(document.id)
         if first is not None:
-            self.problem(where, line, f"duplicate document id {document.id!r} (first read from {first}); dropped")
+            # A file's id is its path under the folder named: two folders may hold one name.
+            hint = "" if line is not None else " (to keep both, give their common parent folder as --root)"
+            self.problem(where, line, f"duplicate document id {document.id!r} (first read from {first}); dropped{hint}")
             return
         self._first_source[document.id] = str(where)
         self.documents.append(document)

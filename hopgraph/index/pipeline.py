@@ -407,10 +407,9 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         s.name for s in STAGES if s.name in changed and not s.llm and not _only_newer_settings(s, stored_config, config)
     ]
     if refused or manifest.get("corpus_fingerprint") != fingerprint:
-        what = f"build settings (stages {', '.join(refused)})" if refused else "corpus"
+        what = f"other build settings (stages {', '.join(refused)})" if refused else "a different corpus"
         raise IndexFormatError(
-            f"{store.root} holds an index of a different {what}; pass --overwrite to rebuild it, or choose another "
-            "--out"
+            f"{store.root} holds an index of {what}; pass --overwrite to rebuild it, or choose another --out"
         )
     # Only LLM-built parts (re-running them costs nothing for cached calls) and stages whose settings
     # gained keys since the index was built (a newer hopgraph), at their defaults.

@@ -139,7 +139,7 @@ class TokenBook:
         if tokens_file:
             path = Path(tokens_file).expanduser()
             warn_if_writable_by_others(path)
-            listed = read_toml(path).get("tokens", [])
+            listed = read_toml(path, "tokens file").get("tokens", [])
             if not isinstance(listed, list):
                 raise ConfigError(f"{path}: 'tokens' must be an array of tables ([[tokens]])")
             records += listed

@@ -95,7 +95,7 @@ def test_changed_build_settings_refuse_and_name_the_stages(tmp_path, sample_docu
 
     build_index(sample_documents[:3], tmp_path / "i", sample_config, progress=False)
     other = sample_config.model_copy(update={"graph": sample_config.graph.model_copy(update={"theta_co": 7})})
-    with pytest.raises(IndexFormatError, match="different build settings \\(stages concept_graph\\)"):
+    with pytest.raises(IndexFormatError, match="other build settings \\(stages concept_graph\\)"):
         build_index(sample_documents[:3], tmp_path / "i", other, progress=False)
 
 
@@ -130,7 +130,7 @@ def test_a_stage_whose_settings_are_newer_than_the_index_is_rebuilt_not_refused(
     manifest = store.read_manifest()
     del manifest["config"]["graph"]["entity_phrases"]
     store.manifest_path.write_text(json.dumps(manifest))
-    with pytest.raises(IndexFormatError, match="different build settings \\(stages entities\\)"):
+    with pytest.raises(IndexFormatError, match="other build settings \\(stages entities\\)"):
         build_index(sample_documents[:3], out, phrases, progress=False)  # not the default: the user's choice
 
 
