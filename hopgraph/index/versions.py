@@ -290,6 +290,7 @@ def _run(
     stop_after: str | None = None,
     cluster: ClusterConfig | None = None,
     run: str | None = None,
+    verify: Callable[[Path], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) one batch of jobs as one build; the caller holds the job lock. ``run`` names
     this attempt in the records, so one ended by a shutdown can be taken back (:func:`forgive_interrupted`)."""
@@ -331,6 +332,12 @@ def _run(
             previous=version_dir(root, base),
         )["complete"]:
             return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
+        if verify is not None:
+            try:
+                verify(target)
+            except Exception as exc:
+                why = f"version {leader} was built but cannot be served, so it is not live: {exc}"
+                raise IndexFormatError(why) from exc
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
         _mark_failed(root, batch, str(exc) or type(exc).__name__)
@@ -399,10 +406,13 @@ def run_pending(
     progress: bool = False,
     batches: int | None = None,
     run: str | None = None,
+    verify: Callable[[Path], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run every queued job, and every job left 'running' by a process that died, oldest first,
     as few builds as possible (at most ``batches`` builds when given); returns their records.
-    ``run`` names these attempts in the records (see :func:`forgive_interrupted`).
+    ``run`` names these attempts in the records (see :func:`forgive_interrupted`). ``verify`` is
+    given each built version before it goes live; where it raises, the batch fails and the live
+    version stays (the server's worker loads it and asks it a question per method).
 
     Holding the lock proves that no live process is running any of them. Stops at the first
     failure (raised); the jobs after it stay queued.
@@ -414,7 +424,7 @@ def run_pending(
             batch = _next_batch(list_jobs(root))
             if not batch:
                 break
-            done += _run(root, batch, llm, progress, cluster=cluster, run=run)
+            done += _run(root, batch, llm, progress, cluster=cluster, run=run, verify=verify)
             batches = None if batches is None else batches - 1
     return done
 

@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from hopgraph.config import HopgraphConfig
+from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.index import versions
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
 from hopgraph.retrieve.partitioned import PartitionedIndex, open_index
 from hopgraph.retrieve.retriever import Retriever
-from hopgraph.store import version_dir
+from hopgraph.store import IndexStore, version_dir
 
 
 def warm(index: LoadedIndex | PartitionedIndex) -> None:
@@ -59,6 +59,26 @@ def touch(array: np.ndarray) -> None:
     stay in the page cache that every process mapping the same file shares."""
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     int(flat[:: mmap.PAGESIZE].sum())
+
+
+def open_snapshot(path: Path, version: str, config: HopgraphConfig) -> Snapshot:
+    """The index at ``path`` loaded whole and warmed, as a server serves it: every stored part read,
+    and one question asked of each method it offers (first queries pay one-time costs now)."""
+    index = open_index(path)
+    if version:
+        index.version = version  # a version's directory opened on its own reads as a root index
+    warm(index)
+    retriever = Retriever(index, config.retrieval, device=config.embedding.device)
+    methods = tuple(available_methods(index))
+    for method in methods:
+        retriever.retrieve("warm up", method=method, budget=200)
+    return Snapshot(index.version, index, retriever, methods, frozenset(index.documents["id"]))
+
+
+def check_servable(path: Path) -> None:
+    """Raise where a built version could not be served (with its own settings): the worker asks
+    this before the version goes live, so one that no server can load is never published."""
+    open_snapshot(path, path.name, validate_config(IndexStore(path).read_manifest()["config"], f"{path}/manifest.json"))
 
 
 @dataclass(frozen=True)
@@ -91,16 +111,8 @@ class IndexHolder:
 
     def _open(self, version: str) -> Snapshot:
         """Open exactly ``version`` ("" = the root index), not whatever CURRENT names by then."""
-        index = open_index(version_dir(self.root, version))
-        if version:
-            index.version = version  # a version's directory opened on its own reads as a root index
-        warm(index)
         # The server's retrieval settings: stored ones under its --config file and command line.
-        retriever = Retriever(index, self.config.retrieval, device=self.config.embedding.device)
-        methods = tuple(available_methods(index))
-        for method in methods:  # first queries pay one-time costs (lazy graphs, reranker) now
-            retriever.retrieve("warm up", method=method, budget=200)
-        return Snapshot(index.version, index, retriever, methods, frozenset(index.documents["id"]))
+        return open_snapshot(version_dir(self.root, version), version, self.config)
 
     @property
     def current(self) -> Snapshot:

@@ -16,6 +16,7 @@ import time
 from hopgraph.config import LLMConfig, validate_section
 from hopgraph.errors import HopgraphError
 from hopgraph.index import versions
+from hopgraph.serve.state import check_servable
 
 
 def work(
@@ -38,7 +39,7 @@ def work(
     parent = os.getppid() if parent is None else parent
     idle_since = time.monotonic()
     while (batches is None or built < batches) and os.getppid() == parent:
-        if versions.run_pending(index, llm=llm, batches=1, run=run):
+        if versions.run_pending(index, llm=llm, batches=1, run=run, verify=check_servable):
             built += 1
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since >= linger:

@@ -62,3 +62,27 @@ def test_a_version_that_failed_to_load_is_tried_again_after_a_while(index_copy, 
     assert not holder.refresh() and holder.current.version == ""  # within the back-off: not tried
     time.sleep(holder.retry_after + 0.1)
     assert holder.refresh() and holder.current.version == NEW
+
+
+def test_a_built_version_no_server_could_load_is_never_published(index_copy):
+    from hopgraph.documents import Document
+    from hopgraph.errors import IndexFormatError
+    from hopgraph.serve.state import check_servable
+
+    note = Document(id="ferry", text="The Sorvik ferry leaves Tem island at seven every morning.")
+    job = versions.submit_update(index_copy, [note], [])
+    [done] = versions.run_pending(index_copy, verify=check_servable)  # what the server's worker runs
+    assert done["status"] == "done" and versions.live_version(index_copy) == job["id"]
+
+    def damaged_then_checked(path: Path) -> None:
+        # Fault injection: a version that cannot be loaded is no longer built from any input known,
+        # so its chunk vectors are cut short between the build and the check.
+        vectors = path / "arrays" / "chunk_vectors.npy"
+        vectors.write_bytes(vectors.read_bytes()[:200])
+        check_servable(path)
+
+    second = versions.submit_update(index_copy, [], ["ferry"])
+    with pytest.raises(IndexFormatError, match="was built but cannot be served, so it is not live"):
+        versions.run_pending(index_copy, verify=damaged_then_checked)
+    assert versions.live_version(index_copy) == job["id"]  # the good version stays live
+    assert versions.read_job(index_copy, second["id"])["status"] == "failed"
