@@ -8,11 +8,8 @@ Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named
 from __future__ import annotations
 
 import json
-import sys
 import time
 import typing
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +22,11 @@ from hopgraph.cli_options import (
     ROOT,
     SUMMARY_JSON,
     VERBOSE,
-    Command,
+    Group,
     build_config,
     config_file_option,
     config_options,
+    fail,
     settings,
 )
 from hopgraph.cli_output import cluster_cost, echo_llm_usage, print_result, questions_to_ask, read_inputs
@@ -39,64 +37,6 @@ from hopgraph.config import (
     read_toml,
     validate_config,
 )
-from hopgraph.errors import ConfigError, HopgraphError, cut
-
-
-def _fail(message: str) -> None:
-    click.secho(f"error: {message}", fg="red", err=True)
-    sys.exit(2)
-
-
-@dataclass(frozen=True)
-class _Stored:
-    """An index known by its manifest alone: enough to say which methods it offers, before loading it."""
-
-    manifest: dict[str, Any]
-
-
-def _known_method(method: str, source: str) -> None:
-    """Refuse a retrieval method the registry does not know now, not at every query without --retrieval.method."""
-    from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
-
-    if method not in METHODS:
-        raise ConfigError(f"{source}: unknown retrieval.method {cut(method)!r}; choose one of {', '.join(METHODS)}")
-
-
-def _offered_method(method: str, index: Any, index_dir: str) -> None:
-    """Refuse a (default) method ``index`` lacks the parts for, naming those it offers, before models load."""
-    from hopgraph.retrieve.methods import SPECS, available_methods  # noqa: PLC0415
-
-    offered = ", ".join(available_methods(index))
-    if method not in SPECS:
-        raise ConfigError(f"retrieval.method {cut(method)!r} is not a retrieval method; {index_dir} offers {offered}")
-    stages = index.manifest.get("stages", {})
-    missing = [stage for stage in SPECS[method].needs if not stages.get(stage, {}).get("done")]
-    if missing:
-        raise ConfigError(
-            f"retrieval.method {method!r} needs parts {index_dir} lacks (stage {', '.join(missing)}); it offers "
-            f"{offered} (choose one with --retrieval.method)"
-        )
-
-
-def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> str:
-    return f"warning: {message}\n"
-
-
-class Group(click.Group):
-    """Turns user-facing errors into one clear line instead of a traceback."""
-
-    command_class = Command  # short help: settings grouped by section
-
-    def invoke(self, ctx: click.Context) -> Any:
-        # hopgraph's own warnings (a tokens file others may write) read as one line, not as Python's
-        # "file:line: UserWarning" with the source line under it.
-        warnings.formatwarning = _warning_line
-        try:
-            return super().invoke(ctx)
-        except HopgraphError as exc:
-            _fail(str(exc))
-        except KeyboardInterrupt:
-            _fail("interrupted; finished stages are kept, run the same command again to resume")
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -149,7 +89,9 @@ def index(
     from hopgraph.store import CorruptManifestError, IndexStore  # noqa: PLC0415
 
     config = build_config(config_file, {**options, "cluster__engine": engine})
-    _known_method(config.retrieval.method, config_file or "settings")
+    from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
+
+    check_method(config.retrieval.method, source=config_file or "settings")
     corpus = read_inputs(paths, root, None, progress=not quiet)
     try:
         earlier = {} if overwrite else IndexStore(out).finished_stages()  # --overwrite runs every stage
@@ -242,7 +184,9 @@ def update(
     versions.live_version(index_dir)  # a clear error where INDEX is no index directory or CURRENT is garbage
     method = settings(config_file, {}).get("retrieval.method")
     if method is not None:  # the index keeps its own, but a method that cannot exist is a mistake to name now
-        _known_method(str(method), config_file or "settings")
+        from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
+
+        check_method(str(method), source=config_file or "settings")
     overrides = settings(config_file, options, only=UPDATE_SETTINGS)
     llm_overrides = {k.removeprefix("llm."): v for k, v in overrides.items() if k.startswith("llm.")}
     llm = None
@@ -379,7 +323,9 @@ def query(
     asked = questions_to_ask(question, questions)
     loaded = open_index(index_dir)
     config = build_config(config_file, options, loaded.config.model_dump(), "command-line options")
-    _offered_method(config.retrieval.method, loaded, index_dir)
+    from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
+
+    check_method(config.retrieval.method, loaded.manifest, index_dir)
     flt = None
     if where or groups:
         try:
@@ -394,7 +340,7 @@ def query(
                 max_values=config.serve.max_filter_values,
             )
         except ValueError as exc:  # a JSON syntax error is one too
-            _fail(f"--where: {exc}")
+            fail(f"--where: {exc}")
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
     llm = None
     if with_answer:
@@ -553,7 +499,9 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
     config = validate_config(apply_overrides(merged, overrides), "serve settings")
     # Every request without a method uses the default: one the index cannot answer is refused now.
-    _offered_method(config.retrieval.method, _Stored(manifest), index_dir)
+    from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
+
+    check_method(config.retrieval.method, manifest, index_dir)
     tokens = TokenBook.load(config.serve.tokens_file, config.serve.tokens_env)
     workers = config.serve.workers
     if workers > 1 and config.serve.jobs == "always":

@@ -8,13 +8,16 @@ that read an index) > built-in default.
 
 from __future__ import annotations
 
+import sys
 import typing
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from hopgraph.config import HopgraphConfig, apply_overrides, dotted_keys, leaf_fields, read_toml, validate_config
+from hopgraph.errors import HopgraphError
 
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
 QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
@@ -105,6 +108,33 @@ class Command(click.Command):
                 [(name, f"{len(opts)}: {_names(name, opts)}") for name, opts in sections.items()]
                 + [("", f"All with defaults: --help-all, or {EXAMPLE} (`hopgraph init` writes it).")]
             )
+
+
+def fail(message: str) -> None:
+    """The one-line ``error:`` a command ends with (exit code 2)."""
+    click.secho(f"error: {message}", fg="red", err=True)
+    sys.exit(2)
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> str:
+    return f"warning: {message}\n"
+
+
+class Group(click.Group):
+    """Turns user-facing errors into one clear line instead of a traceback."""
+
+    command_class = Command  # short help: settings grouped by section
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # hopgraph's own warnings (a tokens file others may write) read as one line, not as Python's
+        # "file:line: UserWarning" with the source line under it.
+        warnings.formatwarning = _warning_line
+        try:
+            return super().invoke(ctx)
+        except HopgraphError as exc:
+            fail(str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted; finished stages are kept, run the same command again to resume")
 
 
 def _names(section: str, opts: list[str], shown: int = 4) -> str:

@@ -282,10 +282,10 @@ def test_index_and_update_refuse_an_unknown_default_method(index_copy, tmp_path)
     config.write_text('[retrieval]\nmethod = "nosuch"\n', encoding="utf-8")
     out = tmp_path / "new-index"
     refused = cli("index", SAMPLE, "--out", out, "-q", "--config", config, *SMALL)
-    one_line_error(refused, f"{config}: unknown retrieval.method 'nosuch'; choose one of text, bm25")
+    one_line_error(refused, f"{config}: unknown method 'nosuch'; choose one of text, bm25")
     assert not out.exists()
     refused = cli("update", index_copy, "--resume", "--config", config)
-    one_line_error(refused, f"{config}: unknown retrieval.method 'nosuch'")
+    one_line_error(refused, f"{config}: unknown method 'nosuch'")
 
 
 def test_query_and_serve_refuse_a_default_method_the_index_lacks(sample_index, tmp_path):
@@ -296,4 +296,4 @@ def test_query_and_serve_refuse_a_default_method_the_index_lacks(sample_index, t
     served = cli("serve", sample_index, "--retrieval.method", "kg", env={"HOPGRAPH_TOKENS": ""})
     one_line_error(served, "'kg' needs parts", offered)
     unknown = cli("serve", sample_index, "--retrieval.method", "nosuch", env={"HOPGRAPH_TOKENS": ""})
-    one_line_error(unknown, "'nosuch' is not a retrieval method", "offers text, bm25")
+    one_line_error(unknown, "unknown method 'nosuch'", "offers text, bm25")

@@ -32,7 +32,7 @@ from hopgraph.errors import ConfigError, IndexFormatError
 from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.methods import check_method
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import PARTITIONS, IndexStore, live_root
@@ -149,8 +149,7 @@ class PartitionedRetriever(Retriever):
         **options: Any,
     ) -> RetrievalResult:
         chosen = method or (overrides or {}).get("method") or self.config.method
-        if chosen not in METHODS:
-            raise ConfigError(f"unknown method {chosen!r}; choose one of {', '.join(METHODS)}")
+        check_method(chosen)
         started = time.perf_counter()
         streams, settled, seeds = [], None, {}
         offsets: dict[str, int] = {}  # pieces numbered over the partitions this reader may read, nothing else

@@ -44,9 +44,13 @@ class MethodSpec:
         """Built entirely without an LLM (the LLM-built stages are the only ones a method can need)."""
         return not self.needs
 
+    def missing(self, manifest: dict[str, Any]) -> list[str]:
+        """The stages it needs that the index of ``manifest`` has not finished."""
+        stages = manifest.get("stages", {})
+        return [stage for stage in self.needs if not stages.get(stage, {}).get("done")]
+
     def available(self, index: HasManifest) -> bool:
-        stages = index.manifest.get("stages", {})
-        return all(stages.get(stage, {}).get("done") for stage in self.needs)
+        return not self.missing(index.manifest)
 
 
 _METHODS: dict[str, MethodSpec] = {}

@@ -13,11 +13,10 @@ import numpy as np
 
 from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
 from hopgraph.deadline import deadline_after
-from hopgraph.errors import ConfigError
 from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter, piece_mask
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.methods import METHODS, check_method
 from hopgraph.retrieve.packing import RetrievalResult, pack
 from hopgraph.retrieve.query import Scope, make_query
 
@@ -135,8 +134,7 @@ class Retriever:
             config = validate_section(
                 RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings"
             )
-        if config.method not in METHODS:
-            raise ConfigError(f"unknown method {config.method!r}; choose one of {', '.join(METHODS)}")
+        check_method(config.method)
         if vector is None:
             vector = self.embed([question])[0]
         started = time.perf_counter()

@@ -8,6 +8,9 @@ here and its name to the import below (see the README's "Adding a retrieval meth
 
 from __future__ import annotations
 
+from typing import Any
+
+from hopgraph.errors import ConfigError, cut
 from hopgraph.retrieve.methods import bm25, concept, cue, g2cons, ket, keyword, kg, knng, ppr, text  # noqa: F401  (they register)
 from hopgraph.retrieve.registry import HasManifest, MethodSpec, registered
 
@@ -19,3 +22,21 @@ LLM_FREE = tuple(name for name, spec in SPECS.items() if spec.llm_free)
 def available_methods(index: HasManifest) -> list[str]:
     """Methods whose parts this index has, in registration order."""
     return [name for name, spec in SPECS.items() if spec.available(index)]
+
+
+def check_method(method: str, manifest: dict[str, Any] | None = None, source: str = "") -> None:
+    """Refuse (ConfigError) a method the registry does not have or, given an index's ``manifest``,
+    one whose stages that index has not built, naming the methods it offers: a wrong default is
+    then found where it is set, not by every query that relies on it."""
+    where = f"{source}: " if source else ""
+    if manifest is None:
+        offers = f"choose one of {', '.join(SPECS)}"
+    else:
+        offers = f"it offers {', '.join(name for name, spec in SPECS.items() if not spec.missing(manifest))}"
+    if method not in SPECS:
+        raise ConfigError(f"{where}unknown method {cut(method)!r}; {offers}")
+    missing = SPECS[method].missing(manifest) if manifest is not None else []
+    if missing:
+        raise ConfigError(
+            f"{where}method {method!r} needs parts this index lacks (stage {', '.join(missing)}); {offers}"
+        )
