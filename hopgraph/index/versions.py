@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import secrets
 import shutil
@@ -298,6 +299,7 @@ def _run(
     if live == leader:  # killed after switching CURRENT, before recording every member
         return _finish(root, batch, leader, None)
     started = time.perf_counter()
+    building = False  # past the checks that fail every job alike: a failure from here on may be one job's
     try:
         base = batch[0]["base"]
         if base is None:
@@ -307,6 +309,7 @@ def _run(
                 f"job {batch[0]['id']} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
                 "(the live version was moved outside the job queue); submit the update again"
             )
+        building = True
         for record in batch:
             record.update(
                 status="running",
@@ -340,11 +343,32 @@ def _run(
                 raise IndexFormatError(why) from exc
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
+        if building and len(batch) > 1:
+            return _split(root, batch, leader, str(exc) or type(exc).__name__)
         _mark_failed(root, batch, str(exc) or type(exc).__name__)
         if isinstance(exc, HopgraphError):
             raise
         raise HopgraphError(f"update job {leader} failed: {exc}") from exc
     return _finish(root, batch, leader, time.perf_counter() - started)
+
+
+def _split(root: Path, batch: list[dict[str, Any]], leader: str, reason: str) -> list[dict[str, Any]]:
+    """Queue each member of a failed batch to run alone, so one job's bad document fails that job
+    and no other; returns nothing (no build published). The batch's unpublished version goes."""
+    target = version_dir(root, leader)
+    if live_version(root) != leader and target.exists():
+        shutil.rmtree(target)
+    for record in batch:
+        record.update(
+            status="queued",
+            base=None,
+            batch=None,
+            alone=f"its batch of {len(batch)} jobs failed, so it runs alone: {reason}",  # kept once done
+            run=None,
+            error=None,
+        )
+        _write_job(root, record)
+    return []
 
 
 def _mark_failed(root: Path, batch: list[dict[str, Any]], reason: str) -> None:
@@ -354,16 +378,18 @@ def _mark_failed(root: Path, batch: list[dict[str, Any]], reason: str) -> None:
 
 
 def _next_batch(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The batch to run next: a started batch first (resumed exactly), else every queued job."""
+    """The batch to run next: a started batch first (resumed exactly), then a job of a failed batch
+    alone (see :func:`_split`), else every queued job up to the next of those."""
     unfinished = [j for j in jobs if j["status"] in UNFINISHED]
     if not unfinished:
         return []
     members = unfinished[0].get("batch")
     if members:
         return [j for j in unfinished if j["id"] in members]
-    if unfinished[0]["status"] == "running":  # started before batches were recorded: resumed alone
-        return unfinished[:1]
-    return [j for j in unfinished if not j.get("batch")]
+    if unfinished[0]["status"] == "running" or unfinished[0].get("alone"):
+        return unfinished[:1]  # (running without a batch: started before batches were recorded)
+    queued = list(itertools.takewhile(lambda j: not j.get("alone"), unfinished))
+    return [j for j in queued if not j.get("batch")]
 
 
 def run_job(
@@ -395,7 +421,11 @@ def run_job(
                 f"run `hopgraph update {root} --resume`"
             )
         batch = [j for j in jobs if j["id"] in members] if record["status"] in UNFINISHED else [record]
-        return next(r for r in _run(root, batch, llm, progress, stop_after, run=run) if r["id"] == job_id)
+        ran = _run(root, batch, llm, progress, stop_after, run=run)
+        if not ran:  # the batch failed and was split: its members up to this one run alone, in order
+            for member in (j["id"] for j in batch if j["id"] <= job_id):
+                ran = _run(root, [read_job(root, member)], llm, progress, stop_after, run=run)
+        return next(r for r in ran if r["id"] == job_id)
 
 
 def run_pending(
@@ -414,8 +444,9 @@ def run_pending(
     given each built version before it goes live; where it raises, the batch fails and the live
     version stays (the server's worker loads it and asks it a question per method).
 
-    Holding the lock proves that no live process is running any of them. Stops at the first
-    failure (raised); the jobs after it stay queued.
+    Holding the lock proves that no live process is running any of them. A failed batch of several
+    jobs is not the failure of each: its jobs run again one build each, and the first failure of a
+    job alone is raised, the jobs after it staying queued.
     """
     root = Path(root)
     done: list[dict[str, Any]] = []
@@ -424,8 +455,10 @@ def run_pending(
             batch = _next_batch(list_jobs(root))
             if not batch:
                 break
-            done += _run(root, batch, llm, progress, cluster=cluster, run=run, verify=verify)
-            batches = None if batches is None else batches - 1
+            ran = _run(root, batch, llm, progress, cluster=cluster, run=run, verify=verify)
+            if ran:  # (nothing where the batch failed and its jobs were queued to run alone)
+                done += ran
+                batches = None if batches is None else batches - 1
     return done
 
 

@@ -310,6 +310,32 @@ def test_queued_jobs_are_coalesced_into_one_build(index, sample_documents):
     assert versions.collect_garbage(index, keep=1) == [] and LoadedIndex(index).version == delete["id"]
 
 
+def test_a_failed_batch_runs_its_jobs_alone_so_one_bad_job_fails_no_other(index, sample_documents):
+    """Three uploads queued together, one of which no server could serve (the check is the
+    ``verify`` hook the server's worker uses, here refusing any version holding that document):
+    the other two are published, the bad one fails with the reason, nothing of it goes live."""
+    good, bad, later = (versions.submit_update(index, [doc], []) for doc in new_documents())
+
+    def refuse_lismore(version: Path) -> None:
+        if "lismore-point" in IndexStore(version).read_table("documents", ["id"])["id"]:
+            raise IndexFormatError("a document of this version cannot be served")
+
+    with pytest.raises(IndexFormatError, match="cannot be served"):
+        versions.run_pending(index, verify=refuse_lismore)
+    assert versions.read_job(index, good["id"])["status"] == "done"
+    assert versions.read_job(index, good["id"])["version"] == good["id"]
+    assert "its batch of 3 jobs failed" in versions.read_job(index, good["id"])["alone"]
+    failed = versions.read_job(index, bad["id"])
+    assert failed["status"] == "failed" and "cannot be served" in failed["error"]
+    assert versions.read_job(index, later["id"])["status"] == "queued"  # after the failure: still waiting
+    # The batch's build (named after its last job) is gone; the bad job's own stays to be looked at.
+    assert sorted(p.name for p in (index / "versions").iterdir()) == [good["id"], bad["id"]]
+    [done] = versions.run_pending(index, verify=refuse_lismore)
+    assert (done["id"], done["version"], done["documents"]["added"]) == (later["id"], later["id"], 1)
+    expected = [d.id for d in sample_documents[:5]] + ["tem-observatory", "aster-bridge"]
+    assert LoadedIndex(index).documents["id"] == expected
+
+
 def test_old_finished_job_records_are_pruned(index):
     """A server runs for months and reads every record on each look at the queue: finished records
     beyond ``keep_jobs`` are deleted with their payloads, once their version is gone from disk."""
