@@ -72,6 +72,13 @@ class ServeConfig(Section):
     max_query_chars: int = Field(2000, ge=1, le=100_000, description="Longest question accepted.")
     max_budget: int = Field(32000, ge=50, le=1_000_000, description="Largest context budget λ a request may ask for.")
     max_documents: int = Field(1000, ge=1, description="Most documents in one insert request.")
+    upload_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds an upload's files may take to read (in a child process, so a slow file never holds the "
+        "server); a slower upload is refused with 422.",
+    )
     rate_limit: float = Field(
         20.0, ge=0, description="Sustained requests per second per token (0 = no limit); bursts up to rate_burst."
     )

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from hopgraph.errors import InputError, listed
 from hopgraph.index.catalog import document_row
-from hopgraph.index.ingest import read_upload
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, problems_of, shown
+from hopgraph.serve.parsing import read_files
 from hopgraph.serve.routes import insert
 from hopgraph.serve.schemas import DocumentIn, InsertRequest
 from hopgraph.serve.service import Service, admin, service_of
@@ -37,26 +37,22 @@ def upload_name(raw: str | None) -> str:
     return name
 
 
-def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None) -> list[DocumentIn]:
-    """The uploaded files (name, bytes) read as ``hopgraph index`` reads them; 422 naming every file or
-    record that cannot be used (one bad part refuses the whole upload, as a JSON insert does).
+def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None, seconds: float) -> list[DocumentIn]:
+    """The uploaded files (name, bytes) read as ``hopgraph index`` reads them, in a child process
+    given ``seconds`` (:mod:`hopgraph.serve.parsing`); 422 naming every file or record that cannot
+    be used (one bad part refuses the whole upload, as a JSON insert does).
 
     The form's ``acl``, when given, is set on every document, whatever a JSONL record says: an admin
     who uploads for a group must not have a record widen (``"acl": null``) or move its audience."""
-    problems: list[str] = []
-    read = []
-    for name, data in files:
-        try:
-            result = read_upload(name, data)
-        except InputError as exc:
-            problems.append(str(exc))
-            continue
-        problems.extend(str(p) for p in result.problems)
-        read.extend(result.documents)
+    try:
+        reads = read_files(files, seconds)
+    except InputError as exc:
+        raise APIError(422, "unreadable_upload", str(exc)) from None
+    problems = [problem for _, found in reads for problem in found]
     if problems:
         raise APIError(422, "unreadable_upload", listed(problems))
-    documents = []
-    for doc in read:
+    documents: list[DocumentIn] = []
+    for doc in (doc for read, _ in reads for doc in read):
         metadata = {k: v for k, v in doc.metadata.items() if k != "source_path"}
         if acl:
             metadata["acl"] = acl
@@ -87,12 +83,14 @@ def upload(
 
     A text, Markdown, PDF, DOCX or HTML file is one document whose id is its file name; a JSONL file
     holds one document per line (``id``, ``text``, ``title``, ``metadata``). An HTML page of over
-    100,000 elements or nested over 512 levels is refused (422, with its line and column)."""
+    100,000 elements or nested over 512 levels is refused (422, with its line and column), and so is
+    an upload that takes longer than ``serve.upload_seconds`` to read."""
     names = [upload_name(f.filename) for f in files]
     if len(set(names)) != len(names):
         raise APIError(422, "duplicate_files", "the same file name appears twice in the upload")
     groups = [g.strip() for g in acl.split(",") if g.strip()]
-    documents = documents_of([(name, part.file.read()) for name, part in zip(names, files)], groups or None)
+    files_read = [(name, part.file.read()) for name, part in zip(names, files)]
+    documents = documents_of(files_read, groups or None, service.config.serve.upload_seconds)
     try:
         body = InsertRequest(documents=documents)
     except ValidationError:  # the only field left to fail: no documents

@@ -11,7 +11,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
         b'{"id": "moved", "text": "Crane log of Tem.", "acl": "x"}\n'
         b'{"id": "nested", "text": "Pier rota.", "metadata": {"acl": ["press"]}}\n'
     )
-    documents = documents_of([("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"])
+    documents = documents_of([("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], 60)
     assert {d.id: d.metadata["acl"] for d in documents} == {
         "open": ["board"],
         "moved": ["board"],
@@ -20,7 +20,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
     }
     assert all("source_path" not in d.metadata for d in documents)  # no server path
     # Without a form acl, each record keeps its own (a record's null stays open).
-    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None)}
+    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, 60)}
     assert kept == {"open": None, "moved": ["x"], "nested": ["press"]}
 
 
@@ -80,7 +80,36 @@ def test_a_long_html_page_is_read_in_linear_time() -> None:
 
     page = b"".join(b"<p>Paragraph %d of the harbour manual.</p>" % n for n in range(90_000))
     started = time.monotonic()
-    (document,) = documents_of([("manual.html", page)], None)
+    (document,) = documents_of([("manual.html", page)], None, 60)
     seconds = time.monotonic() - started
     assert document.text.count("\n\n") == 89_999 and document.text.endswith("Paragraph 89999 of the harbour manual.")
     assert seconds < 30, f"read in {seconds:.1f} s"
+
+
+def test_an_upload_slower_to_read_than_upload_seconds_is_stopped_and_refused(acl_index, serve_config) -> None:
+    """Files are read in a child process killed after serve.upload_seconds, so a file slow to read
+    in a way no reader's bound knows of yet cannot hold the server: here three HTML pages just under
+    the element limit (about 3 s each to read) against a 2 s limit. A small file is still read."""
+    import time
+
+    import httpx
+    import psutil
+
+    from tests.serve.support import LiveServer, auth, wait_for_job
+
+    config = serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update={"upload_seconds": 2.0})})
+    page = b"<html><body>" + b"<p>word and more words</p>" * 99_000 + b"</body></html>"
+    slow = [("files", (f"manual-{n}.html", page, "text/html")) for n in range(3)]
+    with LiveServer(acl_index, config) as server, httpx.Client(base_url=server.url, timeout=120) as client:
+        started = time.monotonic()
+        refused = client.post("/v1/documents/upload", files=slow, headers=auth("admin"))
+        assert time.monotonic() - started < 8  # about the limit, not the ~10 s the three pages take to read
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "unreadable_upload" and "longer than 2 s (serve.upload_seconds)" in error["message"]
+        readers = [p for p in psutil.Process().children(recursive=True) if "hopgraph.serve.parsing" in p.cmdline()]
+        assert not readers  # the reader was killed and reaped
+        small = [("files", ("tide-note.txt", b"High tide at Sorvik pier is at noon.", "text/plain"))]
+        accepted = client.post("/v1/documents/upload", files=small, headers=auth("admin"))
+        assert accepted.status_code == 202, accepted.text
+        assert wait_for_job(client, accepted.json()["id"])["status"] == "done"

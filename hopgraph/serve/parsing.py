@@ -1,0 +1,75 @@
+"""Uploaded files are read in a child process with a time limit, never in the server's own.
+
+PDF, DOCX and HTML readers are pure Python: a file that is slow to read holds the interpreter
+lock of the process reading it, and every reader's request in that process waits (a 6 KB PDF
+once took 53 s and moved retrieval p50 from 23 to 352 ms). The known ways to make a file slow
+are refused by the readers' own bounds (:mod:`hopgraph.index.formats`); this bounds the ones not
+known yet: the child is killed after ``serve.upload_seconds`` and the upload refused, and the
+server only ever waits on a pipe.
+
+The child is a fresh interpreter (``python -m hopgraph.serve.parsing``, ~0.15 s to start, as the
+readers import their libraries only when a file needs them): it shares nothing with the server,
+neither threads nor memory, and gives its documents back as JSON, never as pickles.
+
+    python -m hopgraph.serve.parsing < files.json     # [[name, base64 bytes], ...] -> [[documents, problems], ...]
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+
+from hopgraph.documents import Document
+from hopgraph.errors import InputError
+
+Read = tuple[list[Document], list[str]]  # one file's documents and its problems, as messages
+
+
+def _read(files: list[tuple[str, bytes]]) -> list[list[object]]:
+    from hopgraph.index.ingest import read_upload  # noqa: PLC0415  (the child's work, not the server's)
+
+    out: list[list[object]] = []
+    for name, data in files:
+        try:
+            result = read_upload(name, data)
+        except InputError as exc:
+            out.append([[], [str(exc)]])
+            continue
+        out.append([[asdict(d) for d in result.documents], [str(p) for p in result.problems]])
+    return out
+
+
+def read_files(files: list[tuple[str, bytes]], seconds: float) -> list[Read]:
+    """Each uploaded file (name, bytes) read as ``hopgraph index`` reads it, in a child process;
+    InputError where reading takes over ``seconds`` (the child is killed) or the child fails."""
+    payload = json.dumps([[name, base64.b64encode(data).decode("ascii")] for name, data in files])
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", __name__],
+            input=payload.encode("utf-8"),
+            capture_output=True,
+            timeout=seconds,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise InputError(
+            f"reading the upload took longer than {seconds:g} s (serve.upload_seconds), so it was stopped; "
+            "index such files with `hopgraph update` instead"
+        ) from None
+    if done.returncode != 0:
+        last = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
+        raise InputError(f"the upload could not be read: {last[:500]}")
+    return [([Document(**fields) for fields in documents], problems) for documents, problems in json.loads(done.stdout)]
+
+
+def main() -> int:
+    files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin)]
+    json.dump(_read(files), sys.stdout, ensure_ascii=False, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
