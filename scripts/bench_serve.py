@@ -134,13 +134,17 @@ async def phase(
 
 
 def start_server(
-    index: Path, port: int, env: dict[str, str], *options: str, cwd: Path | None = None
+    index: Path, port: int, env: dict[str, str], *options: str, cwd: Path | None = None, stderr: Any = None
 ) -> subprocess.Popen:
     """A real `hopgraph serve` child process on 127.0.0.1:``port`` (rate limits lifted for load
-    tests, ``options`` as more `--key value` settings); returns once /healthz answers."""
+    tests, ``options`` as more `--key value` settings, its stderr to ``stderr`` when given);
+    returns once /healthz answers."""
     command = [sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(port)]
     server = subprocess.Popen(
-        [*command, "--serve.rate_limit", "1000", "--serve.rate_burst", "1000", *options], env=env, cwd=cwd
+        [*command, "--serve.rate_limit", "1000", "--serve.rate_burst", "1000", *options],
+        env=env,
+        cwd=cwd,
+        stderr=stderr,
     )
     give_up = time.monotonic() + 300
     while True:

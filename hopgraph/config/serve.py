@@ -72,6 +72,27 @@ class ServeConfig(Section):
     max_query_chars: int = Field(2000, ge=1, le=100_000, description="Longest question accepted.")
     max_budget: int = Field(32000, ge=50, le=1_000_000, description="Largest context budget λ a request may ask for.")
     max_documents: int = Field(1000, ge=1, description="Most documents in one insert request.")
+    request_read_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a whole request (headers and body) once the server waits for it; "
+        "a slower one is disconnected (slow clients hold connections: slowloris).",
+    )
+    max_connections: int = Field(
+        500,
+        ge=1,
+        le=100_000,
+        description="Open connections one server process keeps; more are closed at once (keep it under the "
+        "process's file limit, `ulimit -n`).",
+    )
+    max_connections_per_client: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Open connections one server process keeps from one client address; more are closed at once "
+        "(behind a proxy every client is the proxy's address: set it to max_connections there).",
+    )
     upload_seconds: float = Field(
         60.0,
         gt=0,

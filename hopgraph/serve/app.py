@@ -21,7 +21,7 @@ from fastapi import FastAPI
 
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import ConfigError
-from hopgraph.serve import openai
+from hopgraph.serve import connections, openai
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.docs import install_pages
 from hopgraph.serve.documents import router as documents_router
@@ -42,6 +42,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
 
     While it runs, it follows the live version and runs update jobs when it leads (see
     ``hopgraph.serve.replicas``); ``start_jobs=False`` does neither (a fixed snapshot)."""
+    connections.configure(config.serve)
     service = Service(Path(root), config, tokens)
     replica = Replica(service.root, service.holder, service.jobs, config.serve)
 
@@ -134,6 +135,7 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,
+        http=connections.BoundedH11Protocol,
         workers=config.serve.workers,
         host=config.serve.host,
         port=config.serve.port,

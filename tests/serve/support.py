@@ -20,6 +20,7 @@ from hopgraph.config import HopgraphConfig
 from hopgraph.llm.standin import free_port
 from hopgraph.serve.app import create_app
 from hopgraph.serve.auth import TokenBook
+from hopgraph.serve.connections import BoundedH11Protocol
 
 # Users with overlapping groups; documents without acl are readable by everyone (the default).
 USERS = {
@@ -81,7 +82,9 @@ class LiveServer:
         app = app or create_app(root, config, tokens or token_book())
         self.app = app
         self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on")
+            uvicorn.Config(
+                app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on", http=BoundedH11Protocol
+            )
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

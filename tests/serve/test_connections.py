@@ -1,0 +1,110 @@
+"""Slow clients and connection floods, over real sockets: a request must arrive within
+serve.request_read_seconds, and a process keeps at most serve.max_connections connections, and
+at most serve.max_connections_per_client from one address (other loopback addresses, 127.0.0.x,
+stand for other clients). Before these bounds, 1,100 connections that never finished their
+headers (no token needed) made /healthz time out for over a minute."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from tests.serve.support import LiveServer
+
+READ_SECONDS = 2.0
+MAX_CONNECTIONS = 25
+MAX_PER_CLIENT = 10
+
+
+@pytest.fixture(scope="module")
+def server(acl_index, serve_config):
+    limits = {
+        "request_read_seconds": READ_SECONDS,
+        "max_connections": MAX_CONNECTIONS,
+        "max_connections_per_client": MAX_PER_CLIENT,
+    }
+    config = serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update=limits)})
+    with LiveServer(
+        acl_index,
+        config,
+    ) as live:
+        yield live
+
+
+def connect(server: LiveServer, first: bytes = b"", client: str = "127.0.0.1") -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30, source_address=(client, 0))
+    if first:
+        sock.sendall(first)
+    return sock
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes the connection within ``within`` seconds (reads until it does)."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_request_that_never_finishes_arriving_is_disconnected(server) -> None:
+    partial_headers = connect(server, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+    silent = connect(server)
+    partial_body = connect(server, b"POST /v1/retrieve HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000\r\n\r\n{")
+    try:
+        started = time.monotonic()
+        for sock in (partial_headers, silent, partial_body):
+            assert closed_by_server(sock, within=READ_SECONDS + 10)
+        assert time.monotonic() - started >= READ_SECONDS * 0.9  # not at once: after the read bound
+    finally:
+        for sock in (partial_headers, silent, partial_body):
+            sock.close()
+
+
+def test_a_prompt_client_on_a_kept_alive_connection_is_served_again_and_again(server) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for _ in range(3):
+            assert client.get("/healthz").status_code == 200
+            time.sleep(READ_SECONDS / 2)  # idle between requests, under the bound each time
+        assert client.get("/healthz").status_code == 200
+
+
+def closed_at_once(flood: list[socket.socket], started: float) -> int:
+    """How many of ``flood`` the server closed as they came (counted before the read bound)."""
+    time.sleep(0.3)
+    closed = sum(closed_by_server(sock, within=0.01) for sock in flood)
+    assert time.monotonic() - started < READ_SECONDS  # counted before the read bound closes any
+    return closed
+
+
+def test_one_client_flooding_connections_takes_none_from_the_others(server) -> None:
+    started = time.monotonic()
+    flood = [connect(server, client="127.0.0.2") for _ in range(3 * MAX_PER_CLIENT)]
+    try:
+        assert closed_at_once(flood, started) >= 2 * MAX_PER_CLIENT  # all beyond its share
+        with httpx.Client(base_url=server.url, timeout=30) as client:  # another address: served
+            assert client.get("/healthz").status_code == 200
+    finally:
+        for sock in flood:
+            sock.close()
+
+
+def test_connections_beyond_the_process_cap_are_closed_and_the_server_recovers(server) -> None:
+    started = time.monotonic()
+    flood = [connect(server, client=f"127.0.0.{n}") for n in (3, 4, 5) for _ in range(MAX_PER_CLIENT)]
+    try:
+        assert closed_at_once(flood, started) >= len(flood) - MAX_CONNECTIONS
+        time.sleep(READ_SECONDS + 1)  # the rest are disconnected for sending nothing
+        assert all(closed_by_server(sock, within=10) for sock in flood)
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            assert client.get("/healthz").status_code == 200
+    finally:
+        for sock in flood:
+            sock.close()
