@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgraph.documents import Document
+from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at
 from hopgraph.errors import InputError
 
 KETRAG, HIPPORAG, IRCOT, MUSIQUE = "ketrag", "hipporag", "ircot", "musique"
@@ -62,7 +62,7 @@ def detect_format(path: str | Path) -> str | None:
         if path.suffix.lower() != ".json":
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # Python's JSON parser gives up near a thousand levels
         return None
     if not isinstance(data, list) or not data or not isinstance(data[0], dict):
         return None
@@ -140,6 +140,8 @@ def _read_json(path: Path) -> Any:
         return json.loads(_read_text(path))
     except json.JSONDecodeError as error:
         raise InputError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deep (a benchmark record has a few levels)") from None
 
 
 def _read_records(path: Path) -> list[_Record]:
@@ -152,6 +154,8 @@ def _read_records(path: Path) -> list[_Record]:
                     records.append((f"{path}:{lineno}", json.loads(line)))
                 except json.JSONDecodeError as error:
                     raise InputError(f"{path}:{lineno}: invalid JSON ({error.msg})") from None
+                except RecursionError:
+                    raise InputError(f"{path}:{lineno}: JSON nested more than {MAX_JSON_DEPTH} levels deep") from None
     else:
         data = _read_json(path)
         if not isinstance(data, list):
@@ -160,6 +164,9 @@ def _read_records(path: Path) -> list[_Record]:
     for where, value in records:
         if not isinstance(value, dict):
             raise InputError(f"{where}: record is not a JSON object")
+        place = invalid_unicode_at(value)  # "\ud800" reads into a str that no file or hash can encode
+        if place:
+            raise InputError(f"{where}: {place[:80]!r} holds a lone surrogate (not Unicode text)")
     return records
 
 
@@ -185,6 +192,11 @@ def _answer_list(*values: Any) -> list[str]:
             if item is not None and str(item) not in answers:
                 answers.append(str(item))
     return answers
+
+
+def _list(value: Any) -> list[Any]:
+    """An optional list field, as a list (a malformed one as none: it only marks support or answers)."""
+    return value if isinstance(value, list) else []
 
 
 def _load_ketrag(path: Path, limit: int | None) -> Benchmark:
@@ -260,12 +272,12 @@ def _hipporag_support(
 ) -> list[str] | None:
     """Supporting ids from MuSiQue-style paragraph flags or HotpotQA-style (title, sentence) facts."""
     found: list[str] = []
-    for paragraph in record.get("paragraphs") or []:
+    for paragraph in _list(record.get("paragraphs")):
         if isinstance(paragraph, dict) and paragraph.get("is_supporting"):
             doc_id = paragraph_id(str(paragraph.get("title") or ""), str(paragraph.get("paragraph_text", "")))
             if doc_id in documents and doc_id not in found:
                 found.append(doc_id)
-    for fact in record.get("supporting_facts") or []:
+    for fact in _list(record.get("supporting_facts")):
         title = fact[0] if isinstance(fact, list) and fact else None
         found.extend(i for i in by_title.get(str(title), []) if i not in found)
     return found or None
@@ -313,7 +325,7 @@ def _load_paragraph_qa(
 
 def _load_ircot(path: Path, limit: int | None) -> Benchmark:
     def answers(record: dict[str, Any]) -> list[str]:
-        objects = record.get("answers_objects") or []
+        objects = _list(record.get("answers_objects"))
         return _answer_list(*(o.get("spans") or [] for o in objects if isinstance(o, dict)))
 
     return _load_paragraph_qa(path, limit, "contexts", "question_id", "question_text", answers)

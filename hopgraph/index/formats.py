@@ -70,6 +70,11 @@ _HEADING = re.compile(r"h[1-6]")
 _BLOCK_MARK = "\x1e"  # a block boundary (record separator): split on, and tidy() makes any left a space
 _SPACES = re.compile(r"[ \t\u00a0\u200b]+")
 _BLANK_LINES = re.compile(r"\n{3,}")
+# What html.parser (Python 3.11) reads as a character reference, and marked sections by the ending
+# each kind needs; see _defused.
+_BAD_CHARREF = re.compile(r"&#(?![0-9]+(?![0-9a-fA-F])|[xX][0-9a-fA-F])")
+_MARKED_SECTION = re.compile(r"<!\[(?:(?i:(temp|cdata|ignore|include|rcdata)|(if|else|endif))(?![-_.a-zA-Z0-9]))?")
+_CDATA_END, _SECTION_END = re.compile(r"\]\s*\]\s*>"), re.compile(r"\]\s*>")
 
 
 class Unreadable(Exception):
@@ -212,13 +217,17 @@ def read_docx(data: bytes) -> Extracted:
             unzipped = sum(info.file_size for info in archive.infolist())
             if unzipped > MAX_DOCX_UNZIPPED:
                 raise Unreadable(f"DOCX unzips to {unzipped} bytes, over the {MAX_DOCX_UNZIPPED} read (a zip bomb?)")
-            names = set(archive.namelist())
-            body = archive.read("word/document.xml") if "word/document.xml" in names else b""
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as error:
+            # python-docx parses every XML part its relationships reach (styles, headers, a main part
+            # of any name), so the bound is on all of them: 170 KB of zipped styles.xml took 2 GB.
+            elements = sum(map(_xml_elements, map(archive.read, archive.infolist())))
+    except zipfile.BadZipFile as error:
         raise Unreadable(f"DOCX could not be read (not a zip archive: {error})") from None
-    elements = body.count(b"<") - body.count(b"</")  # an element opens once, closed or not
+    except Unreadable:
+        raise
+    except Exception as error:  # an encrypted part, an unknown compression method, a corrupt deflate stream
+        raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
     if elements > MAX_DOCX_ELEMENTS:
-        raise Unreadable(f"DOCX text has {elements} XML elements, over the {MAX_DOCX_ELEMENTS} read")
+        raise Unreadable(f"DOCX parts have {elements} XML elements, over the {MAX_DOCX_ELEMENTS} read")
     blocks: list[tuple[int, str]] = []
     try:
         document = docx.Document(io.BytesIO(data))
@@ -236,6 +245,40 @@ def read_docx(data: bytes) -> Extracted:
     text, sections = _with_sections(blocks)
     title = given_title or next((s[2] for s in sections), "")
     return Extracted(text, title, {"format": "docx", "sections": sections})
+
+
+def _xml_elements(part: bytes) -> int:
+    """Elements a zip part opens if it is XML (its first byte past a byte-order mark and blanks is
+    "<", in UTF-8 or UTF-16), else 0: a JPEG's stray "<" bytes count for nothing."""
+    head = part[:64]
+    for bom in (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        head = head.removeprefix(bom)
+    if not head.replace(b"\0", b"").lstrip().startswith(b"<"):
+        return 0
+    return part.count(b"<") - part.count(b"</")  # an element opens once, closed or not
+
+
+def _defused(markup: str) -> str:
+    """``markup`` with the constructs that make Python 3.11's html.parser misread or crawl written as text.
+
+    After a second "&#" that starts no character reference the parser took the rest of the page
+    as text, tags, scripts and navigation included. A "<" it cannot close (a tag after the page's
+    last ">", a comment after its last "-->") it searched to the end of the page for each one, so
+    200 KB of "<a b=" took 160 s; it then gave that markup as text, which "&lt;" gives at once.
+    """
+    markup = _BAD_CHARREF.sub("&amp;#", markup)
+    ends = [m.end() for m in _CDATA_END.finditer(markup)], [m.end() for m in _SECTION_END.finditer(markup)]
+    cdata_end, section_end = (found[-1] if found else 0 for found in ends)
+
+    def marked(match: re.Match[str]) -> str:
+        closed = match.start() < (cdata_end if match.group(1) else section_end if match.group(2) else -1)
+        return match.group() if closed else "&lt;" + match.group()[1:]
+
+    markup = _MARKED_SECTION.sub(marked, markup)
+    for opener, closer in (("<!--", "-->"), ("<", ">")):
+        cut = markup.rfind(closer) + len(closer) if closer in markup else 0
+        markup = markup[:cut] + markup[cut:].replace(opener, "&lt;" + opener[1:])
+    return markup
 
 
 def _bounded_soup(data: bytes | str) -> Any:
@@ -310,10 +353,17 @@ def read_html(data: bytes) -> Extracted:
     The page's declared charset is honoured; without one its encoding is detected. A page past
     :data:`MAX_HTML_ELEMENTS` elements or :data:`MAX_HTML_DEPTH` levels of nesting is not read.
     """
-    from bs4.dammit import EncodingDetector  # noqa: PLC0415
+    from bs4.dammit import EncodingDetector, UnicodeDammit  # noqa: PLC0415
+    from bs4.exceptions import ParserRejectedMarkup  # noqa: PLC0415
 
     declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
-    soup = _bounded_soup(data if declared else decode(data)[0])
+    markup = UnicodeDammit(data, [declared], is_html=True).unicode_markup if declared else decode(data)[0]
+    if markup is None:
+        raise Unreadable(f"HTML is not in its declared encoding {declared!r} (nor in another that fits)")
+    try:
+        soup = _bounded_soup(_defused(markup))
+    except ParserRejectedMarkup as error:  # bs4 gives up on some malformed markup ("<![ x")
+        raise Unreadable(f"HTML could not be read ({str(error).splitlines()[-1].strip()})") from None
     title_tag = soup.find("title")
     title = tidy(title_tag.get_text(" ")) if title_tag else ""
     flow, headings = _html_flow(soup)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,7 +27,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at, text_problem, too_deep_at
+from hopgraph.documents import (
+    MAX_JSON_DEPTH,
+    Document,
+    invalid_unicode_at,
+    text_problem,
+    too_deep_at,
+    unicode_problem,
+)
 from hopgraph.errors import InputError, cut, listed
 from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
 from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
@@ -36,6 +44,7 @@ _MARKDOWN_HEADING = re.compile(r"^ {0,3}#[ \t]+(.*\S)[ \t]*$", re.MULTILINE)
 _MAX_LISTED = 20
 _IDS_SHOWN = 10
 _KINDS = ", ".join(DOCUMENT_SUFFIXES + (".jsonl",))
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -47,7 +56,8 @@ class InputProblem:
     reason: str
 
     def __str__(self) -> str:
-        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        path = _NAME_CONTROL.sub(lambda m: ascii(m.group())[1:-1], self.path)  # one line on stderr
+        where = path if self.line is None else f"{path}:{self.line}"
         return f"{where}: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -203,6 +213,26 @@ def normalise_metadata(metadata: dict[str, Any]) -> None:
             raise ValueError(f"'timestamp' {stamp!r} is not an ISO-8601 date/time") from None
 
 
+def _name_problem(name: str) -> str | None:
+    """Why a file's id (its relative path) cannot name a document, or None: an id must be text
+    that a table stores and one line of a listing shows."""
+    if unicode_problem(name):
+        return "file name is not valid UTF-8 (rename the file to read it)"
+    found = _NAME_CONTROL.search(name)
+    if found:
+        return f"file name holds the control character U+{ord(found.group()):04X} (rename the file to read it)"
+    return None
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """At most ``limit`` + 1 bytes of ``path``, or None when it is no longer a regular file (replaced
+    since it was planned): opened without blocking, so a pipe is never waited on nor a device
+    read without end, and a file that grows is not read past its limit."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with open(fd, "rb") as handle:
+        return handle.read(limit + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+
+
 def _markdown_title(text: str) -> str | None:
     match = _MARKDOWN_HEADING.search(text)
     return re.sub(r"[ \t]+#+$", "", match.group(1)).strip() if match else None
@@ -242,8 +272,10 @@ class _Reader:
                 self.plan_benchmark(path)
             else:
                 self.walk(path, root)
-        else:
+        elif path.is_file():
             self.plan_file(path, root, named=True)
+        else:  # reading a pipe waits forever, a link to /dev/zero fills the memory
+            self.problem(path, None, "not a regular file (a device or a pipe)")
 
     def run(self, progress: bool) -> None:
         total = sum(size for size, _ in self._tasks)
@@ -306,6 +338,10 @@ class _Reader:
         if name is None:
             self.problem(path, None, f"outside the root {root} (ids are paths relative to it)")
             return
+        problem = _name_problem(name)
+        if problem:
+            self.problem(path, None, problem)
+            return
         if suffix != ".jsonl":
             name = self.known_ids.get(str(real), name)
         self._tasks.append((size, lambda: self.read_file(path, name)))
@@ -333,16 +369,26 @@ class _Reader:
             self.problem(path, None, f"benchmark data could not be read: {error}")
             return
         for document in documents:
+            problem = text_problem(document.text)  # the rule of every other way in
+            if problem:
+                self.problem(path, None, f"paragraph {document.id!r} ({cut(document.title)!r}): {problem}")
+                continue
             source = str(Path(document.source).resolve()) if document.source else str(path.resolve())
             document.metadata = {**self.base, "source_path": source, **document.metadata}
             self.add_document(document, path, None)
 
     def read_file(self, path: Path, name: str) -> None:
         try:
-            data = path.read_bytes()
+            data = _read_regular(path, self.max_file_bytes)
             modified = _modified(path)
         except OSError as error:
             self.problem(path, None, f"cannot be read ({error.strerror or error})")
+            return
+        if data is None:
+            self.problem(path, None, "not a regular file (a device or a pipe) when read")
+            return
+        if len(data) > self.max_file_bytes:
+            self.problem(path, None, f"file grew past the {self.max_file_bytes:,}-byte limit while it was read")
             return
         self.add_data(path, name, data, str(path.resolve()), modified)
 
@@ -418,6 +464,9 @@ class _Reader:
         doc_id = record.get("id", default_id)
         if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
             raise ValueError("'id' must be a non-empty string or an integer")
+        found = _NAME_CONTROL.search(str(doc_id))
+        if found:  # an id is one field of a listing's line and the argument of --delete
+            raise ValueError(f"'id' holds the control character U+{ord(found.group()):04X}")
         title = record.get("title") or ""
         if not isinstance(title, str):
             raise ValueError("'title' must be a string")

@@ -212,3 +212,98 @@ def test_records_nested_too_deep_are_skipped_with_their_line(tmp_path: Path) -> 
     result = read_corpus([tmp_path])
     assert [d.id for d in result.documents] == ["kept"]
     assert [(p.line, "nested more than 32 levels deep" in p.reason) for p in result.problems] == [(2, True), (3, True)]
+
+
+def test_a_named_pipe_or_device_is_skipped_not_read(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "ok.txt").write_text("A readable note.", encoding="utf-8")
+    os.mkfifo(tmp_path / "pipe.txt")  # reading it waited forever
+    os.mkfifo(tmp_path / "pipe.jsonl")  # so did looking for benchmark records in it
+    (tmp_path / "zero.txt").symlink_to("/dev/zero")  # reading it filled the memory (5 GB in 5 s)
+    named = [tmp_path / name for name in ("pipe.txt", "pipe.jsonl", "zero.txt", "ok.txt")]
+    result = read_corpus(named)
+    assert [d.id for d in result.documents] == ["ok.txt"]
+    assert [(Path(p.path).name, p.reason) for p in result.problems] == [
+        (name, "not a regular file (a device or a pipe)") for name in ("pipe.txt", "pipe.jsonl", "zero.txt")
+    ]
+
+
+def test_a_file_that_grows_past_the_limit_while_it_is_read_is_skipped(tmp_path: Path) -> None:
+    from hopgraph.index.ingest import _Reader
+
+    grown = tmp_path / "log.txt"
+    grown.write_text("Short at first.", encoding="utf-8")
+    reader = _Reader(100, {}, {})
+    reader.plan(grown, tmp_path)
+    grown.write_text("Appended to while the corpus is read. " * 50, encoding="utf-8")
+    reader.run(progress=False)
+    assert reader.documents == []
+    assert [p.reason for p in reader.problems] == ["file grew past the 100-byte limit while it was read"]
+
+
+def test_file_names_that_cannot_be_ids_are_skipped_and_named_on_one_line(tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "ok.txt").write_text("A readable note.", encoding="utf-8")
+    # Not UTF-8: the id could not be written to a table (a traceback in the chunk stage).
+    with open(os.path.join(os.fsencode(tmp_path), b"caf\xe9.txt"), "w", encoding="utf-8") as handle:
+        handle.write("Another note.")
+    (tmp_path / "two\nlines.txt").write_text("A third note.", encoding="utf-8")  # garbled every listing
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["ok.txt"]
+    assert sorted(str(p).removeprefix(f"{tmp_path}/") for p in result.problems) == [
+        "caf\udce9.txt: file name is not valid UTF-8 (rename the file to read it)",
+        "two\\nlines.txt: file name holds the control character U+000A (rename the file to read it)",
+    ]
+
+
+def test_jsonl_ids_with_control_characters_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "r.jsonl").write_text(
+        _lines({"id": "a\nb", "text": "One."}, {"id": "a\u0000b", "text": "Two."}, {"id": "a/b", "text": "Three."}),
+        encoding="utf-8",
+    )
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["a/b"]
+    assert [str(p).removeprefix(f"{tmp_path}/") for p in result.problems] == [
+        "r.jsonl:1: 'id' holds the control character U+000A",
+        "r.jsonl:2: 'id' holds the control character U+0000",
+    ]
+
+
+def test_json_nested_too_deep_for_python_is_a_problem_not_a_traceback(tmp_path: Path) -> None:
+    deep = "[" * 100_000 + "]" * 100_000  # past Python's parser: RecursionError while looking for benchmarks
+    (tmp_path / "a.jsonl").write_text(deep + "\n" + json.dumps({"text": "Kept."}) + "\n", encoding="utf-8")
+    (tmp_path / "b_corpus.json").write_text(deep, encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["a.jsonl:2"]
+    reasons = sorted(str(p).removeprefix(f"{tmp_path}/") for p in result.problems)
+    assert reasons[0] == "a.jsonl:1: JSON nested more than 32 levels deep"
+    assert (
+        reasons[1].startswith("b_corpus.json: benchmark data could not be read: ") and "nested too deep" in reasons[1]
+    )
+
+
+def test_benchmark_paragraphs_follow_the_text_rule_of_every_input(tmp_path: Path) -> None:
+    corpus = [
+        {"title": "Oslo", "text": "Alpha lives in Oslo."},
+        {"title": "Blank", "text": "  "},
+        {"title": "Binary", "text": "a\u0000b"},
+    ]
+    (tmp_path / "x_corpus.json").write_text(json.dumps(corpus), encoding="utf-8")
+    questions = [{"question": "Who?", "answer": "Alpha", "paragraphs": 5, "supporting_facts": 3}]
+    (tmp_path / "x.json").write_text(json.dumps(questions), encoding="utf-8")  # malformed support: ignored
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "y_corpus.json").write_text('[{"title": "T", "text": "x \\ud800"}]', encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert [d.text for d in result.documents] == ["Alpha lives in Oslo."]
+    assert len(result.problems) == 3
+    by_title = sorted(p.reason.split(" (", 1)[1] for p in result.problems if p.reason.startswith("paragraph"))
+    assert by_title == [
+        "'Binary'): text contains the control character U+0000 at character 1",
+        "'Blank'): text is empty or only whitespace",
+    ]
+    [surrogate] = [p.reason for p in result.problems if not p.reason.startswith("paragraph")]
+    assert surrogate.startswith("benchmark data could not be read: ") and surrogate.endswith(
+        "y_corpus.json record 1: 'text' holds a lone surrogate (not Unicode text)"
+    )

@@ -7,6 +7,7 @@ import random
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import docx
@@ -14,7 +15,7 @@ import pytest
 
 from hopgraph.documents import place
 from hopgraph.errors import InputError
-from hopgraph.index.formats import Unreadable, decode, read_docx, read_pdf
+from hopgraph.index.formats import Unreadable, decode, read_docx, read_html, read_pdf
 from hopgraph.index.ingest import read_corpus, read_upload
 
 
@@ -328,3 +329,98 @@ def test_a_docx_of_too_many_xml_elements_is_refused_before_it_is_parsed(tmp_path
         read_docx(bloated.read_bytes())
     assert time.perf_counter() - started < 5
     assert read_docx(path.read_bytes()).text  # the handbook itself is read
+
+
+def _docx_with(path: Path, out: Path, change: Callable[[str, bytes], list[tuple[str, bytes]]]) -> bytes:
+    """The DOCX at ``path`` with each part rewritten by ``change`` (its name and bytes -> new parts)."""
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as target:
+        for item in source.infolist():
+            for name, part in change(item.filename, source.read(item)):
+                target.writestr(name, part)
+    return out.read_bytes()
+
+
+def test_xml_elements_are_bounded_in_every_part_python_docx_parses(tmp_path: Path) -> None:
+    path = tmp_path / "handbook.docx"
+    write_docx(path)
+    swollen_styles = _docx_with(  # 170 KB zipped that took 2 GB of memory to open
+        path,
+        tmp_path / "styles.docx",
+        lambda name, part: [(name, part.replace(b"</w:styles>", b"<w:x/>" * 600_000 + b"</w:styles>"))],
+    )
+
+    def renamed(name: str, part: bytes) -> list[tuple[str, bytes]]:  # the main part found through .rels
+        if name == "word/document.xml":
+            return [("word/main.xml", part.replace(b"</w:body>", b"<w:p/>" * 600_000 + b"</w:body>"))]
+        return [(name, part.replace(b"/document.xml", b"/main.xml"))]
+
+    swollen_main = _docx_with(path, tmp_path / "main.docx", renamed)  # its 2,000,000 paragraphs took 166 s
+    started = time.perf_counter()
+    for data in (swollen_styles, swollen_main):
+        with pytest.raises(Unreadable, match="XML elements, over the 500000 read"):
+            read_docx(data)
+    assert time.perf_counter() - started < 5
+
+    def with_photo(name: str, part: bytes) -> list[tuple[str, bytes]]:
+        photo = ("word/media/x.jpeg", b"\xff\xd8\xff\xe0" + b"<x" * 10**6)  # not referenced, but in the zip
+        return [(name, part), photo] if name == "word/document.xml" else [(name, part)]
+
+    photo = _docx_with(path, tmp_path / "photo.docx", with_photo)
+    assert read_docx(photo).text == read_docx(path.read_bytes()).text  # binary parts' "<" bytes count for nothing
+
+
+def test_a_docx_with_an_encrypted_or_corrupt_part_is_unreadable_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "handbook.docx"
+    write_docx(path)
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("word/document.xml")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    corrupt = data[:start] + b"\xff" * 20 + data[start + 20 :]  # a deflate stream zlib refuses
+    unknown = bytearray(data)  # compression method 99 (AES) in both headers
+    unknown[info.header_offset + 8 : info.header_offset + 10] = b"\x63\x00"
+    central = data.index(b"PK\x01\x02")
+    while data[central + 46 : central + 46 + len(info.filename)] != info.filename.encode():
+        central = data.index(b"PK\x01\x02", central + 1)
+    unknown[central + 10 : central + 12] = b"\x63\x00"
+    encrypted = bytearray(data)  # the "encrypted" flag bit of the part
+    encrypted[info.header_offset + 6] |= 1
+    encrypted[central + 8] |= 1
+    for name, broken, why in (
+        ("corrupt", corrupt, "error: Error -3"),
+        ("unknown", bytes(unknown), "NotImplementedError"),
+        ("encrypted", bytes(encrypted), "is encrypted"),
+    ):
+        with pytest.raises(Unreadable, match=f"DOCX could not be read \\(.*{why}"):  # was a traceback
+            read_docx(broken)
+        (tmp_path / f"{name}.docx").write_bytes(broken)
+    assert [d.id for d in read_corpus([tmp_path]).documents] == ["handbook.docx"]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["</", "<a b=", "<!", "<?", "<a"],  # after the page's last ">"
+)
+def test_html_with_thousands_of_unclosed_constructs_is_read_in_linear_time(tail: str) -> None:
+    small, large = (("<p>Kept.</p>" + tail * n).encode() for n in (20_000, 80_000))
+    took = []
+    for data in (small, large):
+        started = time.perf_counter()
+        text = read_html(data).text
+        took.append(time.perf_counter() - started)
+        assert text.startswith("Kept.\n\n" + tail * 3)  # the parser's reading: markup it cannot close is text
+    assert took[1] < 1.5  # 200 KB of "<a b=" took 160 s; each size doubling took four times as long
+    comments = ("<p>Kept.</p>" + "<!--x>" * 50_000).encode()  # a ">" after each, but no "-->"
+    started = time.perf_counter()
+    assert read_html(comments).text.startswith("Kept.\n\n<!--x><!--x>")
+    assert time.perf_counter() - started < 1.5  # took 200 s for 1 MB
+
+
+def test_html_after_a_second_broken_character_reference_is_not_taken_as_text() -> None:
+    page = b"<p>A &#z; B</p><p>C &#; D &#12a;</p><nav>Home</nav><script>var token = 1;</script><p>E &#65;&#x42;</p>"
+    assert read_html(page).text == "A &#z; B\n\nC &#; D &#12a;\n\nE AB"  # was: C &#; D</p><nav>Home</nav><script>...
+
+
+def test_html_marked_sections_bs4_rejects_are_text_and_office_ones_are_kept() -> None:
+    page = b"<p>A</p><![ x]]><![foo[y]]><![<![<![<![if !IE]><p>B</p><![endif]><![CDATA[C]]>"
+    assert read_html(page).text == "A\n\n<![ x]]><![foo[y]]><![<![<![\n\nB\n\nC"  # was ParserRejectedMarkup
