@@ -76,8 +76,9 @@ class ServeConfig(Section):
         60.0,
         gt=0,
         le=3600,
-        description="Seconds a client has to send a whole request (headers and body) once the server waits for it; "
-        "a slower one is disconnected (slow clients hold connections: slowloris).",
+        description="Seconds a client has to send a whole request (headers and body) once the server waits for it, "
+        "and to start reading a response again once it stopped; a slower one is disconnected (slow clients hold "
+        "connections: slowloris).",
     )
     max_connections: int = Field(
         500,

@@ -358,7 +358,7 @@ def _split(root: Path, batch: list[dict[str, Any]], leader: str, reason: str) ->
     target = version_dir(root, leader)
     if live_version(root) != leader and target.exists():
         shutil.rmtree(target)
-    for record in batch:
+    for record in reversed(batch):  # the first last: killed midway, the batch resumes whole and splits again
         record.update(
             status="queued",
             base=None,

@@ -11,13 +11,15 @@ The child is a fresh interpreter (``python -m hopgraph.serve.parsing``, ~0.15 s 
 readers import their libraries only when a file needs them): it shares nothing with the server,
 neither threads nor memory, and gives its documents back as JSON, never as pickles.
 
-    python -m hopgraph.serve.parsing < files.json     # [[name, base64 bytes], ...] -> [[documents, problems], ...]
+    python -m hopgraph.serve.parsing SECONDS < files.json  # [[name, base64]] -> [[documents, problems]]
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
+import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -47,9 +49,9 @@ def read_files(files: list[tuple[str, bytes]], seconds: float) -> list[Read]:
     InputError where reading takes over ``seconds`` (the child is killed) or the child fails."""
     payload = json.dumps([[name, base64.b64encode(data).decode("ascii")] for name, data in files])
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", __name__],
-            input=payload.encode("utf-8"),
+        done = subprocess.run(  # -P: the server's working folder does not shadow a module
+            [sys.executable, "-P", "-m", __name__, str(math.ceil(seconds) + 1)],
+            input=payload.encode("ascii"),
             capture_output=True,
             timeout=seconds,
             check=False,
@@ -66,8 +68,11 @@ def read_files(files: list[tuple[str, bytes]], seconds: float) -> list[Read]:
 
 
 def main() -> int:
-    files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin)]
-    json.dump(_read(files), sys.stdout, ensure_ascii=False, default=str)
+    """Read, answer, and end after ``argv[1]`` seconds whatever happens: a server killed while it
+    waits leaves no reader behind. ASCII JSON both ways, whatever the locale."""
+    signal.alarm(int(sys.argv[1]) if len(sys.argv) > 1 else 3600)
+    files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin.buffer)]
+    sys.stdout.buffer.write(json.dumps(_read(files), ensure_ascii=True, default=str).encode("ascii"))
     return 0
 
 

@@ -336,6 +336,39 @@ def test_a_failed_batch_runs_its_jobs_alone_so_one_bad_job_fails_no_other(index,
     assert LoadedIndex(index).documents["id"] == expected
 
 
+def test_a_split_killed_midway_resumes_as_the_batch_and_splits_again(index, monkeypatch):
+    """A process killed while it rewrites a failed batch's records as jobs to run alone: the batch
+    must resume whole (and split again), not as a batch whose first member has already run alone
+    and whose others then fail for editing a version that is no longer live. A kill between two
+    record writes cannot be timed from outside, so the second split write raises (fault injection)."""
+    good, bad, later = (versions.submit_update(index, [doc], []) for doc in new_documents())
+
+    def refuse_lismore(version: Path) -> None:
+        if "lismore-point" in IndexStore(version).read_table("documents", ["id"])["id"]:
+            raise IndexFormatError("a document of this version cannot be served")
+
+    write_job = versions._write_job
+    split_writes = []
+
+    def killed_midway(root: Path, record: dict) -> None:
+        if record.get("alone"):
+            split_writes.append(record["id"])
+            if len(split_writes) == 2:
+                raise KeyboardInterrupt  # not an Exception: nothing in the job code catches it
+        write_job(root, record)
+
+    monkeypatch.setattr(versions, "_write_job", killed_midway)
+    with pytest.raises(KeyboardInterrupt):
+        versions.run_pending(index, verify=refuse_lismore)
+    monkeypatch.setattr(versions, "_write_job", write_job)
+    with pytest.raises(IndexFormatError, match="cannot be served"):
+        versions.run_pending(index, verify=refuse_lismore)
+    versions.run_pending(index, verify=refuse_lismore)
+    statuses = {j["id"]: j["status"] for j in versions.list_jobs(index)}
+    assert statuses == {good["id"]: "done", bad["id"]: "failed", later["id"]: "done"}
+    assert "cannot be served" in versions.read_job(index, bad["id"])["error"]
+
+
 def test_old_finished_job_records_are_pruned(index):
     """A server runs for months and reads every record on each look at the queue: finished records
     beyond ``keep_jobs`` are deleted with their payloads, once their version is gone from disk."""

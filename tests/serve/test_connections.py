@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from hopgraph.serve.connections import client_key
 from tests.serve.support import LiveServer
 
 READ_SECONDS = 2.0
@@ -108,3 +109,42 @@ def test_connections_beyond_the_process_cap_are_closed_and_the_server_recovers(s
     finally:
         for sock in flood:
             sock.close()
+
+
+def test_a_client_that_stops_reading_responses_is_dropped(server) -> None:
+    """Pipelined requests whose responses are never read fill the send buffer; the connection is
+    dropped once it has waited request_read_seconds for the client to read (it held its slot for
+    ever: a few addresses could take every connection)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    sock.bind(("127.0.0.6", 0))
+    sock.connect(("127.0.0.1", server.port))
+    connections = server.server.server_state.connections
+    try:
+        sock.sendall(b"GET /openapi.json HTTP/1.1\r\nHost: localhost\r\n\r\n" * 200)  # never read
+
+        def held() -> bool:
+            return any(getattr(c, "client", None) == sock.getsockname() for c in list(connections))
+
+        time.sleep(0.5)
+        assert held()
+        deadline = time.monotonic() + READ_SECONDS + 15
+        while held():
+            assert time.monotonic() < deadline, "the connection of a client that reads nothing was kept"
+            time.sleep(0.1)
+    finally:
+        sock.close()
+
+
+@pytest.mark.parametrize(
+    ("host", "key"),
+    [
+        ("192.0.2.7", "192.0.2.7"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("2001:db8:1:2:aaaa::1", "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:bbbb::9", "2001:db8:1:2::/64"),
+        ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+    ],
+)
+def test_an_ipv6_client_is_counted_by_its_64_network(host: str, key: str) -> None:
+    assert client_key(host) == key  # one host holds a /64: counted per address, it had 2^64 shares

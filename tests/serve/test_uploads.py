@@ -113,3 +113,25 @@ def test_an_upload_slower_to_read_than_upload_seconds_is_stopped_and_refused(acl
         accepted = client.post("/v1/documents/upload", files=small, headers=auth("admin"))
         assert accepted.status_code == 202, accepted.text
         assert wait_for_job(client, accepted.json()["id"])["status"] == "done"
+
+
+def test_uploads_read_the_same_in_any_locale_and_the_reader_bounds_itself(monkeypatch) -> None:
+    """The reader process answers in ASCII JSON whatever its locale (with PYTHONIOENCODING=ascii,
+    "ü" refused the upload), and ends itself after the seconds it is given, so a server killed
+    while it waits leaves no reader running (it ran on, re-parented, for as long as the file took)."""
+    import base64
+    import json
+    import subprocess
+    import sys
+    import time
+
+    monkeypatch.setenv("PYTHONIOENCODING", "ascii")
+    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, 60)
+    assert (document.id, document.text) == ("grüße.txt", "Grüße aus Sorvik: 5 €.")
+    page = b"<html><body>" + b"<p>word and more words</p>" * 99_000 + b"</body></html>"
+    files = json.dumps([[f"m{n}.html", base64.b64encode(page).decode()] for n in range(4)])
+    started = time.monotonic()
+    reader = subprocess.run(
+        [sys.executable, "-m", "hopgraph.serve.parsing", "1"], input=files.encode(), capture_output=True, timeout=60
+    )
+    assert reader.returncode != 0 and time.monotonic() - started < 6  # ended by itself, not after ~12 s of reading
