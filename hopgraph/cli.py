@@ -492,7 +492,7 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
 
     from hopgraph.serve.app import check_address, create_app, run_workers  # noqa: PLC0415
     from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
-    from hopgraph.serve.connections import BoundedH11Protocol  # noqa: PLC0415
+    from hopgraph.serve.connections import uvicorn_options  # noqa: PLC0415
     from hopgraph.store import IndexStore, live_root  # noqa: PLC0415
 
     manifest = IndexStore(live_root(index_dir)).require_complete()
@@ -519,7 +519,8 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     click.echo(f"loading {index_dir} …")
     app = create_app(index_dir, config, tokens)
     click.echo(f"serving {index_dir} at {where} (docs at /docs; Ctrl-C stops)")
-    uvicorn.run(app, host=config.serve.host, port=config.serve.port, http=BoundedH11Protocol, **server_options)
+    server_options.update(uvicorn_options(config.serve))
+    uvicorn.run(app, host=config.serve.host, port=config.serve.port, **server_options)
 
 
 @main.command()

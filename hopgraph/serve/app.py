@@ -135,9 +135,9 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,
-        http=connections.BoundedH11Protocol,
         workers=config.serve.workers,
         host=config.serve.host,
         port=config.serve.port,
+        **connections.uvicorn_options(config.serve),
         **options,  # type: ignore[arg-type]
     )

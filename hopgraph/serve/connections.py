@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 from collections import Counter
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -115,6 +116,13 @@ class BoundedH11Protocol(H11Protocol):
         self._read_timer = None
         if self.conn.their_state in _RECEIVING:
             self.transport.abort()
+
+
+def uvicorn_options(serve: ServeConfig) -> dict[str, Any]:
+    """What `hopgraph serve` gives uvicorn: this protocol, and an accept backlog no larger than the
+    connection cap (asyncio accepts up to a backlog of connections before closing any, so a flood
+    of 1,100 took every file descriptor of a 1,024 limit, with a traceback per failed accept)."""
+    return {"http": BoundedH11Protocol, "backlog": min(2048, serve.max_connections)}
 
 
 def configure(serve: ServeConfig) -> None:

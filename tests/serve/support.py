@@ -20,7 +20,7 @@ from hopgraph.config import HopgraphConfig
 from hopgraph.llm.standin import free_port
 from hopgraph.serve.app import create_app
 from hopgraph.serve.auth import TokenBook
-from hopgraph.serve.connections import BoundedH11Protocol
+from hopgraph.serve.connections import uvicorn_options
 
 # Users with overlapping groups; documents without acl are readable by everyone (the default).
 USERS = {
@@ -83,7 +83,7 @@ class LiveServer:
         self.app = app
         self.server = uvicorn.Server(
             uvicorn.Config(
-                app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on", http=BoundedH11Protocol
+                app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on", **uvicorn_options(config.serve)
             )
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
