@@ -296,4 +296,5 @@ def test_query_and_serve_refuse_a_default_method_the_index_lacks(sample_index, t
     served = cli("serve", sample_index, "--retrieval.method", "kg", env={"HOPGRAPH_TOKENS": ""})
     one_line_error(served, "'kg' needs parts", offered)
     unknown = cli("serve", sample_index, "--retrieval.method", "nosuch", env={"HOPGRAPH_TOKENS": ""})
-    one_line_error(unknown, "unknown method 'nosuch'", "offers text, bm25")
+    line = one_line_error(unknown, "unknown method 'nosuch' (retrieval.method);", f"{sample_index} offers text, bm25")
+    assert line.startswith("error: unknown method")  # the index is not what is wrong

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at
-from hopgraph.errors import InputError
+from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at, too_deep_at
+from hopgraph.errors import InputError, cut
 
 KETRAG, HIPPORAG, IRCOT, MUSIQUE = "ketrag", "hipporag", "ircot", "musique"
 _CORPUS_SUFFIX = "_corpus.json"
@@ -164,6 +164,9 @@ def _read_records(path: Path) -> list[_Record]:
     for where, value in records:
         if not isinstance(value, dict):
             raise InputError(f"{where}: record is not a JSON object")
+        place = too_deep_at(value)
+        if place:
+            raise InputError(f"{where}: {cut(place)!r} is nested more than {MAX_JSON_DEPTH} levels deep")
         place = invalid_unicode_at(value)  # "\ud800" reads into a str that no file or hash can encode
         if place:
             raise InputError(f"{where}: {place[:80]!r} holds a lone surrogate (not Unicode text)")

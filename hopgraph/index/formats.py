@@ -353,8 +353,8 @@ def read_html(data: bytes) -> Extracted:
     The page's declared charset is honoured; without one its encoding is detected. A page past
     :data:`MAX_HTML_ELEMENTS` elements or :data:`MAX_HTML_DEPTH` levels of nesting is not read.
     """
+    from bs4.builder import ParserRejectedMarkup  # noqa: PLC0415  (bs4.exceptions only from 4.13)
     from bs4.dammit import EncodingDetector, UnicodeDammit  # noqa: PLC0415
-    from bs4.exceptions import ParserRejectedMarkup  # noqa: PLC0415
 
     declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
     markup = UnicodeDammit(data, [declared], is_html=True).unicode_markup if declared else decode(data)[0]

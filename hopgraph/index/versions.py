@@ -352,9 +352,13 @@ def _run(
     return _finish(root, batch, leader, time.perf_counter() - started)
 
 
-def _split(root: Path, batch: list[dict[str, Any]], leader: str, reason: str) -> list[dict[str, Any]]:
+def _split(
+    root: Path, batch: list[dict[str, Any]], leader: str, reason: str, attempts: int | None = None
+) -> list[dict[str, Any]]:
     """Queue each member of a failed batch to run alone, so one job's bad document fails that job
-    and no other; returns nothing (no build published). The batch's unpublished version goes."""
+    and no other; returns nothing (no build published). The batch's unpublished version goes, and
+    so does the attempt it counted on each member (``serve.job_attempts`` bounds a job's own tries),
+    or all of them when ``attempts`` says how many to keep."""
     target = version_dir(root, leader)
     if live_version(root) != leader and target.exists():
         shutil.rmtree(target)
@@ -364,6 +368,7 @@ def _split(root: Path, batch: list[dict[str, Any]], leader: str, reason: str) ->
             base=None,
             batch=None,
             alone=f"its batch of {len(batch)} jobs failed, so it runs alone: {reason}",  # kept once done
+            attempts=max(0, record.get("attempts", 0) - 1) if attempts is None else attempts,
             run=None,
             error=None,
         )
@@ -425,6 +430,8 @@ def run_job(
         if not ran:  # the batch failed and was split: its members up to this one run alone, in order
             for member in (j["id"] for j in batch if j["id"] <= job_id):
                 ran = _run(root, [read_job(root, member)], llm, progress, stop_after, run=run)
+                if ran[-1]["status"] != "done":  # stopped at ``stop_after``: the next must not start on
+                    return read_job(root, job_id)  # the version this one is about to replace
         return next(r for r in ran if r["id"] == job_id)
 
 
@@ -488,13 +495,18 @@ def forgive_interrupted(root: str | Path, run: str) -> list[dict[str, Any]]:
 
 
 def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:
-    """Mark the next batch (the one a dead worker was running) failed with ``reason``; returns it.
+    """Give up on the next batch (the one a dead worker was running) for ``reason``; returns its
+    records. A job alone is marked failed; a batch of several is queued to run again one job at a
+    time, each with its attempts anew (one bad document that kills the worker fails only its job).
 
     Waits for the job lock, so it never touches a batch a live process is running."""
     root = Path(root)
     with _locked(root, ".lock"):
         batch = _next_batch(list_jobs(root))
-        _mark_failed(root, batch, reason)
+        if len(batch) > 1:
+            _split(root, batch, batch[-1]["id"], reason, attempts=0)
+        else:
+            _mark_failed(root, batch, reason)
     return batch
 
 

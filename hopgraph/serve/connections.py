@@ -76,8 +76,9 @@ class BoundedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
-            self._await_request()
+        # Also when closing (``Connection: close``, HTTP/1.0): close() waits for the client to read
+        # what is left to send, and a client that never does held the connection without a bound.
+        self._await_request()
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._read_timer, self._write_timer):
@@ -114,8 +115,13 @@ class BoundedH11Protocol(H11Protocol):
 
     def _request_late(self) -> None:
         self._read_timer = None
-        if self.conn.their_state in _RECEIVING:
+        if self.transport.is_closing() or self.conn.their_state in _RECEIVING:
             self.transport.abort()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """Refused: hopgraph serves no WebSocket, and uvicorn's switch to its WebSocket protocol
+        would leave this connection counted against its client for ever."""
+        self.send_400_response("WebSocket is not served here")
 
 
 def uvicorn_options(serve: ServeConfig) -> dict[str, Any]:

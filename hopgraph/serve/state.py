@@ -358,9 +358,10 @@ class JobRunner:
         attempts = max([self._crashes, *(j.get("attempts", 0) for j in running)])
         if attempts >= self.config.serve.job_attempts:
             self._crashes = 0
-            failed = versions.fail_unfinished(self.root, f"{reason}; gave up after {attempts} attempts")
+            ended = versions.fail_unfinished(self.root, f"{reason}; gave up after {attempts} attempts")
+            outcome = "run again one at a time" if any(j["status"] == "queued" for j in ended) else "failed"
             print(
-                f"hopgraph serve: jobs {', '.join(j['id'] for j in failed)} failed after {attempts} attempts",
+                f"hopgraph serve: jobs {', '.join(j['id'] for j in ended)} {outcome} after {attempts} attempts",
                 file=sys.stderr,
                 flush=True,
             )

@@ -284,6 +284,20 @@ def test_json_nested_too_deep_for_python_is_a_problem_not_a_traceback(tmp_path: 
     )
 
 
+def test_benchmark_records_nested_past_the_json_bound_are_refused(tmp_path: Path) -> None:
+    """The bound every other JSON input has (32 levels), not only Python's parser's (~1,000)."""
+    nested: object = "deep"
+    for _ in range(40):
+        nested = [nested]
+    record = {"title": "Oslo", "text": "Alpha lives in Oslo.", "extra": nested}
+    (tmp_path / "b_corpus.json").write_text(json.dumps([record]), encoding="utf-8")
+    (tmp_path / "a.txt").write_text("Kept.", encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["a.txt"]
+    [problem] = [str(p) for p in result.problems]
+    assert "b_corpus.json record 1: 'extra.0.0" in problem and "nested more than 32 levels deep" in problem
+
+
 def test_benchmark_paragraphs_follow_the_text_rule_of_every_input(tmp_path: Path) -> None:
     corpus = [
         {"title": "Oslo", "text": "Alpha lives in Oslo."},

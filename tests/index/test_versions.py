@@ -20,7 +20,7 @@ from hopgraph import ner
 from hopgraph.cli import main
 from hopgraph.config import ExtractionConfig
 from hopgraph.documents import Document
-from hopgraph.errors import IndexFormatError, InputError, QueueFullError
+from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index import versions
 from hopgraph.index.chunking import searchable
 from hopgraph.index.pipeline import build_index
@@ -367,6 +367,74 @@ def test_a_split_killed_midway_resumes_as_the_batch_and_splits_again(index, monk
     statuses = {j["id"]: j["status"] for j in versions.list_jobs(index)}
     assert statuses == {good["id"]: "done", bad["id"]: "failed", later["id"]: "done"}
     assert "cannot be served" in versions.read_job(index, bad["id"])["error"]
+
+
+def start_batch_and_kill(index: Path, monkeypatch) -> None:
+    """Leave every queued job started as one batch, as a worker killed inside its build leaves them
+    (the kill is raised from the build: it cannot be timed from outside)."""
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(versions, "build_index", killed)
+    with pytest.raises(KeyboardInterrupt):
+        versions.run_pending(index)
+    monkeypatch.undo()
+
+
+def test_a_failed_batch_does_not_use_up_its_jobs_own_attempts(index):
+    """serve.job_attempts bounds a job's own tries: the batch's failed try is not one of them."""
+    for document in new_documents():
+        versions.submit_update(index, [document], [])
+
+    def refuse_lismore(version: Path) -> None:
+        if "lismore-point" in IndexStore(version).read_table("documents", ["id"])["id"]:
+            raise IndexFormatError("a document of this version cannot be served")
+
+    with pytest.raises(IndexFormatError):
+        versions.run_pending(index, verify=refuse_lismore)
+    attempts = {j["id"]: (j["status"], j["attempts"]) for j in versions.list_jobs(index)}
+    assert sorted(attempts.values()) == [("done", 1), ("failed", 1), ("queued", 0)]
+
+
+def test_run_job_stopped_early_after_a_split_starts_no_later_member(index, monkeypatch):
+    """Asking for the second job of a split batch with ``stop_after``: the first runs alone and stops
+    half-built; the second must not start on the version the first is about to replace (it then
+    failed for editing a version no longer live). The bad document's build error is injected."""
+    tem, lismore, aster = new_documents()
+    first, second, bad = (versions.submit_update(index, [doc], []) for doc in (tem, aster, lismore))
+    start_batch_and_kill(index, monkeypatch)
+    real_build = versions.build_index
+
+    def lismore_breaks_the_build(documents, *args, **kwargs):
+        if any(d.id == "lismore-point" for d in documents):
+            raise ValueError("this document breaks the build")
+        return real_build(documents, *args, **kwargs)
+
+    monkeypatch.setattr(versions, "build_index", lismore_breaks_the_build)
+    record = versions.run_job(index, second["id"], stop_after="embed_units")
+    assert record["status"] == "queued"
+    assert versions.read_job(index, first["id"])["status"] == "running"
+    with pytest.raises(HopgraphError, match="breaks the build"):
+        versions.run_pending(index)
+    statuses = {j["id"]: j["status"] for j in versions.list_jobs(index)}
+    assert statuses == {first["id"]: "done", second["id"]: "done", bad["id"]: "failed"}
+
+
+def test_a_batch_that_kept_killing_the_worker_runs_again_one_job_at_a_time(index, monkeypatch):
+    """The server gives up on a batch after serve.job_attempts worker deaths: a batch of several is
+    queued again job by job, each with its attempts anew, so one document that kills the worker
+    fails only its own job."""
+    jobs = [versions.submit_update(index, [doc], []) for doc in new_documents()]
+    start_batch_and_kill(index, monkeypatch)
+    ended = versions.fail_unfinished(index, "the update worker exited with -9")
+    assert [j["status"] for j in ended] == ["queued"] * 3
+    assert all(j["attempts"] == 0 and "-9" in j["alone"] for j in versions.list_jobs(index))
+    assert [j["id"] for j in versions.run_pending(index)] == [j["id"] for j in jobs]
+    alone = versions.submit_update(index, [], ["tem-observatory"])
+    start_batch_and_kill(index, monkeypatch)
+    assert versions.fail_unfinished(index, "killed")[0]["status"] == "failed"  # a job alone fails
+    assert versions.read_job(index, alone["id"])["status"] == "failed"
 
 
 def test_old_finished_job_records_are_pruned(index):

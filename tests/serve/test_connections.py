@@ -148,3 +148,82 @@ def test_a_client_that_stops_reading_responses_is_dropped(server) -> None:
 )
 def test_an_ipv6_client_is_counted_by_its_64_network(host: str, key: str) -> None:
     assert client_key(host) == key  # one host holds a /64: counted per address, it had 2^64 shares
+
+
+def test_websocket_upgrades_are_refused_and_leave_no_connection_counted(server) -> None:
+    """uvicorn switched an upgrade request to its WebSocket protocol, whose end our count never
+    saw: max_connections_per_client upgrades (each refused by the app) shut that address out."""
+    upgrade = (
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+        b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+    for _ in range(MAX_PER_CLIENT + 2):
+        sock = connect(server, upgrade, client="127.0.0.7")
+        try:
+            sock.settimeout(10)
+            assert sock.recv(200).startswith(b"HTTP/1.1 4")  # refused (by the app, before the fix)
+        finally:
+            sock.close()
+    time.sleep(0.3)
+    with httpx.Client(
+        base_url=server.url, timeout=30, transport=httpx.HTTPTransport(local_address="127.0.0.7")
+    ) as client:
+        assert client.get("/healthz").status_code == 200
+
+
+def test_a_closing_connection_whose_client_reads_nothing_is_dropped() -> None:
+    """With ``Connection: close`` uvicorn closes the transport as the response ends, and close()
+    waits for the client to read what is left; a client that never read held the connection with
+    no bound where what was left was under the buffer's high-water mark (64 kB: no pause_writing).
+    Small socket buffers on both ends put a response of tens of kB there on any kernel."""
+    import threading
+
+    import uvicorn
+
+    from hopgraph.serve.connections import BoundedH11Protocol
+
+    async def sized(scope, receive, send):  # a plain ASGI app: GET /N answers N bytes
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        size = int(scope["path"].strip("/"))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % size)]})
+        await send({"type": "http.response.body", "body": b"x" * size})
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # accepted sockets inherit it
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    bounds = ("read_seconds", "max_connections", "max_per_client")
+    saved = [getattr(BoundedH11Protocol, name) for name in bounds]
+    for name, value in zip(bounds, (READ_SECONDS, 500, 500)):  # (the module's server set lower caps)
+        setattr(BoundedH11Protocol, name, value)
+    uv = uvicorn.Server(uvicorn.Config(sized, log_level="error", http=BoundedH11Protocol))
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    socks = []
+    try:
+        deadline = time.monotonic() + 30
+        while not uv.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for size in range(20_000, 62_000, 6_000):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(b"GET /%d HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % size)
+            socks.append(sock)  # never read
+        deadline = time.monotonic() + 2 * READ_SECONDS + 15
+        while uv.server_state.connections:
+            assert time.monotonic() < deadline, f"{len(uv.server_state.connections)} connections kept"
+            time.sleep(0.2)
+    finally:
+        for sock in socks:
+            sock.close()
+        uv.should_exit = True
+        thread.join(10)
+        listener.close()
+        for name, value in zip(bounds, saved):
+            setattr(BoundedH11Protocol, name, value)

@@ -32,8 +32,13 @@ def check_method(method: str, manifest: dict[str, Any] | None = None, source: st
     if manifest is None:
         offers = f"choose one of {', '.join(SPECS)}"
     else:
-        offers = f"it offers {', '.join(name for name, spec in SPECS.items() if not spec.missing(manifest))}"
+        offered = ", ".join(name for name, spec in SPECS.items() if not spec.missing(manifest))
+        offers = f"it offers {offered}"
     if method not in SPECS:
+        if manifest is not None:  # ``source`` is then the index, which is not what is wrong
+            raise ConfigError(
+                f"unknown method {cut(method)!r} (retrieval.method); {source or 'the index'} offers {offered}"
+            )
         raise ConfigError(f"{where}unknown method {cut(method)!r}; {offers}")
     missing = SPECS[method].missing(manifest) if manifest is not None else []
     if missing:
