@@ -60,6 +60,7 @@ ENTITIES, ENTITY_MENTIONS, ENTITY_VECTORS, ENTITY_SYNONYMS = (
     "entity_vectors",
     "entity_synonyms",
 )
+ENTITY_SYNONYM_SCORES, ENTITY_SYNONYM_INDICES = "entity_synonym_scores", "entity_synonym_indices"
 
 SCHEMA: dict[str, Artifact] = {
     a.name: a
@@ -175,6 +176,15 @@ SCHEMA: dict[str, Artifact] = {
             "entity-name embedding (titles and names in ≥ 2 sub-chunks; zero rows elsewhere)",
         ),
         Artifact(ENTITY_SYNONYMS, "graph", "entities", "G × G", "symmetric: name cosine where ≥ the synonym threshold"),
+        Artifact(
+            ENTITY_SYNONYM_INDICES,
+            "array",
+            "entities",
+            "E × k",
+            "for the E embedded names (non-zero rows of entity_vectors, in order), their k nearest other embedded "
+            "names by cosine, best first, as positions among those E (-1: none found); an update patches them",
+        ),
+        Artifact(ENTITY_SYNONYM_SCORES, "array", "entities", "E × k", "the cosine of each of those candidates"),
         Artifact(
             ENTITY_SENTENCES,
             "graph",

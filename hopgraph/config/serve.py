@@ -101,6 +101,13 @@ class ServeConfig(Section):
         description="Seconds an upload's files may take to read (in a child process, so a slow file never holds the "
         "server); a slower upload is refused with 422.",
     )
+    max_uploads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="Uploads read at once (each in a child process for up to upload_seconds); more get 503 with "
+        "Retry-After, so uploads never take the threads that retrieval and /healthz need.",
+    )
     rate_limit: float = Field(
         20.0, ge=0, description="Sustained requests per second per token (0 = no limit); bursts up to rate_burst."
     )

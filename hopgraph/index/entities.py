@@ -19,10 +19,18 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.artifacts import (
+    ENTITIES,
+    ENTITY_MENTIONS,
+    ENTITY_SENTENCES,
+    ENTITY_SYNONYM_INDICES,
+    ENTITY_SYNONYM_SCORES,
+    ENTITY_SYNONYMS,
+    ENTITY_VECTORS,
+)
+from hopgraph.index.graphs import nearest_others, patched_cosine_candidates
 from hopgraph.index.reuse import ENTITY_ROWS, FIRST_BUILD, PreviousVersion
-from hopgraph.kernels import cooccurrence_matrix, cosine_topk, normalize_rows
-from hopgraph.kernels.ann import ivf_cosine_topk
+from hopgraph.kernels import cooccurrence_matrix, normalize_rows
 from hopgraph.ner import cached_entity_names
 from hopgraph.store import IndexStore
 from hopgraph.text import normalise_entity
@@ -98,25 +106,58 @@ def unit_entities(
     return EntityTable(mentions, _binary(said_in, said, (len(sentence_units), len(ids))), list(ids), labels, display)
 
 
-def synonym_edges(vectors: np.ndarray, threshold: float, k: int, exact_limit: int) -> sp.csr_matrix:
-    """Symmetric entity × entity graph weighted by name cosine, for each name's k nearest at ≥ threshold.
+def synonym_candidates(vectors: np.ndarray, k: int, exact_limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, indices) of each name's k nearest other names by cosine, best first (-1: none found).
 
     Up to ``exact_limit`` names (``graph.exact_synonym_limit``) the search is exact; above it FAISS
     inverted lists find them, as for the KNN graph: all pairs grow with the square of the corpus,
     and names at synonym similarity share a list all but always (``scripts/bench_synonyms.py``:
     every exact edge found among 17k names).
     """
-    n = len(vectors)
-    if n < 2 or k < 1:
-        return sp.csr_matrix((n, n), dtype=np.float32)
-    if n <= exact_limit:
-        scores, neighbours = cosine_topk(vectors, vectors, k, exclude_self=True)
-    else:
-        scores, neighbours = ivf_cosine_topk(vectors, k)
+    return nearest_others(vectors, max(0, min(k, len(vectors) - 1)), exact_limit=exact_limit)
+
+
+def synonym_graph(scores: np.ndarray, neighbours: np.ndarray, threshold: float) -> sp.csr_matrix:
+    """Symmetric name × name graph weighted by cosine, for the candidates at ≥ threshold."""
+    n = len(scores)
     keep = (scores >= threshold) & (neighbours >= 0)
     rows = np.repeat(np.arange(n), keep.sum(axis=1))
     edges = sp.csr_matrix((scores[keep].astype(np.float32), (rows, neighbours[keep])), shape=(n, n))
     return edges.maximum(edges.T).tocsr()
+
+
+def synonym_edges(vectors: np.ndarray, threshold: float, k: int, exact_limit: int) -> sp.csr_matrix:
+    """Symmetric entity × entity graph weighted by name cosine, for each name's k nearest at ≥ threshold."""
+    return synonym_graph(*synonym_candidates(vectors, k, exact_limit), threshold)
+
+
+def _embedded_rows(vectors: np.ndarray, block: int = 65536) -> np.ndarray:
+    """Rows of an entity_vectors array that hold a vector (the others are zero: names not embedded)."""
+    held = [np.flatnonzero(np.asarray(vectors[a : a + block]).any(axis=1)) + a for a in range(0, len(vectors), block)]
+    return np.concatenate(held) if held else np.zeros(0, dtype=np.int64)
+
+
+def patched_synonym_candidates(
+    previous: PreviousVersion, names: list[str], vectors: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The synonym candidates of the version an update edits, patched to its embedded ``names``
+    (:func:`hopgraph.index.graphs.patched_cosine_candidates`): (scores, indices, names searched
+    again), or None where that version has none to patch or a fresh search costs as little."""
+    old_scores, old_indices = previous.array(ENTITY_SYNONYM_SCORES), previous.array(ENTITY_SYNONYM_INDICES)
+    old_vectors = previous.array(ENTITY_VECTORS)
+    if old_scores is None or old_indices is None or old_vectors is None:
+        return None
+    width = max(0, min(k, len(vectors) - 1))
+    old_embedded = _embedded_rows(old_vectors)
+    if old_indices.shape != (len(old_embedded), width) or width == 0:
+        return None
+    rows = previous.same_rows(ENTITY_ROWS, names, vectors)  # the edited version's entity rows
+    if rows is None:
+        return None
+    position = np.full(len(old_vectors), -1, dtype=np.int64)  # entity row -> place among its embedded names
+    position[old_embedded] = np.arange(len(old_embedded))
+    same_as = np.where(rows >= 0, position[np.maximum(rows, 0)], -1)
+    return patched_cosine_candidates(vectors, same_as, old_scores, old_indices)
 
 
 def _spread(graph: sp.csr_matrix, rows: np.ndarray, n: int) -> sp.csr_matrix:
@@ -151,17 +192,30 @@ def write_entity_layer(
     # one (about five of six names) cost as much as embedding the sentences.
     embedded = np.flatnonzero((mentions.getnnz(axis=0) >= 2) | (np.asarray(labels) == TITLE))
     vectors = np.zeros((len(names), store.read_array("unit_vectors", mmap=True).shape[1]), np.float32)
+    names_embedded = [display[e] for e in embedded]
     if len(embedded):
-        names_embedded = [display[e] for e in embedded]
         vectors[embedded] = previous.take(
             ENTITY_ROWS, names_embedded, lambda texts: normalize_rows(np.asarray(embed(texts), np.float32))
         )
-    synonyms = synonym_edges(vectors[embedded], synonym_threshold, synonym_k, exact_limit)
-    synonyms = _spread(synonyms, embedded, len(names))
+    # Above the exact limit an update searches again only the names it touched (a fresh FAISS search
+    # cost ~2 s at 100k chunks whatever the change), as the KNN graph's cosine candidates do.
+    patched = (
+        patched_synonym_candidates(previous, names_embedded, vectors[embedded], synonym_k)
+        if len(embedded) > exact_limit
+        else None
+    )
+    if patched is None:
+        scores, neighbours = synonym_candidates(vectors[embedded], synonym_k, exact_limit)
+    else:
+        scores, neighbours, searched = patched
+        previous.taken += len(embedded) - searched
+    synonyms = _spread(synonym_graph(scores, neighbours, synonym_threshold), embedded, len(names))
     store.write_table(ENTITIES, {"name": names, "label": labels, "display": display})
     store.write_graph(ENTITY_MENTIONS, mentions)
     store.write_array(ENTITY_VECTORS, vectors)
     store.write_graph(ENTITY_SYNONYMS, synonyms)
+    store.write_array(ENTITY_SYNONYM_SCORES, np.asarray(scores, dtype=np.float32))
+    store.write_array(ENTITY_SYNONYM_INDICES, np.asarray(neighbours, dtype=np.int64))
     store.write_graph(ENTITY_SENTENCES, table.sentence_mentions)
     return {
         "entities": len(names),

@@ -158,8 +158,12 @@ def read_pdf(data: bytes) -> Extracted:
             raise Unreadable("encrypted PDF (a password is needed)")
         if len(reader.pages) > MAX_PDF_PAGES:
             raise Unreadable(f"PDF has {len(reader.pages)} pages, over the {MAX_PDF_PAGES} read")
-        content = sum(map(_content_bytes, reader.pages))
         allowed = max(MAX_PDF_CONTENT_BYTES, MAX_PDF_EXPANSION * len(data))
+        content = 0
+        for pdf_page in reader.pages:
+            content += _content_bytes(pdf_page, allowed - content)
+            if content > allowed:
+                break
         if content > allowed:
             raise Unreadable(
                 f"PDF pages hold {content} bytes of content, over the {allowed} read for a {len(data)}-byte file"
@@ -181,8 +185,15 @@ def read_pdf(data: bytes) -> Extracted:
     return Extracted(text, title, {"format": "pdf", "pages": starts})
 
 
-def _content_bytes(page: Any) -> int:
-    """Decoded bytes of a PDF page's content streams (a stream shared by pages counts for each)."""
+_DRAWN = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s+Do\b")  # "/Name Do": draw the resource Name
+MAX_FORM_DEPTH = 8  # forms drawing forms: deeper nesting is counted as over any bound
+
+
+def _content_bytes(page: Any, budget: int = MAX_PDF_CONTENT_BYTES * 1000) -> int:
+    """Decoded bytes of a PDF page's content streams (a stream shared by pages counts for each),
+    with each form (Form XObject) counted once per time it is drawn, forms inside forms too: text
+    extraction parses a form again at every draw, so a 1 kB page drawing one form thousands of
+    times took 21 s to read. Counting stops once past ``budget``."""
     from pypdf.generic import ArrayObject  # noqa: PLC0415
 
     contents = page.get("/Contents")
@@ -190,7 +201,25 @@ def _content_bytes(page: Any) -> int:
         return 0
     contents = contents.get_object()
     streams = contents if isinstance(contents, ArrayObject) else [contents]
-    return sum(len(stream.get_object().get_data()) for stream in streams)
+    return _drawn_bytes([stream.get_object().get_data() for stream in streams], page.get("/Resources"), budget, 0)
+
+
+def _drawn_bytes(datas: list[bytes], resources: Any, budget: int, depth: int) -> int:
+    total = sum(map(len, datas))
+    if depth > MAX_FORM_DEPTH:
+        return budget + 1
+    forms = (resources.get_object().get("/XObject") if resources is not None else None) or {}
+    forms = forms.get_object() if hasattr(forms, "get_object") else forms
+    for data in datas:
+        for name in _DRAWN.findall(data):
+            if total > budget:
+                return total
+            form = forms.get("/" + name.decode("latin-1"))
+            form = form.get_object() if form is not None else None
+            if form is None or form.get("/Subtype") != "/Form":
+                continue  # an image, or a name that is not there: nothing parsed again
+            total += _drawn_bytes([form.get_data()], form.get("/Resources") or resources, budget - total, depth + 1)
+    return total
 
 
 def _with_sections(blocks: list[tuple[int, str]]) -> tuple[str, list[list[Any]]]:

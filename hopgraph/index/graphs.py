@@ -46,15 +46,22 @@ def cosine_candidates(
     """(scores, indices) of each chunk's nearest other chunks by cosine, best first, ``cosine_width``
     per chunk: exact up to ``exact_limit`` chunks, from a FAISS IVF index above it (index -1 where
     it found none)."""
-    n = chunk_vectors.shape[0]
-    width = cosine_width(k, n)
+    return nearest_others(chunk_vectors, cosine_width(k, chunk_vectors.shape[0]), exact_limit=exact_limit, xp=xp)
+
+
+def nearest_others(
+    vectors: np.ndarray, width: int, *, exact_limit: int, xp: ModuleType = np
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, indices) of each row's ``width`` nearest other rows by cosine, best first: exact up
+    to ``exact_limit`` rows, from a FAISS IVF index above it (index -1 where it found none)."""
+    n = vectors.shape[0]
     if width == 0:
         return np.zeros((n, 0), np.float32), np.zeros((n, 0), np.int64)
     if n <= exact_limit:
-        vectors = xp.asarray(chunk_vectors)
-        scores, indices = cosine_topk(vectors, vectors, width, exclude_self=True)
+        rows = xp.asarray(vectors)
+        scores, indices = cosine_topk(rows, rows, width, exclude_self=True)
         return to_numpy(scores), to_numpy(indices)
-    return ivf_cosine_topk(chunk_vectors, width, device="cpu" if xp is np else "cuda")
+    return ivf_cosine_topk(vectors, width, device="cpu" if xp is np else "cuda")
 
 
 # Patching gives way to a fresh search above PATCH_ROWS_PER_ROOT·√n rows to search again: those

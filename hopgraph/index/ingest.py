@@ -434,6 +434,9 @@ class _Reader:
             except json.JSONDecodeError as error:
                 self.problem(where, lineno, f"invalid JSON ({error.msg} at column {error.colno})")
                 continue
+            except ValueError as error:  # e.g. an integer past Python's 4,300-digit limit
+                self.problem(where, lineno, f"unreadable JSON ({cut(str(error))})")
+                continue
             except RecursionError:  # Python's parser gives up around a thousand levels
                 self.problem(where, lineno, f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
                 continue

@@ -15,12 +15,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import ValidationError
 
-from hopgraph.errors import InputError, listed
+from hopgraph.errors import InputError, QueueFullError, listed
 from hopgraph.index.catalog import document_row
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, problems_of, shown
 from hopgraph.serve.parsing import read_files
-from hopgraph.serve.routes import insert
+from hopgraph.serve.routes import insert, queue_full
 from hopgraph.serve.schemas import DocumentIn, InsertRequest
 from hopgraph.serve.service import Service, admin, service_of
 
@@ -37,15 +37,18 @@ def upload_name(raw: str | None) -> str:
     return name
 
 
-def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None, seconds: float) -> list[DocumentIn]:
+def documents_of(
+    files: list[tuple[str, bytes]], acl: list[str] | None, seconds: float, max_chars: int
+) -> list[DocumentIn]:
     """The uploaded files (name, bytes) read as ``hopgraph index`` reads them, in a child process
     given ``seconds`` (:mod:`hopgraph.serve.parsing`); 422 naming every file or record that cannot
-    be used (one bad part refuses the whole upload, as a JSON insert does).
+    be used (one bad part refuses the whole upload, as a JSON insert does), or text past
+    ``max_chars`` in all (a 268 kB DOCX unzips to 97 MB: the body bound must hold for the text too).
 
     The form's ``acl``, when given, is set on every document, whatever a JSONL record says: an admin
     who uploads for a group must not have a record widen (``"acl": null``) or move its audience."""
     try:
-        reads = read_files(files, seconds)
+        reads = read_files(files, seconds, max_chars)
     except InputError as exc:
         raise APIError(422, "unreadable_upload", str(exc)) from None
     problems = [problem for _, found in reads for problem in found]
@@ -88,9 +91,22 @@ def upload(
     names = [upload_name(f.filename) for f in files]
     if len(set(names)) != len(names):
         raise APIError(422, "duplicate_files", "the same file name appears twice in the upload")
-    groups = [g.strip() for g in acl.split(",") if g.strip()]
-    files_read = [(name, part.file.read()) for name, part in zip(names, files)]
-    documents = documents_of(files_read, groups or None, service.config.serve.upload_seconds)
+    serve = service.config.serve
+    if service.jobs.queue_depth() >= serve.max_queued_jobs:  # refused before reading (submit checks again)
+        raise queue_full(QueueFullError("the update-job queue is full"), serve.max_queued_jobs)
+    if not service.upload_slots.acquire(blocking=False):
+        raise APIError(
+            503,
+            "uploads_busy",
+            f"{serve.max_uploads} uploads are being read (serve.max_uploads); try again shortly",
+            {"Retry-After": "5"},
+        )
+    try:
+        groups = [g.strip() for g in acl.split(",") if g.strip()]
+        files_read = [(name, part.file.read()) for name, part in zip(names, files)]
+        documents = documents_of(files_read, groups or None, serve.upload_seconds, serve.max_body_bytes)
+    finally:
+        service.upload_slots.release()
     try:
         body = InsertRequest(documents=documents)
     except ValidationError:  # the only field left to fail: no documents

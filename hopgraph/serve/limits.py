@@ -39,7 +39,10 @@ def as_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return value
+        try:
+            return float(value)
+        except OverflowError:  # an integer past any float (a 400-digit number): over every bound
+            return math.inf
     if isinstance(value, str):
         try:
             return float(value.strip())

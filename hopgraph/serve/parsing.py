@@ -11,7 +11,7 @@ The child is a fresh interpreter (``python -m hopgraph.serve.parsing``, ~0.15 s 
 readers import their libraries only when a file needs them): it shares nothing with the server,
 neither threads nor memory, and gives its documents back as JSON, never as pickles.
 
-    python -m hopgraph.serve.parsing SECONDS < files.json  # [[name, base64]] -> [[documents, problems]]
+    python -m hopgraph.serve.parsing SECONDS MAX_CHARS < files.json  # [[name, base64]] -> [[documents, problems]]
 """
 
 from __future__ import annotations
@@ -30,27 +30,35 @@ from hopgraph.errors import InputError
 Read = tuple[list[Document], list[str]]  # one file's documents and its problems, as messages
 
 
-def _read(files: list[tuple[str, bytes]]) -> list[list[object]]:
+def _read(files: list[tuple[str, bytes]], max_chars: int) -> list[list[object]]:
+    """Each file's documents and problems; reading stops at the file whose text passes ``max_chars``
+    in all (that file gets a problem instead), so the answer stays as small as a JSON insert."""
     from hopgraph.index.ingest import read_upload  # noqa: PLC0415  (the child's work, not the server's)
 
     out: list[list[object]] = []
+    total = 0
     for name, data in files:
         try:
             result = read_upload(name, data)
         except InputError as exc:
             out.append([[], [str(exc)]])
             continue
+        total += sum(len(d.text) for d in result.documents)
+        if total > max_chars:
+            too_much = f"{name}: the upload's text passes {max_chars:,} characters (serve.max_body_bytes)"
+            out.append([[], [f"{too_much}; index such files with `hopgraph update` instead"]])
+            break
         out.append([[asdict(d) for d in result.documents], [str(p) for p in result.problems]])
     return out
 
 
-def read_files(files: list[tuple[str, bytes]], seconds: float) -> list[Read]:
+def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int) -> list[Read]:
     """Each uploaded file (name, bytes) read as ``hopgraph index`` reads it, in a child process;
     InputError where reading takes over ``seconds`` (the child is killed) or the child fails."""
     payload = json.dumps([[name, base64.b64encode(data).decode("ascii")] for name, data in files])
     try:
         done = subprocess.run(  # -P: the server's working folder does not shadow a module
-            [sys.executable, "-P", "-m", __name__, str(math.ceil(seconds) + 1)],
+            [sys.executable, "-P", "-m", __name__, str(math.ceil(seconds) + 1), str(max_chars)],
             input=payload.encode("ascii"),
             capture_output=True,
             timeout=seconds,
@@ -69,10 +77,12 @@ def read_files(files: list[tuple[str, bytes]], seconds: float) -> list[Read]:
 
 def main() -> int:
     """Read, answer, and end after ``argv[1]`` seconds whatever happens: a server killed while it
-    waits leaves no reader behind. ASCII JSON both ways, whatever the locale."""
+    waits leaves no reader behind. At most ``argv[2]`` characters of text come back. ASCII JSON both
+    ways, whatever the locale."""
     signal.alarm(int(sys.argv[1]) if len(sys.argv) > 1 else 3600)
+    max_chars = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000_000
     files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin.buffer)]
-    sys.stdout.buffer.write(json.dumps(_read(files), ensure_ascii=True, default=str).encode("ascii"))
+    sys.stdout.buffer.write(json.dumps(_read(files, max_chars), ensure_ascii=True, default=str).encode("ascii"))
     return 0
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
@@ -29,7 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.deadline import check_deadline, deadline_after
-from hopgraph.errors import DeadlineExceeded, LLMUnavailableError
+from hopgraph.errors import DeadlineExceeded, LLMUnavailableError, cut
 from hopgraph.llm import open_llm
 from hopgraph.llm.client import context_window, joined, stream_completion
 from hopgraph.llm.types import Completion, Usage
@@ -70,6 +71,7 @@ class Service:
         self.batcher = QueryBatcher(self.serve.batch_wait_ms, self.serve.batch_max, self.serve.batch_group)
         self.request_log = RequestLog.open(self.serve.request_log)
         self.jobs = JobRunner(root, self.holder, config)
+        self.upload_slots = threading.BoundedSemaphore(config.serve.max_uploads)  # uploads read at once
         log = self.request_log
         self.metrics = Metrics(log_dropped=(lambda: log.dropped) if log is not None else None)
         self.limiter = RateLimiter(self.serve.rate_limit, self.serve.rate_burst)
@@ -165,7 +167,9 @@ class Service:
                 422, "query_too_long", f"query of {len(body.query)} characters; the limit is {serve.max_query_chars}"
             )
         if body.budget is not None and body.budget > serve.max_budget:
-            raise APIError(422, "budget_too_large", f"budget {body.budget} over the server's limit {serve.max_budget}")
+            raise APIError(
+                422, "budget_too_large", f"budget {cut(str(body.budget))} over the server's limit {serve.max_budget}"
+            )
         overrides = dotted_keys(body.params)
         if "budget" in overrides or "method" in overrides:
             raise APIError(422, "invalid_request", "give method and budget as fields of the request, not in params")
@@ -380,7 +384,9 @@ def answer_payload(
 
 
 # ---------------------------------------------------------------------- dependencies of the routers
-def service_of(request: Request) -> Service:
+# The dependencies below are ``async``: a plain ``def`` runs in the thread pool, and a request
+# would then wait for a free thread (behind slow uploads, say) before it could even be refused.
+async def service_of(request: Request) -> Service:
     service: Service = request.app.state.service
     return service
 
@@ -394,11 +400,12 @@ bearer = HTTPBearer(
 )
 
 
-def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+async def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
     """Dependency: the authenticated caller (see :meth:`Service.authenticate`)."""
-    return service_of(request).authenticate(request)
+    service: Service = request.app.state.service
+    return service.authenticate(request)
 
 
-def admin(who: Principal = Depends(principal)) -> Principal:
+async def admin(who: Principal = Depends(principal)) -> Principal:
     """Dependency: the caller, who must hold the admin scope (403 otherwise)."""
     return who.require_admin()

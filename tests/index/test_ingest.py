@@ -284,6 +284,16 @@ def test_json_nested_too_deep_for_python_is_a_problem_not_a_traceback(tmp_path: 
     )
 
 
+def test_a_jsonl_integer_past_pythons_digit_limit_is_a_problem_line(tmp_path: Path) -> None:
+    """int("9" * 5000) raises ValueError (not JSONDecodeError): it was a traceback out of `hopgraph index`."""
+    lines = ['{"text": "Big.", "n": ' + "9" * 5000 + "}", json.dumps({"text": "Kept."})]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["a.jsonl:2"]
+    [problem] = [str(p).removeprefix(f"{tmp_path}/") for p in result.problems]
+    assert problem.startswith("a.jsonl:1: unreadable JSON (")
+
+
 def test_benchmark_records_nested_past_the_json_bound_are_refused(tmp_path: Path) -> None:
     """The bound every other JSON input has (32 levels), not only Python's parser's (~1,000)."""
     nested: object = "deep"

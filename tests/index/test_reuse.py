@@ -175,3 +175,38 @@ def test_an_update_above_the_exact_knn_limit_patches_the_cosine_candidates(tmp_p
     assert np.array_equal(live.read_array("knn_cosine_indices"), rebuilt.read_array("knn_cosine_indices"))
     assert np.allclose(live.read_array("knn_cosine_scores"), rebuilt.read_array("knn_cosine_scores"), atol=1e-6)
     assert (live.read_graph("knn") != rebuilt.read_graph("knn")).nnz == 0
+
+
+def test_an_update_above_the_exact_synonym_limit_patches_the_synonym_candidates(tmp_path, sample_documents):
+    """Above ``graph.exact_synonym_limit`` an update searches again only the names it touched, not
+    every name through a new FAISS index. On the sample FAISS probes every list, so the edited
+    version's candidates are exact and the patched ones must be a rebuild's. (Any change of the
+    sample is more than the rows above which patching gives way to a fresh search: that bound is
+    lifted.)"""
+    from hopgraph.index import entities, graphs
+
+    settings = {**SAMPLE_SETTINGS, "graph.exact_synonym_limit": 2, "graph.synonym_threshold": 0.5}
+    config = load_config(None, {**settings, "embedding.cache": str(tmp_path / "cache.sqlite")})
+    fresh_searches: list[int] = []
+    real_search = entities.synonym_candidates
+
+    def counted(vectors, k, exact_limit):  # the real search, counted
+        fresh_searches.append(len(vectors))
+        return real_search(vectors, k, exact_limit)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graphs, "PATCH_ROWS_PER_ROOT", 100.0)
+        patch.setattr(entities, "synonym_candidates", counted)
+        build_index(sample_documents[:5], tmp_path / "index", config, progress=False)
+        versions.submit_update(tmp_path / "index", sample_documents[5:], [])
+        [job] = versions.run_pending(tmp_path / "index")
+    assert len(fresh_searches) == 1  # the first build's; the update patched
+    build_index(sample_documents, tmp_path / "rebuilt", config, progress=False)
+    live, rebuilt = IndexStore(version_dir(tmp_path / "index", job["id"])), IndexStore(tmp_path / "rebuilt")
+    names = len(rebuilt.read_array("entity_synonym_indices"))
+    assert names > 2 and rebuilt.read_array("entity_synonym_indices").shape[1] == 5
+    assert np.array_equal(live.read_array("entity_synonym_indices"), rebuilt.read_array("entity_synonym_indices"))
+    assert np.allclose(live.read_array("entity_synonym_scores"), rebuilt.read_array("entity_synonym_scores"), atol=1e-6)
+    patched, fresh = live.read_graph("entity_synonyms"), rebuilt.read_graph("entity_synonyms")
+    assert patched.nnz > 0 and ((patched != 0) != (fresh != 0)).nnz == 0  # the same edges...
+    assert np.allclose(patched.toarray(), fresh.toarray(), atol=1e-6)  # ...weighed alike up to float rounding

@@ -154,6 +154,21 @@ def test_parameters_over_the_server_limits_are_refused(server, params, field, li
     assert error["code"] == "over_limit" and field in error["message"] and limit in error["message"]
 
 
+@pytest.mark.parametrize("endpoint", ["/v1/retrieve", "/v1/chat/completions"])
+def test_an_integer_past_any_float_is_refused_not_a_server_error(server, endpoint):
+    """A 400-digit integer as a setting overflowed float() inside the limit check: 500 and a 10 kB
+    traceback in the log per request, for any reader token."""
+    huge = 10**400
+    if endpoint == "/v1/retrieve":
+        body = {"query": "harbor", "method": "ppr", "params": {"ppr": {"damping": huge}}}
+    else:
+        body = {"model": "hopgraph-ppr", "messages": [{"role": "user", "content": "harbor"}]}
+        body["hopgraph"] = {"params": {"ppr": {"damping": huge}}}
+    response = httpx.post(f"{server.url}{endpoint}", json=body, headers=auth("guest"), timeout=60)
+    assert response.status_code == 422, response.text
+    assert "ppr.damping" in response.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN"])
 def test_non_finite_numbers_are_refused(server, literal):
     body = '{"query": "harbor", "method": "ppr", "params": {"ppr": {"text_weight": LITERAL}}}'.replace(

@@ -11,7 +11,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
         b'{"id": "moved", "text": "Crane log of Tem.", "acl": "x"}\n'
         b'{"id": "nested", "text": "Pier rota.", "metadata": {"acl": ["press"]}}\n'
     )
-    documents = documents_of([("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], 60)
+    documents = documents_of([("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], 60, 10_000_000)
     assert {d.id: d.metadata["acl"] for d in documents} == {
         "open": ["board"],
         "moved": ["board"],
@@ -20,7 +20,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
     }
     assert all("source_path" not in d.metadata for d in documents)  # no server path
     # Without a form acl, each record keeps its own (a record's null stays open).
-    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, 60)}
+    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, 60, 10_000_000)}
     assert kept == {"open": None, "moved": ["x"], "nested": ["press"]}
 
 
@@ -80,7 +80,7 @@ def test_a_long_html_page_is_read_in_linear_time() -> None:
 
     page = b"".join(b"<p>Paragraph %d of the harbour manual.</p>" % n for n in range(90_000))
     started = time.monotonic()
-    (document,) = documents_of([("manual.html", page)], None, 60)
+    (document,) = documents_of([("manual.html", page)], None, 60, 10_000_000)
     seconds = time.monotonic() - started
     assert document.text.count("\n\n") == 89_999 and document.text.endswith("Paragraph 89999 of the harbour manual.")
     assert seconds < 30, f"read in {seconds:.1f} s"
@@ -126,7 +126,7 @@ def test_uploads_read_the_same_in_any_locale_and_the_reader_bounds_itself(monkey
     import time
 
     monkeypatch.setenv("PYTHONIOENCODING", "ascii")
-    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, 60)
+    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, 60, 10_000_000)
     assert (document.id, document.text) == ("grüße.txt", "Grüße aus Sorvik: 5 €.")
     page = b"<html><body>" + b"<p>word and more words</p>" * 99_000 + b"</body></html>"
     files = json.dumps([[f"m{n}.html", base64.b64encode(page).decode()] for n in range(4)])
@@ -135,3 +135,65 @@ def test_uploads_read_the_same_in_any_locale_and_the_reader_bounds_itself(monkey
         [sys.executable, "-m", "hopgraph.serve.parsing", "1"], input=files.encode(), capture_output=True, timeout=60
     )
     assert reader.returncode != 0 and time.monotonic() - started < 6  # ended by itself, not after ~12 s of reading
+
+
+def test_an_upload_whose_text_passes_the_body_bound_is_refused() -> None:
+    """A 268 kB DOCX unzips to 97 MB of text: the body bound (serve.max_body_bytes) holds for the
+    upload's text in all, or five such files queued a 480 MB job."""
+    import pytest
+
+    from hopgraph.serve.errors import APIError
+
+    files = [("a.txt", b"x" * 600), ("b.txt", b"y" * 600), ("c.txt", b"z" * 600)]
+    assert len(documents_of(files[:1], None, 60, 1000)) == 1
+    with pytest.raises(APIError) as refused:
+        documents_of(files, None, 60, 1000)
+    assert refused.value.status == 422
+    assert "b.txt: the upload's text passes 1,000 characters (serve.max_body_bytes)" in str(refused.value)
+
+
+def test_uploads_beyond_max_uploads_get_503_and_never_take_the_threads_healthz_needs(acl_index, serve_config) -> None:
+    """Each upload held a pool thread while its child read it, and /healthz (its dependencies were
+    plain functions, run in that pool) waited 51 s behind 45 uploads. Now uploads beyond
+    serve.max_uploads get 503 at once, and /healthz needs no pool thread: every thread of the pool
+    is taken here (held on the server's own loop), and /healthz still answers."""
+    import asyncio
+
+    import anyio.to_thread
+    import httpx
+
+    from tests.serve.support import LiveServer, auth
+
+    with LiveServer(acl_index, serve_config) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        service = server.app.state.service
+        assert service.upload_slots.acquire(blocking=False)  # one upload being read...
+        assert service.upload_slots.acquire(blocking=False)  # ...and a second: serve.max_uploads = 2
+        try:
+            busy = client.post(
+                "/v1/documents/upload", files=[("files", ("a.txt", b"Text.", "text/plain"))], headers=auth("admin")
+            )
+            assert busy.status_code == 503 and busy.json()["error"]["code"] == "uploads_busy"
+            assert busy.headers["Retry-After"] == "5"
+        finally:
+            service.upload_slots.release()
+            service.upload_slots.release()
+        loop = server.server.servers[0].get_loop()
+        borrowers = [object() for _ in range(1000)]
+
+        async def take_every_thread() -> int:
+            limiter = anyio.to_thread.current_default_thread_limiter()
+            taken = int(limiter.total_tokens)
+            for borrower in borrowers[:taken]:
+                await limiter.acquire_on_behalf_of(borrower)
+            return taken
+
+        async def give_them_back(taken: int) -> None:
+            limiter = anyio.to_thread.current_default_thread_limiter()
+            for borrower in borrowers[:taken]:
+                limiter.release_on_behalf_of(borrower)
+
+        taken = asyncio.run_coroutine_threadsafe(take_every_thread(), loop).result(10)
+        try:
+            assert client.get("/healthz", timeout=5).status_code == 200
+        finally:
+            asyncio.run_coroutine_threadsafe(give_them_back(taken), loop).result(10)
