@@ -255,7 +255,8 @@ def server() -> str:
         parts.append(
             "Insert cost (`python3 scripts/bench_insert_cost.py` → `insert_cost.json`): one document inserted into "
             "an index, median of 3 inserts; code `after` is this checkout, the others earlier code (a commit id "
-            "where the label is one).\n\n| size | code | chunks | insert s | share of a cold build | embedder |\n"
+            "where the label is one)" + (f"; {d['sitting']}" if d.get("sitting") else "") + ".\n\n"
+            "| size | code | chunks | insert s | share of a cold build | embedder |\n"
             "|---|---|---|---|---|---|\n" + "\n".join(lines)
         )
     if (RESULTS / "crash_safety.json").exists():
