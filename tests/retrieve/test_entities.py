@@ -9,7 +9,15 @@ import shutil
 import numpy as np
 import pytest
 
-from hopgraph.artifacts import ENTITIES, ENTITY_MENTIONS, ENTITY_SENTENCES, ENTITY_SYNONYMS, ENTITY_VECTORS
+from hopgraph.artifacts import (
+    ENTITIES,
+    ENTITY_MENTIONS,
+    ENTITY_SENTENCES,
+    ENTITY_SYNONYM_INDICES,
+    ENTITY_SYNONYM_SCORES,
+    ENTITY_SYNONYMS,
+    ENTITY_VECTORS,
+)
 from hopgraph.documents import Document
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.entities import entity_layer, readable_entities, walk_adjacency
@@ -78,6 +86,8 @@ def test_entity_artifacts_are_built_and_checksummed(entity_index):
         f"arrays/{ENTITY_VECTORS}.npy",
         f"graphs/{ENTITY_SYNONYMS}.npz",
         f"graphs/{ENTITY_SENTENCES}.npz",
+        f"arrays/{ENTITY_SYNONYM_SCORES}.npy",
+        f"arrays/{ENTITY_SYNONYM_INDICES}.npy",
     }
     assert all(len(f["sha256"]) == 64 for f in record["files"].values()) and store.damaged(record["files"]) is None
     index = LoadedIndex(entity_index)
