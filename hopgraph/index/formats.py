@@ -189,7 +189,7 @@ _DRAWN = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s+Do\b")  # "/Name Do": draw the re
 MAX_FORM_DEPTH = 8  # forms drawing forms: deeper nesting is counted as over any bound
 
 
-def _content_bytes(page: Any, budget: int = MAX_PDF_CONTENT_BYTES * 1000) -> int:
+def _content_bytes(page: Any, budget: int) -> int:
     """Decoded bytes of a PDF page's content streams (a stream shared by pages counts for each),
     with each form (Form XObject) counted once per time it is drawn, forms inside forms too: text
     extraction parses a form again at every draw, so a 1 kB page drawing one form thousands of

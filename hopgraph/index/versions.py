@@ -176,6 +176,21 @@ def _retry_after(jobs: Sequence[dict[str, Any]], default: float = 30.0) -> float
     return max(1.0, float(seconds[-1])) if seconds else default
 
 
+def check_room(root: str | Path, max_queued: int | None, jobs: list[dict[str, Any]] | None = None) -> None:
+    """QueueFullError (with when to try again) where ``max_queued`` jobs are queued or running: a
+    submitter can ask before it does costly work, and :func:`submit_update` asks again."""
+    if max_queued is None:
+        return
+    jobs = list_jobs(root) if jobs is None else jobs
+    unfinished = sum(job["status"] in UNFINISHED for job in jobs)
+    if unfinished >= max_queued:
+        raise QueueFullError(
+            f"{root}: {unfinished} update jobs are queued or running, the limit is {max_queued}; "
+            "try again when one has finished",
+            retry_after=_retry_after(jobs),
+        )
+
+
 def submit_update(
     root: str | Path, add: Sequence[Document], delete: Sequence[str], *, max_queued: int | None = None
 ) -> dict[str, Any]:
@@ -196,13 +211,7 @@ def submit_update(
     IndexStore(live_root(root)).require_complete()
     with _locked(root, ".submit.lock"):
         jobs = list_jobs(root)  # before the live version: a job finishing now is then counted twice, never lost
-        unfinished = sum(job["status"] in UNFINISHED for job in jobs)
-        if max_queued is not None and unfinished >= max_queued:
-            raise QueueFullError(
-                f"{root}: {unfinished} update jobs are queued or running, the limit is {max_queued}; "
-                "try again when one has finished",
-                retry_after=_retry_after(jobs),
-            )
+        check_room(root, max_queued, jobs)
         ids = IndexStore(live_root(root)).read_table("documents", ["id"])["id"]
         for job in jobs:
             if job["status"] in UNFINISHED:

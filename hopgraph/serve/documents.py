@@ -92,8 +92,10 @@ def upload(
     if len(set(names)) != len(names):
         raise APIError(422, "duplicate_files", "the same file name appears twice in the upload")
     serve = service.config.serve
-    if service.jobs.queue_depth() >= serve.max_queued_jobs:  # refused before reading (submit checks again)
-        raise queue_full(QueueFullError("the update-job queue is full"), serve.max_queued_jobs)
+    try:
+        service.jobs.check_room()  # before the files are read
+    except QueueFullError as exc:
+        raise queue_full(exc, serve.max_queued_jobs) from None
     if not service.upload_slots.acquire(blocking=False):
         raise APIError(
             503,

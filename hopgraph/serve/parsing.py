@@ -24,6 +24,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 
+from hopgraph.config import ServeConfig
 from hopgraph.documents import Document
 from hopgraph.errors import InputError
 
@@ -80,7 +81,7 @@ def main() -> int:
     waits leaves no reader behind. At most ``argv[2]`` characters of text come back. ASCII JSON both
     ways, whatever the locale."""
     signal.alarm(int(sys.argv[1]) if len(sys.argv) > 1 else 3600)
-    max_chars = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000_000
+    max_chars = int(sys.argv[2]) if len(sys.argv) > 2 else ServeConfig.model_fields["max_body_bytes"].default
     files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin.buffer)]
     sys.stdout.buffer.write(json.dumps(_read(files, max_chars), ensure_ascii=True, default=str).encode("ascii"))
     return 0

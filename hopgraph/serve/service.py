@@ -402,8 +402,7 @@ bearer = HTTPBearer(
 
 async def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
     """Dependency: the authenticated caller (see :meth:`Service.authenticate`)."""
-    service: Service = request.app.state.service
-    return service.authenticate(request)
+    return (await service_of(request)).authenticate(request)
 
 
 async def admin(who: Principal = Depends(principal)) -> Principal:

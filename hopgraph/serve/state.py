@@ -250,6 +250,10 @@ class JobRunner:
             record = {**record, "status": "publishing"}
         return record
 
+    def check_room(self) -> None:
+        """QueueFullError where serve.max_queued_jobs are unfinished (submit checks again)."""
+        versions.check_room(self.root, self.config.serve.max_queued_jobs)
+
     def queue_depth(self) -> int:
         return sum(1 for job in versions.list_jobs(self.root) if job["status"] in versions.UNFINISHED)
 

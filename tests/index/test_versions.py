@@ -284,7 +284,11 @@ def test_submit_beyond_the_queue_bound_is_refused(index):
     with pytest.raises(QueueFullError, match="limit is 2") as refused:
         versions.submit_update(index, [new_documents()[1]], [], max_queued=2)
     assert refused.value.retry_after >= 1 and len(versions.list_jobs(index)) == 2  # nothing refused was queued
+    with pytest.raises(QueueFullError, match="limit is 2"):  # what an upload asks before reading its files
+        versions.check_room(index, 2)
+    versions.check_room(index, 3)
     versions.run_pending(index)
+    versions.check_room(index, 2)
     assert versions.read_job(index, first["id"])["status"] == "done"
     versions.submit_update(index, [new_documents()[1]], [], max_queued=2)  # room again once they ran
 
