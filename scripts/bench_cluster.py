@@ -8,6 +8,7 @@ the two indexes are identical (tables and graphs equal, vectors within 1e-6), th
 
     python3 scripts/bench_cluster.py                                    # MuSiQue-500 at ℓ=1200
     python3 scripts/bench_cluster.py --documents 400 --out /tmp/c.json  # a quick check on a slice
+    python3 scripts/bench_cluster.py --device cuda --out scripts/results/cluster_musique_gpu.json  # a GPU machine
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=None, help="Only the first N documents (a quick check).")
     parser.add_argument("--out", type=Path, default=RESULT)
     parser.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="Cores the Ray instance and actor use.")
+    parser.add_argument("--device", default="cpu", help="embedding.device of both builds (cuda on a GPU machine).")
     parser.add_argument("--keep", action="store_true", help="Keep both indexes (printed path) to inspect differences.")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="hopgraph-cluster-"))
@@ -76,9 +78,10 @@ def main() -> None:
         corpus = corpus_argument(args.source, args.documents, work)
         # Each build's caches in a folder of its own: the text analysis and spaCy caches sit beside the
         # vector cache, and a shared folder would hand the second build the first one's work.
-        local = build(corpus, work / "local", work / "local-cache" / "vectors.sqlite", [])
+        device = ["--embedding.device", args.device]
+        local = build(corpus, work / "local", work / "local-cache" / "vectors.sqlite", device)
         print(f"embedded engine: {local['wall_seconds']:.1f} s", flush=True)
-        ray_options = ["--engine", "ray", "--cluster.num_cpus", str(args.cpus)]
+        ray_options = [*device, "--engine", "ray", "--cluster.num_cpus", str(args.cpus)]
         ray_options += ["--cluster.cpus_per_actor", str(args.cpus)]
         ray = build(corpus, work / "ray", work / "ray-cache" / "vectors.sqlite", ray_options)
         print(f"ray engine: {ray['wall_seconds']:.1f} s", flush=True)
@@ -95,6 +98,7 @@ def main() -> None:
             "goal": "wall_ratio <= 1.2 with an identical index",
             "local": local,
             "ray": ray,
+            "device": args.device,
             "method": "each build in a fresh process with empty caches of its own (vectors, text analysis, spaCy); Ray: a local instance "
             f"on {args.cpus} cores, one embedding actor with {args.cpus} threads; wall time includes start-up",
             **provenance(),

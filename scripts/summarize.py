@@ -376,6 +376,57 @@ def cluster() -> str:
     )
 
 
+def gpu() -> str:
+    check, build = _load("gpu_check.json"), _load("cluster_musique_gpu.json")
+    if not check.get("cuda"):
+        return (
+            "No GPU has run these paths yet: the committed `gpu_check.json` is a CPU machine's run, where every "
+            'path says "skipped: no CUDA device".'
+        )
+    paths = check["paths"]
+    rows = ["| path | problem | CPU s | GPU s | speedup | agrees |", "|---|---|---|---|---|---|"]
+    for name in ("cosine_topk", "cooccurrence", "pagerank", "ppr", "embeddings_fp16"):
+        path = paths[name]
+        if path["status"] != "ran":
+            rows.append(f"| {name} | {path.get('reason') or path.get('error')} | | | | |")
+            continue
+        shape = ", ".join(f"{k} {v:,}" for k, v in path.get("shape", {"texts": path.get("texts", 0)}).items())
+        rows.append(
+            f"| {name} | {shape} | {path['cpu_seconds']:.3f} | {path['gpu_seconds']:.3f} | {path['speedup']:.1f}× | "
+            f"{'yes' if path['agree'] else 'NO'} |"
+        )
+    stages, ray, tests, faiss = (paths[n] for n in ("pipeline_stages", "ray_index", "gpu_tests", "faiss_knn"))
+    local, on_ray = build["local"], build["ray"]
+    # The embedded build ran first and paid CuPy's kernel compilation in knn_graph; the Ray build found it cached.
+    warm_local = local["wall_seconds"] - local["stage_seconds"]["knn_graph"] + on_ray["stage_seconds"]["knn_graph"]
+    lines = [
+        f"Every GPU path against its CPU counterpart on one {check['device'].split(',')[0]} with "
+        f"{check['machine']['cpu_count']} cores (`bash scripts/gpu_check.sh` → `gpu_check.json`; ran: "
+        f"{', '.join(check['summary']['ran'])}; disagreeing: {', '.join(check['summary']['disagree']) or 'none'}):",
+        "",
+        *rows,
+        "",
+        f"The pipeline's graph stages on cuda and on cpu ({stages['documents']} MuSiQue paragraphs, the same vectors): "
+        f"{sum(stages['differing_edges'].values())} differing graph edges, rankings within "
+        f"{max(stages['max_rank_diff'].values()):.0e}, and PPR retrieval returned the CPU's evidence for "
+        f"{stages['ppr_identical_evidence']:.0%} of {stages['ppr_questions']} questions. MuSiQue-500 through "
+        f"`--engine ray` with the embedder on the GPU: {'complete' if ray.get('complete') else 'NOT complete'} in "
+        f"{ray['index_seconds']:.0f} s. The GPU tests: {tests['summary']}. FAISS on the GPU: {faiss.get('reason')}.",
+        "",
+        f"Embedded engine against `--engine ray` on that machine, embedder on the GPU (`python3 "
+        f"scripts/bench_cluster.py --device cuda` → `cluster_musique_gpu.json`): {local['wall_seconds']:.0f} s "
+        f"against {on_ray['wall_seconds']:.0f} s, a ratio of **{build['wall_ratio']:.2f}**, index "
+        f"{'identical' if build['identical'] else 'NOT identical'}, vectors bitwise equal: "
+        f"{'yes' if build['vectors_bitwise_equal'] else 'no'}. Note: {build['cold_start']}; with that stage as the Ray "
+        f"build had it, the ratio is about {on_ray['wall_seconds'] / warm_local:.2f}. The slowest stage there is "
+        f"spaCy's NER on the CPU (`entities`, {local['stage_seconds']['entities']:.0f} s embedded, "
+        f"{on_ray['stage_seconds']['entities']:.0f} s through Ray).",
+        "",
+        f"Setup: {check['setup']}.",
+    ]
+    return "\n".join(lines)
+
+
 SECTIONS = {
     "coverage": coverage_tables,
     "speed": speed,
@@ -384,6 +435,7 @@ SECTIONS = {
     "server": server,
     "evidence": evidence,
     "cluster": cluster,
+    "gpu": gpu,
 }
 
 
