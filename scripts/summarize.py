@@ -344,6 +344,18 @@ def _noninterference() -> str:
     )
 
 
+def _ner() -> str:
+    d = _load("ner_parallel.json")
+    one, many, ray = (d["runs"][name] for name in ("one_process", "processes", "ray_tasks"))
+    same = "same names" if many["same_names"] and ray["same_names"] else "NOT the same names"
+    return (
+        f"spaCy's NER, the entity layer's per-text work, over MuSiQue-500's {d['texts']:,} sentences (`python3 "
+        f"scripts/bench_ner.py` → `ner_parallel.json`): {one['seconds']:.1f} s in one process, "
+        f"{many['seconds']:.1f} s in {many['processes']} (**{many['speedup']:.2f}×**, the local engine's default), "
+        f"{ray['seconds']:.1f} s as Ray tasks on {ray['cpus']} CPUs (**{ray['speedup']:.2f}×**), {same}."
+    )
+
+
 def cluster() -> str:
     build, llm, graphs = _load("cluster_musique.json"), _load("cluster_llm_replicas.json"), _load("graph_scale.json")
     one, two = llm["runs"]
@@ -370,6 +382,7 @@ def cluster() -> str:
         f"scripts/bench_cluster_llm.py` → `cluster_llm_replicas.json`): {one['calls_per_second']:.3f} against "
         f"{two['calls_per_second']:.3f} calls/s, a ratio of **{llm['throughput_ratio']:.2f}** (goal ≥ 1.6), outputs "
         f"{'identical' if llm['identical'] else 'NOT identical'}.\n\n"
+        f"{_ner()}\n\n"
         "Graph stages on a synthetic corpus, seconds per stage in its own process (`python3 "
         "scripts/bench_graph_scale.py` → `graph_scale.json`):\n\n" + "\n".join(rows) + f"\n\nLog-log slopes of time: "
         f"{slope_text}."

@@ -69,6 +69,9 @@ class ClusterConfig(Section):
     analysis_batch_size: int = Field(
         500, ge=1, le=1_000_000, description="Documents per Ray task that tokenises and sentence-splits them."
     )
+    ner_batch_size: int = Field(
+        500, ge=1, le=1_000_000, description="Texts per Ray task that finds their named entities with spaCy."
+    )
     llm_endpoints: list[str] = Field(
         [],  # pydantic copies a mutable default per instance
         description="OpenAI-compatible /v1 addresses of the LLM replicas (`vllm serve` on several nodes), requests "

@@ -1,7 +1,8 @@
 """The Ray engine: the model work of an index build on a Ray cluster (``cluster.engine = "ray"``).
 
-Three parts of a build cost model time or scale with the corpus text, and each runs on the cluster
-here: documents are tokenised and sentence-split by Ray Data CPU tasks; texts are embedded by a pool
+Four parts of a build cost model time or scale with the corpus text, and each runs on the cluster
+here: documents are tokenised and sentence-split, and spaCy finds the named entities of sentences
+and units, in Ray Data CPU tasks; texts are embedded by a pool
 of actors (one GPU and fp16 per actor on GPU nodes) that lives across embedding stages, so a model
 loads once per actor for a run of stages instead of once per stage; LLM extraction goes through
 ``ray.data.llm`` — its HTTP request processor spread over one or several OpenAI-compatible
@@ -35,6 +36,7 @@ from hopgraph.llm.client import chat_body, completion_from_json
 from hopgraph.llm.types import ChatRequest, Completion, Done
 from hopgraph.llm.vllm_engine import engine_arguments
 from hopgraph.models import model_batches
+from hopgraph.ner import entity_names
 
 # Restarts of one embedding actor (and retries of its batch) before the build fails: enough for lost
 # nodes and killed workers, few enough that an actor that crashes every time ends the build.
@@ -188,23 +190,32 @@ class RayEngine:
             with contextlib.suppress(Exception):  # a lost connection must not hide why the build stopped
                 self.ray.kill(actor)
 
-    # ------------------------------------------------------------------ documents
-    def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
-        """:func:`hopgraph.index.chunking.analyse_texts` as Ray tasks over batches of documents."""
+    # ------------------------------------------------------------------ per-text CPU work
+    def map_texts(self, texts: Sequence[str], task: Any, batch: int, **options: Any) -> list[Any]:
+        """``task(texts, **options)`` (one JSON-able value per text) as Ray Data CPU tasks over batches of
+        ``texts``; the values in the order of ``texts``."""
         if not texts:
             return []
         self.release_actors()  # the tasks need the CPUs that embedding actors hold
-        batch = self.config.cluster.analysis_batch_size
         rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
         dataset = self.ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / batch)))
-        out: list[TextAnalysis | None] = [None] * len(texts)
-        analysed = dataset.map_batches(
-            _analyse_batch, fn_kwargs={"encoding": encoding}, batch_size=batch, batch_format="pandas", num_cpus=1
-        )
-        for frame in analysed.iter_batches(batch_size=None, batch_format="pandas"):
-            for position, offsets, spans in zip(frame["position"], frame["offsets"], frame["spans"]):
-                out[int(position)] = TextAnalysis(json.loads(offsets), [tuple(s) for s in json.loads(spans)])
-        return [a for a in out if a is not None]
+        kwargs = {"task": task, "options": options}
+        done = dataset.map_batches(_text_task, fn_kwargs=kwargs, batch_size=batch, batch_format="pandas", num_cpus=1)
+        out: list[Any] = [None] * len(texts)
+        for frame in done.iter_batches(batch_size=None, batch_format="pandas"):
+            for position, value in zip(frame["position"], frame["value"]):
+                out[int(position)] = json.loads(value)
+        return out
+
+    def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
+        """:func:`hopgraph.index.chunking.analyse_texts` as Ray tasks over batches of documents."""
+        found = self.map_texts(texts, _analysis_values, self.config.cluster.analysis_batch_size, encoding=encoding)
+        return [TextAnalysis(offsets, [tuple(s) for s in spans]) for offsets, spans in found]
+
+    def entity_names(self, texts: Sequence[str], phrases: bool = False) -> list[list[tuple[str, str]]]:
+        """:func:`hopgraph.ner.entity_names` as Ray tasks over batches of texts (spaCy loads once per worker)."""
+        found = self.map_texts(texts, entity_names, self.config.cluster.ner_batch_size, phrases=phrases)
+        return [[(name, label) for name, label in names] for names in found]
 
     # ------------------------------------------------------------------ embeddings
     def embedder(self, config: EmbeddingConfig) -> RayEmbedder:
@@ -219,13 +230,16 @@ class RayEngine:
         return RayVllm(self, config) if config.backend == "vllm" else RayHttpLLM(self, config)
 
 
-def _analyse_batch(frame: Any, encoding: str) -> Any:
-    """Ray Data task: tokens and sentences of a batch of documents (JSON columns keep Arrow simple)."""
-    analyses = analyse_texts(list(frame["text"]), encoding)
+def _text_task(frame: Any, task: Any, options: dict[str, Any]) -> Any:
+    """Ray Data task: ``task``'s value per text of a batch, as JSON (one string column keeps Arrow simple)."""
+    values = task(list(frame["text"]), **options)
     frame = frame[["position"]].copy()
-    frame["offsets"] = [json.dumps(a.offsets) for a in analyses]
-    frame["spans"] = [json.dumps(a.spans) for a in analyses]
+    frame["value"] = [json.dumps(v) for v in values]
     return frame
+
+
+def _analysis_values(texts: list[str], encoding: str) -> list[Any]:
+    return [[a.offsets, a.spans] for a in analyse_texts(texts, encoding)]
 
 
 class _EmbedActor:

@@ -20,6 +20,7 @@ from hopgraph.index.reuse import FIRST_BUILD, PreviousVersion
 from hopgraph.kernels.backend import resolve_device
 from hopgraph.llm import LLM, open_llm
 from hopgraph.models import Embedder, embed_long_texts, load_embedder
+from hopgraph.ner import NameFinder, cached_entity_names, entity_names, ner_processes
 from hopgraph.store import IndexStore
 
 EMBED_SLICE = 1024  # texts per call of the embedder while one progress bar runs over a stage
@@ -92,3 +93,17 @@ class BuildContext:
     def analyser(self) -> TextAnalyser:
         """Per-text tokens and sentences, cached beside the vector cache (on the engine's workers if any)."""
         return TextAnalyser(analysis_cache_path(self.config), self.engine.analyse if self.engine else analyse_texts)
+
+    def entity_names(self, texts: Sequence[str], phrases: bool = False) -> Sequence[Sequence[Sequence[str]]]:
+        """spaCy's names of ``texts`` through the entity cache beside the vector cache: as Ray tasks on a
+        cluster, else in ``graph.ner_processes`` processes here."""
+        compute: NameFinder
+        if self.engine is not None:
+            compute = functools.partial(self.engine.entity_names, phrases=phrases)
+        else:
+            wanted = self.config.graph.ner_processes
+
+            def compute(batch: Sequence[str]) -> list[list[tuple[str, str]]]:
+                return entity_names(batch, phrases, processes=ner_processes(wanted, len(batch)))
+
+        return cached_entity_names(texts, analysis_cache_path(self.config, "entities.sqlite"), phrases, compute)

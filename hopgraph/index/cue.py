@@ -13,7 +13,6 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -23,7 +22,7 @@ from hopgraph.errors import InputError
 from hopgraph.index.reuse import CUE_ENTITY_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, FIRST_BUILD, PreviousVersion
 from hopgraph.kernels import cosine_topk, normalize_rows
 from hopgraph.models import count_tokens
-from hopgraph.ner import cached_entity_names
+from hopgraph.ner import NameFinder, entity_names
 from hopgraph.store import IndexStore
 
 WORD = re.compile(r"[^\W_]+")
@@ -265,7 +264,7 @@ def write_cue_graph(
     chunk_units: Sequence[Sequence[str]],
     unit_source: Sequence[str],
     embed: Callable[[list[str]], np.ndarray],
-    entity_cache: str | Path | None = None,
+    find_names: NameFinder = entity_names,
     previous: PreviousVersion = FIRST_BUILD,
 ) -> dict[str, int]:
     """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
@@ -274,8 +273,8 @@ def write_cue_graph(
     origin of each unit in flattened order. Blank units are dropped with their source label.
     Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays; a
     unit that is one of the index's sentences takes its stored vector.
-    ``entity_cache`` (a SQLite file) keeps spaCy's entities per text, so a rebuild runs NER only
-    on new units. Vectors and token counts the version an update edits holds (``previous``) are
+    ``find_names`` gives spaCy's entities per unit (a build's goes through its entity cache, so a
+    rebuild runs NER only on new units). Vectors and token counts the version an update edits holds (``previous``) are
     taken from it.
     """
     chunk_docs = store.read_table("chunks", ["docs"])["docs"]
@@ -288,7 +287,7 @@ def write_cue_graph(
     owner = [c for c, _, _ in kept]
     texts = [t for _, t, _ in kept]
     sources = [s for _, _, s in kept]
-    per_unit = cached_entity_names(texts, entity_cache)
+    per_unit = find_names(texts)
     entity_ids: dict[str, int] = {}
     said: Counter[tuple[str, str]] = Counter()  # mentions per (name, label)
     indptr, indices = [0], []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,7 +30,7 @@ from hopgraph.artifacts import (
 from hopgraph.index.graphs import nearest_others, patched_cosine_candidates
 from hopgraph.index.reuse import ENTITY_ROWS, FIRST_BUILD, PreviousVersion
 from hopgraph.kernels import cooccurrence_matrix, normalize_rows
-from hopgraph.ner import cached_entity_names
+from hopgraph.ner import NameFinder
 from hopgraph.store import IndexStore
 from hopgraph.text import normalise_entity
 
@@ -169,11 +168,10 @@ def _spread(graph: sp.csr_matrix, rows: np.ndarray, n: int) -> sp.csr_matrix:
 def write_entity_layer(
     store: IndexStore,
     embed: Callable[[list[str]], np.ndarray],
-    entity_cache: str | Path | None,
+    find_names: NameFinder,
     *,
     synonym_threshold: float,
     synonym_k: int,
-    phrases: bool,
     exact_limit: int,
     previous: PreviousVersion = FIRST_BUILD,
 ) -> dict[str, int]:
@@ -182,7 +180,7 @@ def write_entity_layer(
     sentences = store.read_table("sentences", ["text", "unit"])
     table = unit_entities(
         sentences["unit"],
-        cached_entity_names(sentences["text"], entity_cache, phrases=phrases),
+        find_names(sentences["text"]),
         store.read_table("units", ["docs"])["docs"],
         store.read_table("documents", ["title"])["title"],
     )

@@ -11,7 +11,6 @@ import numpy as np
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.index import cue, kg
-from hopgraph.index.analysis import analysis_cache_path
 from hopgraph.index.context import BuildContext, embed_texts
 from hopgraph.llm import Usage
 from hopgraph.llm.extract import extract
@@ -109,7 +108,7 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         chunk_units,
         [s for per in sources for s in per],
         ctx.embed,
-        analysis_cache_path(cfg, "entities.sqlite"),
+        ctx.entity_names,
         previous=ctx.previous,
     )
     ctx.usage = usage.to_dict()

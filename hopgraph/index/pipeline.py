@@ -7,6 +7,7 @@ skips finished stages. A different corpus or build setting is refused instead of
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import resource
@@ -27,7 +28,6 @@ from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index import entities, graphs, keywords
-from hopgraph.index.analysis import analysis_cache_path
 from hopgraph.index.chunking import build_layers, headings, searchable
 from hopgraph.index.context import BuildContext
 from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
@@ -228,10 +228,9 @@ def stage_entities(ctx: BuildContext) -> dict[str, int]:
     return entities.write_entity_layer(
         ctx.store,
         ctx.embed,
-        analysis_cache_path(ctx.config, "entities.sqlite"),
+        functools.partial(ctx.entity_names, phrases=cfg.entity_phrases),
         synonym_threshold=cfg.synonym_threshold,
         synonym_k=cfg.synonym_k,
-        phrases=cfg.entity_phrases,
         exact_limit=cfg.exact_synonym_limit,
         previous=ctx.previous,
     )

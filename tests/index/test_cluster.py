@@ -324,3 +324,27 @@ def test_the_actor_pool_grows_with_the_work_and_gives_its_cpus_back_when_closed(
         assert free_cpus(ray, until=2.0, seconds=20)[-1] == 2.0
     finally:
         ray.shutdown()
+
+
+def test_named_entities_found_by_ray_tasks_equal_those_found_here(ray_cluster, tmp_path, musique_slice):
+    """spaCy runs in CPU tasks on the cluster's nodes (batches of cluster.ner_batch_size texts), not on the
+    driver: the same names, in the same order, with and without noun phrases."""
+    from hopgraph.index.cluster import RayEngine
+    from hopgraph.ner import entity_names
+
+    config = configure(
+        HopgraphConfig.model_validate({}),
+        tmp_path,
+        "ner",
+        cluster__engine="ray",
+        cluster__address=ray_cluster.address,
+        cluster__ner_batch_size=7,
+    )
+    texts = [d.text for d in musique_slice[:40]] + [""]
+    engine = RayEngine(config)
+    try:
+        for phrases in (False, True):
+            assert engine.entity_names(texts, phrases) == entity_names(texts, phrases)
+        assert engine.entity_names([]) == []
+    finally:
+        engine.close()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from hopgraph.index.entities import MAX_COOCCURRING, TITLE, synonym_edges, unit_entities
 from hopgraph.kernels import cooccurrence_matrix
-from hopgraph.ner import PHRASE, cached_entity_names, entity_names
+from hopgraph.ner import MAX_PROCESSES, PARALLEL_FROM, PHRASE, cached_entity_names, entity_names, ner_processes
 
 
 def test_noun_phrases_name_things_and_leave_pronouns_and_lone_common_nouns_out():
@@ -81,3 +83,44 @@ def test_a_text_longer_than_a_spacy_window_is_read_in_windows_and_its_names_merg
     names = [name for name, _ in entity_names([text, "Paris"], window=200)[0]]
     assert names.count("ada lovelace") == 1 and {"charles babbage", "paris", "france"} <= set(names)
     assert entity_names([text], window=200)[0][:2] == entity_names([text])[0][:2]  # the same order of first names
+
+
+def test_spacy_in_two_processes_finds_the_same_names_in_the_same_order():
+    texts = [
+        f"In {1800 + i}, Ermengarde of Tours wrote to Charles Babbage in London about the {i}th engine."
+        for i in range(120)
+    ]
+    texts += ["", "no names here at all", "Ada Lovelace met Mary Somerville in Paris."]
+    alone = entity_names(texts)
+    assert entity_names(texts, processes=2) == alone
+    assert "ermengarde of tours" in dict(alone[0]) and alone[-1][0][0] == "ada lovelace"
+
+
+def test_spacy_runs_in_several_processes_only_where_there_are_enough_texts(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(32)))  # a large machine, here
+    assert ner_processes(0, PARALLEL_FROM - 1) == 1  # starting processes would cost more than it saves
+    assert ner_processes(0, PARALLEL_FROM) == MAX_PROCESSES  # one per core, bounded
+    assert ner_processes(3, 100_000) == 3
+    assert ner_processes(1, 100_000) == 1
+
+
+def test_a_build_running_spacy_in_two_processes_equals_the_one_running_it_here(
+    tmp_path, sample_documents, sample_index, monkeypatch
+):
+    """The processes are forked from a build that already holds the embedding model (and its threads)."""
+    from hopgraph import ner
+    from hopgraph.config import load_config
+    from hopgraph.index import context
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.store import IndexStore
+    from tests.conftest import SAMPLE_SETTINGS
+
+    monkeypatch.setattr(ner, "PARALLEL_FROM", 1)  # the sample has too few sentences to start processes
+    forked = []  # the process counts the build asked for (a spy: the real function decides)
+    monkeypatch.setattr(context, "ner_processes", lambda *args: forked.append(ner.ner_processes(*args)) or forked[-1])
+    cache = tmp_path / "cache" / "vectors.sqlite"  # a fresh entity cache beside it: spaCy runs again
+    config = load_config(None, {**SAMPLE_SETTINGS, "graph.ner_processes": 2, "embedding.cache": str(cache)})
+    build_index(sample_documents, tmp_path / "index", config, progress=False)
+    assert forked == [2] and IndexStore(tmp_path / "index").read_manifest()["counts"]["entities"] > 0
+    compared, differ = IndexStore(sample_index).differences(IndexStore(tmp_path / "index"), tolerance=1e-6)
+    assert differ == [] and compared >= 15
