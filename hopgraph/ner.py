@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -92,8 +93,9 @@ NameFinder = Callable[[Sequence[str]], Sequence[Sequence[Sequence[str]]]]
 
 def ner_processes(wanted: int, texts: int) -> int:
     """Processes spaCy runs in for ``texts`` texts: ``wanted`` (0 = one per core, at most
-    :data:`MAX_PROCESSES`), and one below :data:`PARALLEL_FROM` texts."""
-    if texts < PARALLEL_FROM:
+    :data:`MAX_PROCESSES`); one below :data:`PARALLEL_FROM` texts, and in a daemonic process (a
+    multiprocessing pool's worker, Celery's), which may not start processes of its own."""
+    if texts < PARALLEL_FROM or multiprocessing.current_process().daemon:
         return 1
     return wanted or min(MAX_PROCESSES, len(os.sched_getaffinity(0)))
 

@@ -274,8 +274,8 @@ def write_cue_graph(
     Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays; a
     unit that is one of the index's sentences takes its stored vector.
     ``find_names`` gives spaCy's entities per unit (a build's goes through its entity cache, so a
-    rebuild runs NER only on new units). Vectors and token counts the version an update edits holds (``previous``) are
-    taken from it.
+    rebuild runs NER only on new units). Vectors and token counts the version an update edits holds
+    (``previous``) are taken from it.
     """
     chunk_docs = store.read_table("chunks", ["docs"])["docs"]
     if len(chunk_units) != len(chunk_docs):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 
 import numpy as np
@@ -102,6 +103,22 @@ def test_spacy_runs_in_several_processes_only_where_there_are_enough_texts(monke
     assert ner_processes(0, PARALLEL_FROM) == MAX_PROCESSES  # one per core, bounded
     assert ner_processes(3, 100_000) == 3
     assert ner_processes(1, 100_000) == 1
+
+
+def _processes_in_a_daemon(answer) -> None:
+    answer.put(ner_processes(0, 100_000))
+
+
+def test_a_daemonic_process_runs_spacy_in_itself():
+    """A pool's worker may not start processes: spaCy's own would fail there with an AssertionError."""
+    context = multiprocessing.get_context("spawn")
+    answer = context.Queue()
+    worker = context.Process(target=_processes_in_a_daemon, args=(answer,), daemon=True)
+    worker.start()
+    try:
+        assert answer.get(timeout=120) == 1
+    finally:
+        worker.join(30)
 
 
 def test_a_build_running_spacy_in_two_processes_equals_the_one_running_it_here(
