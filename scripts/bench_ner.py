@@ -1,4 +1,4 @@
-"""spaCy's NER over MuSiQue-500's sentences, side by side: in one process, in ``graph.ner_processes``
+"""spaCy's NER over MuSiQue-500's sentences, side by side: in one process, in ``cluster.ner_processes``
 processes (the local engine's default: one per core, at most 8), and as Ray tasks on a local Ray
 instance (the Ray engine). NER is the entity layer's per-text work; with the embedder on a GPU it is
 the longest stage of an LLM-free build (`cluster_musique_gpu.json`).

@@ -214,13 +214,6 @@ class GraphConfig(Section):
     synonym_k: int = Field(
         5, ge=0, le=100, description="Entity layer: synonym edges considered per entity name (its nearest names)."
     )
-    ner_processes: int = Field(
-        0,
-        ge=0,
-        le=256,
-        description="Processes spaCy's NER runs in on the local engine (0 = one per core, at most 8), from 1,000 "
-        "texts on; fewer run in this process. The Ray engine runs it as tasks of cluster.ner_batch_size texts.",
-    )
     entity_phrases: bool = Field(
         False,
         description="Entity layer: noun phrases (a proper noun, or two content words) become entities besides "

@@ -69,6 +69,14 @@ class ClusterConfig(Section):
     analysis_batch_size: int = Field(
         500, ge=1, le=1_000_000, description="Documents per Ray task that tokenises and sentence-splits them."
     )
+    ner_processes: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="local engine: processes spaCy's NER runs in, each with its own model (0 = one per usable "
+        "core, at most 8), from 1,000 texts on (fewer run in the build's own process). A setting of the machine, "
+        "not of the index: an update may change it.",
+    )
     ner_batch_size: int = Field(
         500, ge=1, le=1_000_000, description="Texts per Ray task that finds their named entities with spaCy."
     )

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from hopgraph import ner
 from hopgraph.config import EmbeddingConfig, HopgraphConfig, LLMConfig
 from hopgraph.errors import ConfigError, DependencyError
 from hopgraph.index.chunking import TextAnalysis, analyse_texts
@@ -36,7 +37,6 @@ from hopgraph.llm.client import chat_body, completion_from_json
 from hopgraph.llm.types import ChatRequest, Completion, Done
 from hopgraph.llm.vllm_engine import engine_arguments
 from hopgraph.models import model_batches
-from hopgraph.ner import entity_names
 
 # Restarts of one embedding actor (and retries of its batch) before the build fails: enough for lost
 # nodes and killed workers, few enough that an actor that crashes every time ends the build.
@@ -196,7 +196,10 @@ class RayEngine:
         ``texts``; the values in the order of ``texts``."""
         if not texts:
             return []
-        self.release_actors()  # the tasks need the CPUs that embedding actors hold
+        # The tasks need CPUs: embedding actors that hold half the cluster's or more are ended (they load
+        # their model again for the next embedding); GPU actors, holding one CPU each, mostly stay.
+        if self.ray.available_resources().get("CPU", 0) < max(1.0, self.ray.cluster_resources().get("CPU", 0) / 2):
+            self.release_actors()
         rows = [{"position": i, "text": text} for i, text in enumerate(texts)]
         dataset = self.ray.data.from_items(rows, override_num_blocks=max(1, math.ceil(len(rows) / batch)))
         kwargs = {"task": task, "options": options}
@@ -205,6 +208,7 @@ class RayEngine:
         for frame in done.iter_batches(batch_size=None, batch_format="pandas"):
             for position, value in zip(frame["position"], frame["value"]):
                 out[int(position)] = json.loads(value)
+            self.add_costs(float(frame["seconds"].sum()), 0.0)
         return out
 
     def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
@@ -213,8 +217,11 @@ class RayEngine:
         return [TextAnalysis(offsets, [tuple(s) for s in spans]) for offsets, spans in found]
 
     def entity_names(self, texts: Sequence[str], phrases: bool = False) -> list[list[tuple[str, str]]]:
-        """:func:`hopgraph.ner.entity_names` as Ray tasks over batches of texts (spaCy loads once per worker)."""
-        found = self.map_texts(texts, entity_names, self.config.cluster.ner_batch_size, phrases=phrases)
+        """:func:`hopgraph.ner.entity_names` as Ray tasks over batches of texts (spaCy loads once per worker);
+        fewer than ``ner.PARALLEL_FROM`` texts (an update's) are read here, where the model is at hand."""
+        if len(texts) < ner.PARALLEL_FROM:
+            return ner.entity_names(texts, phrases)
+        found = self.map_texts(texts, ner.entity_names, self.config.cluster.ner_batch_size, phrases=phrases)
         return [[(name, label) for name, label in names] for names in found]
 
     # ------------------------------------------------------------------ embeddings
@@ -231,10 +238,13 @@ class RayEngine:
 
 
 def _text_task(frame: Any, task: Any, options: dict[str, Any]) -> Any:
-    """Ray Data task: ``task``'s value per text of a batch, as JSON (one string column keeps Arrow simple)."""
+    """Ray Data task: ``task``'s value per text of a batch, as JSON (one string column keeps Arrow simple),
+    and the task's seconds spread over its rows (the stage's worker time)."""
+    started = time.perf_counter()
     values = task(list(frame["text"]), **options)
     frame = frame[["position"]].copy()
     frame["value"] = [json.dumps(v) for v in values]
+    frame["seconds"] = (time.perf_counter() - started) / max(1, len(frame))
     return frame
 
 

@@ -96,12 +96,12 @@ class BuildContext:
 
     def entity_names(self, texts: Sequence[str], phrases: bool = False) -> Sequence[Sequence[Sequence[str]]]:
         """spaCy's names of ``texts`` through the entity cache beside the vector cache: as Ray tasks on a
-        cluster, else in ``graph.ner_processes`` processes here."""
+        cluster, else in ``cluster.ner_processes`` processes here."""
         compute: NameFinder
         if self.engine is not None:
             compute = functools.partial(self.engine.entity_names, phrases=phrases)
         else:
-            wanted = self.config.graph.ner_processes
+            wanted = self.config.cluster.ner_processes
 
             def compute(batch: Sequence[str]) -> list[list[tuple[str, str]]]:
                 return entity_names(batch, phrases, processes=ner_processes(wanted, len(batch)))

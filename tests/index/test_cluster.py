@@ -326,11 +326,14 @@ def test_the_actor_pool_grows_with_the_work_and_gives_its_cpus_back_when_closed(
         ray.shutdown()
 
 
-def test_named_entities_found_by_ray_tasks_equal_those_found_here(ray_cluster, tmp_path, musique_slice):
+def test_named_entities_found_by_ray_tasks_equal_those_found_here(ray_cluster, tmp_path, musique_slice, monkeypatch):
     """spaCy runs in CPU tasks on the cluster's nodes (batches of cluster.ner_batch_size texts), not on the
-    driver: the same names, in the same order, with and without noun phrases."""
+    driver: the same names, in the same order, with and without noun phrases; its worker time is counted,
+    and an embedding actor holding half the CPUs or less is not ended for it (its model stays loaded)."""
+    import ray
+
+    from hopgraph import ner
     from hopgraph.index.cluster import RayEngine
-    from hopgraph.ner import entity_names
 
     config = configure(
         HopgraphConfig.model_validate({}),
@@ -338,13 +341,22 @@ def test_named_entities_found_by_ray_tasks_equal_those_found_here(ray_cluster, t
         "ner",
         cluster__engine="ray",
         cluster__address=ray_cluster.address,
+        cluster__embed_actors=1,
         cluster__ner_batch_size=7,
     )
     texts = [d.text for d in musique_slice[:40]] + [""]
     engine = RayEngine(config)
     try:
+        embedder = engine.embedder(config.embedding)
+        embedder.encode(["Ada Lovelace"])
+        [actor] = engine.ready_actors(config.embedding, wait=True)
+        engine.costs()
+        monkeypatch.setattr(ner, "PARALLEL_FROM", 1)  # the driver reads fewer texts itself
         for phrases in (False, True):
-            assert engine.entity_names(texts, phrases) == entity_names(texts, phrases)
+            assert engine.entity_names(texts, phrases) == ner.entity_names(texts, phrases)
+        assert engine.costs()["worker_seconds"] > 0
+        assert list(engine.ready_actors(config.embedding, wait=False)) == [actor]  # one CPU of two: kept
+        assert ray.get(actor.dimension.remote()) == embedder.dim
         assert engine.entity_names([]) == []
     finally:
         engine.close()

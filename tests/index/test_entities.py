@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import threading
+import time
 
 import numpy as np
+import psutil
 
+from hopgraph import ner
+from hopgraph.errors import HopgraphError
 from hopgraph.index.entities import MAX_COOCCURRING, TITLE, synonym_edges, unit_entities
 from hopgraph.kernels import cooccurrence_matrix
-from hopgraph.ner import MAX_PROCESSES, PARALLEL_FROM, PHRASE, cached_entity_names, entity_names, ner_processes
+from hopgraph.ner import (
+    MAX_PROCESSES,
+    PARALLEL_FROM,
+    PHRASE,
+    PROCESS_CHUNK,
+    cached_entity_names,
+    entity_names,
+    ner_processes,
+)
 
 
 def test_noun_phrases_name_things_and_leave_pronouns_and_lone_common_nouns_out():
@@ -86,19 +100,69 @@ def test_a_text_longer_than_a_spacy_window_is_read_in_windows_and_its_names_merg
     assert entity_names([text], window=200)[0][:2] == entity_names([text])[0][:2]  # the same order of first names
 
 
-def test_spacy_in_two_processes_finds_the_same_names_in_the_same_order():
+def test_spacy_in_two_processes_finds_the_same_names_in_the_same_order(monkeypatch):
     texts = [
         f"In {1800 + i}, Ermengarde of Tours wrote to Charles Babbage in London about the {i}th engine."
-        for i in range(120)
+        for i in range(PROCESS_CHUNK + 40)  # two tasks, so both processes work
     ]
     texts += ["", "no names here at all", "Ada Lovelace met Mary Somerville in Paris."]
     alone = entity_names(texts)
     assert entity_names(texts, processes=2) == alone
     assert "ermengarde of tours" in dict(alone[0]) and alone[-1][0][0] == "ada lovelace"
+    # Texts read in windows, and noun phrases, in the worker processes too.
+    monkeypatch.setattr(ner, "PROCESS_CHUNK", 4)
+    long = [" ".join(texts[i : i + 8]) for i in range(0, 160, 10)]
+    assert entity_names(long, phrases=True, window=400, processes=2) == entity_names(long, phrases=True, window=400)
+
+
+def _names_in_two_processes(count: int) -> None:
+    entity_names([f"Ada Lovelace met Charles Babbage in London in {1800 + i % 50}." for i in range(count)], processes=2)
+
+
+def _workers(parent: psutil.Process, timeout: float = 60) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = parent.children()
+        if len(children) >= 2:
+            return children
+        time.sleep(0.05)
+    raise AssertionError("no worker processes started")
+
+
+def test_a_killed_ner_worker_fails_the_call_instead_of_hanging_it():
+    """spaCy's own n_process hung for ever here: the other worker held the dead one's pipe open."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            _names_in_two_processes(40_000)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _workers(psutil.Process())[0].kill()  # as the out-of-memory killer would
+    thread.join(120)
+    assert not thread.is_alive(), "the call hung after its worker was killed"
+    assert isinstance(outcome[0], HopgraphError) and "ended early" in str(outcome[0])
+
+
+def test_ner_workers_leave_when_the_build_that_started_them_is_killed():
+    context = multiprocessing.get_context("spawn")
+    build = context.Process(target=_names_in_two_processes, args=(40_000,))
+    build.start()
+    try:
+        workers = _workers(psutil.Process(build.pid), timeout=120)
+        os.kill(build.pid, signal.SIGKILL)  # no handler, no cleanup: the server stops its worker so
+        _, alive = psutil.wait_procs(workers, timeout=20)
+        assert alive == [], "workers outlived the build that started them"
+    finally:
+        build.join(10)
 
 
 def test_spacy_runs_in_several_processes_only_where_there_are_enough_texts(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(32)))  # a large machine, here
+    monkeypatch.setattr(ner, "usable_cores", lambda: 32)  # a large machine, here
     assert ner_processes(0, PARALLEL_FROM - 1) == 1  # starting processes would cost more than it saves
     assert ner_processes(0, PARALLEL_FROM) == MAX_PROCESSES  # one per core, bounded
     assert ner_processes(3, 100_000) == 3
@@ -125,7 +189,6 @@ def test_a_build_running_spacy_in_two_processes_equals_the_one_running_it_here(
     tmp_path, sample_documents, sample_index, monkeypatch
 ):
     """The processes are forked from a build that already holds the embedding model (and its threads)."""
-    from hopgraph import ner
     from hopgraph.config import load_config
     from hopgraph.index import context
     from hopgraph.index.pipeline import build_index
@@ -133,10 +196,11 @@ def test_a_build_running_spacy_in_two_processes_equals_the_one_running_it_here(
     from tests.conftest import SAMPLE_SETTINGS
 
     monkeypatch.setattr(ner, "PARALLEL_FROM", 1)  # the sample has too few sentences to start processes
+    monkeypatch.setattr(ner, "PROCESS_CHUNK", 4)  # and to fill two tasks
     forked = []  # the process counts the build asked for (a spy: the real function decides)
     monkeypatch.setattr(context, "ner_processes", lambda *args: forked.append(ner.ner_processes(*args)) or forked[-1])
     cache = tmp_path / "cache" / "vectors.sqlite"  # a fresh entity cache beside it: spaCy runs again
-    config = load_config(None, {**SAMPLE_SETTINGS, "graph.ner_processes": 2, "embedding.cache": str(cache)})
+    config = load_config(None, {**SAMPLE_SETTINGS, "cluster.ner_processes": 2, "embedding.cache": str(cache)})
     build_index(sample_documents, tmp_path / "index", config, progress=False)
     assert forked == [2] and IndexStore(tmp_path / "index").read_manifest()["counts"]["entities"] > 0
     compared, differ = IndexStore(sample_index).differences(IndexStore(tmp_path / "index"), tolerance=1e-6)
