@@ -152,6 +152,7 @@ def test_ner_workers_leave_when_the_build_that_started_them_is_killed():
     context = multiprocessing.get_context("spawn")
     build = context.Process(target=_names_in_two_processes, args=(40_000,))
     build.start()
+    alive: list[psutil.Process] = []
     try:
         workers = _workers(psutil.Process(build.pid), timeout=120)
         os.kill(build.pid, signal.SIGKILL)  # no handler, no cleanup: the server stops its worker so
@@ -159,6 +160,8 @@ def test_ner_workers_leave_when_the_build_that_started_them_is_killed():
         assert alive == [], "workers outlived the build that started them"
     finally:
         build.join(10)
+        for worker in alive:  # a failed run leaves no orphans behind
+            worker.kill()
 
 
 def test_spacy_runs_in_several_processes_only_where_there_are_enough_texts(monkeypatch):
