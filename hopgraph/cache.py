@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 # Texts per call of a model (and per slice an embedder sorts into batches, hopgraph.models.model_batches).
 ENCODE_SLICE = 2048
@@ -122,7 +123,9 @@ class JsonCache(TextKeyedCache):
         return json.dumps(value, ensure_ascii=False)
 
     def decode(self, stored: str) -> Any:
-        return json.loads(stored)
+        # orjson reads what json wrote, about 3x as fast: an update reads every sentence's and unit's
+        # cached entities back (~195k values at 100k chunks).
+        return orjson.loads(stored)
 
 
 class CachedEmbedder:
