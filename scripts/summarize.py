@@ -249,15 +249,16 @@ def server() -> str:
         for size, runs in d["sizes"].items():
             for label, r in sorted(runs.items(), key=lambda run: run[0] == "after"):  # this checkout last
                 lines.append(
-                    f"| {size} | {label} | {r['chunks']:,} | {r['insert_seconds']} | "
+                    f"| {size} | {label} | {r['chunks']:,} | {r['insert_seconds']} | {r['build_seconds']:.0f}"
+                    f"{' (warm caches)' if r.get('build_vectors_warm') else ''} | "
                     f"{r.get('insert_share_of_cold_build', r['insert_share_of_build']):.1%} | {r['embedder']} |"
                 )
         parts.append(
             "Insert cost (`python3 scripts/bench_insert_cost.py` → `insert_cost.json`): one document inserted into "
             "an index, median of 3 inserts; code `after` is this checkout, the others earlier code (a commit id "
             "where the label is one)" + (f"; {d['sitting']}" if d.get("sitting") else "") + ".\n\n"
-            "| size | code | chunks | insert s | share of a cold build | embedder |\n"
-            "|---|---|---|---|---|---|\n" + "\n".join(lines)
+            "| size | code | chunks | insert s | build s | share of a cold build | embedder |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(lines)
         )
     if (RESULTS / "crash_safety.json").exists():
         d = _load("crash_safety.json")
