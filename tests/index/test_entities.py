@@ -119,12 +119,14 @@ def _names_in_two_processes(count: int) -> None:
     entity_names([f"Ada Lovelace met Charles Babbage in London in {1800 + i % 50}." for i in range(count)], processes=2)
 
 
-def _workers(parent: psutil.Process, timeout: float = 60) -> list[psutil.Process]:
+def _workers(parent: psutil.Process, before: set[int], timeout: float = 60) -> list[psutil.Process]:
+    """The two worker processes ``parent`` starts: children it did not have (``before``), never the
+    other processes a test session runs (an LLM server, say)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        children = parent.children()
-        if len(children) >= 2:
-            return children
+        started = [child for child in parent.children() if child.pid not in before]
+        if len(started) >= 2:
+            return started
         time.sleep(0.05)
     raise AssertionError("no worker processes started")
 
@@ -140,9 +142,11 @@ def test_a_killed_ner_worker_fails_the_call_instead_of_hanging_it():
         except BaseException as exc:  # noqa: BLE001 (handed to the test's thread)
             outcome.append(exc)
 
+    here = psutil.Process()
+    before = {child.pid for child in here.children()}
     thread = threading.Thread(target=run)
     thread.start()
-    _workers(psutil.Process())[0].kill()  # as the out-of-memory killer would
+    _workers(here, before)[0].kill()  # as the out-of-memory killer would
     thread.join(120)
     assert not thread.is_alive(), "the call hung after its worker was killed"
     assert isinstance(outcome[0], HopgraphError) and "ended early" in str(outcome[0])
@@ -154,7 +158,7 @@ def test_ner_workers_leave_when_the_build_that_started_them_is_killed():
     build.start()
     alive: list[psutil.Process] = []
     try:
-        workers = _workers(psutil.Process(build.pid), timeout=120)
+        workers = _workers(psutil.Process(build.pid), set(), timeout=120)
         os.kill(build.pid, signal.SIGKILL)  # no handler, no cleanup: the server stops its worker so
         _, alive = psutil.wait_procs(workers, timeout=20)
         assert alive == [], "workers outlived the build that started them"
