@@ -118,10 +118,13 @@ def ner_processes(wanted: int, texts: int) -> int:
     return wanted or min(MAX_PROCESSES, usable_cores())
 
 
-def _worker_start(phrases: bool) -> None:
+def _pipeline(phrases: bool) -> Any:
+    return phrase_pipeline() if phrases else ner_pipeline()
+
+
+def _worker_start() -> None:
     """A pool worker leaves as soon as the process that started it is gone: a build killed by a
     signal must not leave workers holding the model, waiting on its queue for ever."""
-    (phrase_pipeline if phrases else ner_pipeline)()  # forked: already loaded, so this costs nothing
     parent = os.getppid()
 
     def watch() -> None:
@@ -136,11 +139,9 @@ def _in_processes(texts: Sequence[str], phrases: bool, window: int, processes: i
     """:func:`entity_names` over tasks of :data:`PROCESS_CHUNK` texts in a pool of forked processes,
     in order. A worker that dies (killed, out of memory) fails the call instead of hanging it, and
     an interrupted call waits only for the tasks already running."""
-    (phrase_pipeline if phrases else ner_pipeline)()  # loaded once here, shared with the forked workers
+    _pipeline(phrases)  # loaded once here: the forked workers share it
     tasks = [texts[start : start + PROCESS_CHUNK] for start in range(0, len(texts), PROCESS_CHUNK)]
-    pool = ProcessPoolExecutor(
-        processes, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start, initargs=(phrases,)
-    )
+    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start)
     try:
         found: list[list[tuple[str, str]]] = []
         for part in pool.map(functools.partial(entity_names, phrases=phrases, window=window), tasks):
@@ -166,8 +167,7 @@ def entity_names(
         return _in_processes(texts, phrases, window, processes)
     pieces = [(i, piece) for i, text in enumerate(texts) for piece in windows(text, window)]
     found: list[list[tuple[str, str]]] = [[] for _ in texts]
-    pipeline = phrase_pipeline() if phrases else ner_pipeline()
-    for (i, _), doc in zip(pieces, pipeline.pipe((piece for _, piece in pieces), batch_size=256)):
+    for (i, _), doc in zip(pieces, _pipeline(phrases).pipe((piece for _, piece in pieces), batch_size=256)):
         names: dict[str, str] = dict(found[i])  # a later window adds only names not yet seen
         for ent in doc.ents:
             name = normalise_entity(ent.text)
