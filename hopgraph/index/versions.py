@@ -176,13 +176,18 @@ def _retry_after(jobs: Sequence[dict[str, Any]], default: float = 30.0) -> float
     return max(1.0, float(seconds[-1])) if seconds else default
 
 
+def unfinished_count(jobs: Sequence[dict[str, Any]]) -> int:
+    """Jobs queued or running (what the queue bound and the queue-depth gauge count)."""
+    return sum(job["status"] in UNFINISHED for job in jobs)
+
+
 def check_room(root: str | Path, max_queued: int | None, jobs: list[dict[str, Any]] | None = None) -> None:
     """QueueFullError (with when to try again) where ``max_queued`` jobs are queued or running: a
     submitter can ask before it does costly work, and :func:`submit_update` asks again."""
     if max_queued is None:
         return
     jobs = list_jobs(root) if jobs is None else jobs
-    unfinished = sum(job["status"] in UNFINISHED for job in jobs)
+    unfinished = unfinished_count(jobs)
     if unfinished >= max_queued:
         raise QueueFullError(
             f"{root}: {unfinished} update jobs are queued or running, the limit is {max_queued}; "

@@ -255,7 +255,7 @@ class JobRunner:
         versions.check_room(self.root, self.config.serve.max_queued_jobs)
 
     def queue_depth(self) -> int:
-        return sum(1 for job in versions.list_jobs(self.root) if job["status"] in versions.UNFINISHED)
+        return versions.unfinished_count(versions.list_jobs(self.root))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
