@@ -6,7 +6,7 @@ declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdo
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
 dimension, w cosine candidates per chunk; KG: E entities, M mentions with a description, F mentions
-as written, R relations; CUE: Q knowledge units, N entity nodes; entity layer: G entities (spaCy
+as written, R relations; CUE: Q knowledge units, N entity nodes, P unit–entity mentions; entity layer: G entities (spaCy
 names and titles). Vectors are float32 with unit-length rows (all-zero where there was nothing to
 embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as .npz.
 """
@@ -52,6 +52,7 @@ KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = (
 )
 KG_SURFACE_VECTORS = "kg_surface_vectors"
 CUE_UNITS, CUE_ENTITIES, CUE_UNIT_ENTITIES = "cue_units", "cue_entities", "cue_unit_entities"
+CUE_MENTIONS = "cue_mentions"
 CUE_UNIT_VECTORS, CUE_ENTITY_VECTORS = "cue_unit_vectors", "cue_entity_vectors"
 ENTITY_SENTENCES = "entity_sentences"
 ENTITIES, ENTITY_MENTIONS, ENTITY_VECTORS, ENTITY_SYNONYMS = (
@@ -158,6 +159,14 @@ SCHEMA: dict[str, Artifact] = {
         ),
         Artifact(CUE_ENTITIES, "table", "cue_graph", "N", "spaCy entity node: name (normalised), label"),
         Artifact(CUE_UNIT_ENTITIES, "graph", "cue_graph", "Q × N", "1 where the unit mentions the entity"),
+        Artifact(
+            CUE_MENTIONS,
+            "table",
+            "cue_graph",
+            "P",
+            "per stored entry of cue_unit_entities (in its CSR order): label spaCy gave that mention (an update "
+            "takes unchanged chunks' mentions and recounts each entity's most said label)",
+        ),
         Artifact(CUE_UNIT_VECTORS, "array", "cue_graph", "Q × d", "knowledge-unit embedding"),
         Artifact(CUE_ENTITY_VECTORS, "array", "cue_graph", "N × d", "entity-name embedding"),
         Artifact(

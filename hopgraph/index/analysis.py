@@ -32,6 +32,11 @@ def _version(package: str) -> str:
         return "absent"
 
 
+def sentence_model_key() -> str:
+    """What a sentence split depends on besides the text (the punkt package's version)."""
+    return f"sentences:punkt-{_version('punkt')}"
+
+
 def analysis_cache_path(config: HopgraphConfig, name: str = "analysis.sqlite") -> Path | None:
     """The SQLite file ``name`` beside the vector cache (None where vectors are not cached either)."""
     return Path(config.embedding.cache).expanduser().with_name(name) if config.embedding.cache else None
@@ -92,8 +97,9 @@ class TextAnalyser:
 
     def sentence_spans(self, texts: Sequence[str]) -> list[list[tuple[int, int]]]:
         """Punkt sentence spans of each text."""
-        model = f"sentences:punkt-{_version('punkt')}"
-        found = self._lookup(IntArrayCache, model, texts, lambda m: [_spans_array(sentence_spans(t)) for t in m])
+        found = self._lookup(
+            IntArrayCache, sentence_model_key(), texts, lambda m: [_spans_array(sentence_spans(t)) for t in m]
+        )
         return [_pairs(flat) for flat in found]
 
     def close(self) -> None:

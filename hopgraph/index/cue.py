@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
 
+from hopgraph.artifacts import (
+    CHUNKS,
+    CUE_ENTITIES,
+    CUE_ENTITY_VECTORS,
+    CUE_MENTIONS,
+    CUE_UNIT_ENTITIES,
+    CUE_UNIT_VECTORS,
+    CUE_UNITS,
+)
 from hopgraph.errors import InputError
 from hopgraph.index.reuse import CUE_ENTITY_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, FIRST_BUILD, PreviousVersion
 from hopgraph.kernels import cosine_topk, normalize_rows
@@ -249,14 +258,64 @@ def _unit_vectors(store: IndexStore, texts: list[str], embed: Callable[[list[str
     return normalize_rows(vectors)
 
 
-def most_said(said: Counter[tuple[str, str]]) -> dict[str, str]:
-    """Per name, the label it was said with most often (of equally frequent ones, the first said).
-    One counter of pairs: a counter per name, made per mention, cost ~1 s per 100k-chunk update."""
-    best: dict[str, tuple[int, str]] = {}
-    for (name, label), count in said.items():
-        if name not in best or count > best[name][0]:
-            best[name] = (count, label)
-    return {name: label for name, (_, label) in best.items()}
+def most_said(entity: np.ndarray, label: np.ndarray, n_entities: int) -> np.ndarray:
+    """Per entity, the label code it was said with most often, of equally frequent ones the first
+    said, from one (entity, label code) pair per mention in order."""
+    best = np.full(n_entities, -1, dtype=np.int64)
+    if len(entity) == 0:
+        return best
+    width = int(label.max()) + 1
+    pairs, first, count = np.unique(entity * width + label, return_index=True, return_counts=True)
+    owner = pairs // width
+    order = np.lexsort((first, -count, owner))  # per entity: most said first, then first said
+    leads = order[np.r_[True, owner[order][1:] != owner[order][:-1]]]
+    best[owner[leads]] = pairs[leads] % width
+    return best
+
+
+def kept_chunks(previous: PreviousVersion, chunk_texts: Sequence[str], chosen: np.ndarray) -> np.ndarray:
+    """Per chunk, the edited version's chunk of the same text whose sentence units and their spaCy
+    names an update takes over (-1 where they are computed).
+
+    Sentence units and their names are a function of the chunk's text alone, so they are taken
+    for chunks not chosen for the LLM now whose namesake was not chosen then either; and only from
+    a version that kept each mention's label (:data:`~hopgraph.artifacts.CUE_MENTIONS`), so each
+    entity's "most said" label is counted again over the whole corpus as a rebuild counts it.
+    """
+    kept = np.full(len(chunk_texts), -1, dtype=np.int64)
+    store = previous.holding(
+        ("tables", CHUNKS), ("tables", CUE_UNITS), ("tables", CUE_MENTIONS), ("graphs", CUE_UNIT_ENTITIES)
+    )
+    if store is None or not len(chunk_texts):
+        return kept
+    units = store.read_table(CUE_UNITS, ["chunk", "source"])
+    old_texts = store.read_table(CHUNKS, ["text"])["text"]
+    asked = np.zeros(len(old_texts), dtype=bool)  # chunks whose units came from the LLM (or its fallback)
+    asked[np.asarray(units["chunk"], dtype=np.int64)[np.asarray(units["source"]) != "sentence"]] = True
+    first: dict[str, int] = {}
+    for row, text in enumerate(old_texts):
+        if not asked[row]:
+            first.setdefault(text, row)
+    kept[:] = [first.get(text, -1) for text in chunk_texts]
+    kept[np.asarray(chosen, dtype=np.int64)] = -1
+    return kept
+
+
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The concatenation of range(start, end) for each pair."""
+    sizes = ends - starts
+    return np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
+
+
+@dataclass
+class _Mentions:
+    """Units' (entity, label) mentions in one growing name and label space."""
+
+    names: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, int] = field(default_factory=dict)
+
+    def codes(self, values: Sequence[str], space: dict[str, int]) -> np.ndarray:
+        return np.fromiter((space.setdefault(v, len(space)) for v in values), dtype=np.int64, count=len(values))
 
 
 def write_cue_graph(
@@ -266,16 +325,18 @@ def write_cue_graph(
     embed: Callable[[list[str]], np.ndarray],
     find_names: NameFinder = entity_names,
     previous: PreviousVersion = FIRST_BUILD,
+    kept: np.ndarray | None = None,
 ) -> dict[str, int]:
     """Store the multi-partite graph of Alg. 1 (lines 4–14): units → chunks, units × entities.
 
     ``chunk_units[c]`` are chunk c's knowledge units (LLM units or sentences), ``unit_source`` the
     origin of each unit in flattened order. Blank units are dropped with their source label.
-    Writes tables cue_units and cue_entities, graph cue_unit_entities and both vector arrays; a
-    unit that is one of the index's sentences takes its stored vector.
+    Writes tables cue_units, cue_entities and cue_mentions, graph cue_unit_entities and both vector
+    arrays; a unit that is one of the index's sentences takes its stored vector.
     ``find_names`` gives spaCy's entities per unit (a build's goes through its entity cache, so a
-    rebuild runs NER only on new units). Vectors and token counts the version an update edits holds
-    (``previous``) are taken from it.
+    rebuild runs NER only on new units). A chunk whose ``kept`` row (:func:`kept_chunks`) is set
+    takes its units, their names and vectors from the version an update edits (``previous``) and
+    has no units in ``chunk_units``; other vectors and token counts it holds are taken by text.
     """
     chunk_docs = store.read_table("chunks", ["docs"])["docs"]
     if len(chunk_units) != len(chunk_docs):
@@ -283,47 +344,116 @@ def write_cue_graph(
     flat = [(c, text.strip()) for c, units in enumerate(chunk_units) for text in units]
     if len(flat) != len(unit_source):
         raise InputError(f"{len(flat)} knowledge units but {len(unit_source)} source labels")
-    kept = [(c, text, src) for (c, text), src in zip(flat, unit_source) if text]
-    owner = [c for c, _, _ in kept]
-    texts = [t for _, t, _ in kept]
-    sources = [s for _, _, s in kept]
-    per_unit = find_names(texts)
-    entity_ids: dict[str, int] = {}
-    said: Counter[tuple[str, str]] = Counter()  # mentions per (name, label)
-    indptr, indices = [0], []
-    for unit_entities in per_unit:
-        for name, label in unit_entities:
-            indices.append(entity_ids.setdefault(name, len(entity_ids)))
-            said[name, label] += 1
-        indptr.append(len(indices))
-    names = list(entity_ids)
+    fresh = [(c, text, src) for (c, text), src in zip(flat, unit_source) if text]
+    fresh_texts = [t for _, t, _ in fresh]
+    space = _Mentions()
+    # Mentions of the computed units: (unit among them, name code, label code).
+    said = [(u, name, label) for u, names in enumerate(find_names(fresh_texts)) for name, label in names]
+    fresh_mentions = (
+        np.fromiter((u for u, _, _ in said), dtype=np.int64, count=len(said)),
+        space.codes([name for _, name, _ in said], space.names),
+        space.codes([label for _, _, label in said], space.labels),
+    )
+    old = _kept_units(previous, kept, space)
+    # Units in chunk order: a chunk's units are all kept or all computed, so a stable sort by chunk
+    # puts each chunk's units where a rebuild puts them, in their own order.
+    owner_of = np.concatenate([old.owner, np.fromiter((c for c, _, _ in fresh), dtype=np.int64, count=len(fresh))])
+    order = np.argsort(owner_of, kind="stable")
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    n_old = len(old.owner)
+    texts = [old.texts[i] if i < n_old else fresh_texts[i - n_old] for i in order.tolist()]
+    sources = [old.sources[i] if i < n_old else fresh[i - n_old][2] for i in order.tolist()]
+    owner = owner_of[order]
+    unit, name, label = (
+        np.concatenate([position[old.unit], position[n_old + fresh_mentions[0]]]),
+        np.concatenate([old.name, fresh_mentions[1]]),
+        np.concatenate([old.label, fresh_mentions[2]]),
+    )
+    by_unit = np.argsort(unit, kind="stable")
+    unit, name, label = unit[by_unit], name[by_unit], label[by_unit]
+    # Entities in order of first mention, as a rebuild numbers them.
+    codes, first = np.unique(name, return_index=True)
+    ranked = codes[np.argsort(first, kind="stable")]
+    column = np.empty(len(space.names), dtype=np.int64)
+    column[ranked] = np.arange(len(ranked))
+    every_name, every_label = list(space.names), list(space.labels)
+    names = [every_name[c] for c in ranked.tolist()]
     graph = sp.csr_matrix(
         (
-            np.ones(len(indices), dtype=np.float32),
-            np.asarray(indices, dtype=np.int64),
-            np.asarray(indptr, dtype=np.int64),
+            np.ones(len(unit), dtype=np.float32),
+            column[name],
+            np.r_[0, np.cumsum(np.bincount(unit, minlength=len(texts)))].astype(np.int64),
         ),
         shape=(len(texts), len(names)),
     )
-    unit_vectors = previous.take(CUE_UNIT_ROWS, texts, lambda rest: _unit_vectors(store, rest, embed))
+    old_rows = np.full(len(texts), -1, dtype=np.int64)
+    old_rows[position[:n_old]] = old.rows
+    rows = old_rows if n_old else None
+    unit_vectors = previous.take(CUE_UNIT_ROWS, texts, lambda rest: _unit_vectors(store, rest, embed), rows)
     entity_vectors = (
         previous.take(CUE_ENTITY_ROWS, names, lambda rest: normalize_rows(embed(rest)))
         if names
         else np.zeros((0, unit_vectors.shape[1]), dtype=np.float32)
     )
+    tokens = previous.take(CUE_UNIT_TOKENS, texts, lambda rest: [count_tokens(t) for t in rest], rows)
     store.write_table(
-        "cue_units",
+        CUE_UNITS,
         {
             "text": texts,
-            "tokens": previous.take(CUE_UNIT_TOKENS, texts, lambda rest: [count_tokens(t) for t in rest]).tolist(),
+            "tokens": tokens.tolist(),
             "docs": [chunk_docs[c] for c in owner],
-            "chunk": owner,
+            "chunk": owner.tolist(),
             "source": sources,
         },
     )
-    labels = most_said(said)
-    store.write_table("cue_entities", {"name": names, "label": [labels[n] for n in names]})
-    store.write_graph("cue_unit_entities", graph)
-    store.write_array("cue_unit_vectors", unit_vectors)
-    store.write_array("cue_entity_vectors", entity_vectors)
+    best = most_said(column[name], label, len(names))
+    store.write_table(CUE_ENTITIES, {"name": names, "label": [every_label[b] for b in best.tolist()]})
+    store.write_table(CUE_MENTIONS, {"label": [every_label[b] for b in label.tolist()]})
+    store.write_graph(CUE_UNIT_ENTITIES, graph)
+    store.write_array(CUE_UNIT_VECTORS, unit_vectors)
+    store.write_array(CUE_ENTITY_VECTORS, entity_vectors)
     return {"cue_units": len(texts), "cue_entities": len(names), "cue_llm_units": sum(s == "llm" for s in sources)}
+
+
+@dataclass
+class _KeptUnits:
+    """Units of kept chunks, taken from the edited version, with their mentions in ``space``."""
+
+    owner: np.ndarray  # chunk of this version per unit
+    rows: np.ndarray  # the unit's row in the edited version
+    texts: list[str]
+    sources: list[str]
+    unit: np.ndarray  # per mention: the unit among these
+    name: np.ndarray  # per mention: name code
+    label: np.ndarray  # per mention: label code
+
+
+def _kept_units(previous: PreviousVersion, kept: np.ndarray | None, space: _Mentions) -> _KeptUnits:
+    none = np.zeros(0, dtype=np.int64)
+    chunks = np.flatnonzero(kept >= 0) if kept is not None else none
+    if kept is None or not len(chunks) or previous.store is None:
+        return _KeptUnits(none, none, [], [], none, none, none)
+    store = previous.store
+    units = store.read_table(CUE_UNITS, ["text", "chunk", "source"])
+    unit_chunk = np.asarray(units["chunk"], dtype=np.int64)  # ascending: units are stored in chunk order
+    old_chunks = kept[chunks]
+    starts = np.searchsorted(unit_chunk, old_chunks, side="left")
+    ends = np.searchsorted(unit_chunk, old_chunks, side="right")
+    rows = _ranges(starts, ends)
+    graph = store.read_graph(CUE_UNIT_ENTITIES)
+    at = _ranges(graph.indptr[rows], graph.indptr[rows + 1])  # their mentions, in order
+    old_names = store.read_table(CUE_ENTITIES, ["name"])["name"]
+    old_labels = store.read_table(CUE_MENTIONS, ["label"])["label"]
+    name_codes = space.codes(old_names, space.names)
+    distinct, label_of = np.unique(np.asarray(old_labels, dtype=object)[at].astype(str), return_inverse=True)
+    label_codes = space.codes(distinct.tolist(), space.labels)
+    return _KeptUnits(
+        owner=np.repeat(chunks, ends - starts),
+        rows=rows,
+        texts=[units["text"][r] for r in rows.tolist()],
+        sources=[units["source"][r] for r in rows.tolist()],
+        unit=np.repeat(np.arange(len(rows)), np.diff(graph.indptr)[rows]),
+        name=name_codes[graph.indices[at]],
+        label=label_codes[label_of.ravel()] if len(at) else np.zeros(0, dtype=np.int64),
+    )

@@ -7,6 +7,7 @@ overlap is computed from them, never by comparing all pairs of texts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -15,44 +16,104 @@ from hopgraph.config import KeywordConfig
 from hopgraph.text import words
 
 
-def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2) -> sp.csr_matrix:
-    """Binary texts × keywords matrix: the postings of every keyword over ``texts``."""
-    indptr = [0]
-    indices: list[int] = []
-    for text in texts:
-        ids = {vocabulary[w] for w in words(text, min_length) if w in vocabulary}
-        indices.extend(sorted(ids))
-        indptr.append(len(indices))
-    data = np.ones(len(indices), dtype=np.float32)
-    return sp.csr_matrix(
-        (data, np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)),
-        shape=(len(texts), len(vocabulary)),
+@dataclass(frozen=True)
+class KnownPostings:
+    """Postings an earlier version of the index holds for some of the texts at hand (an update's
+    unchanged texts): a text's keywords are a function of its text, so its row is taken, not
+    tokenised again (~3 s at 100k chunks)."""
+
+    vocabulary: Sequence[str]  # that version's keywords, its columns
+    postings: sp.csr_matrix
+    rows: np.ndarray  # per text, its row in ``postings`` (-1: not held)
+
+
+def _assemble(
+    n_texts: int, held: np.ndarray, held_rows: sp.csr_matrix, fresh: np.ndarray, fresh_ids: list[list[int]], width: int
+) -> sp.csr_matrix:
+    """One binary matrix from rows taken (``held_rows``, for texts ``held``) and rows found (ids per
+    text of ``fresh``), each text's columns sorted."""
+    lengths = np.fromiter((len(ids) for ids in fresh_ids), dtype=np.int64, count=len(fresh_ids))
+    found = sp.csr_matrix(
+        (
+            np.ones(int(lengths.sum()), dtype=np.float32),
+            np.fromiter((i for ids in fresh_ids for i in ids), dtype=np.int64, count=int(lengths.sum())),
+            np.r_[0, np.cumsum(lengths)].astype(np.int64),
+        ),
+        shape=(len(fresh), width),
     )
+    stacked = sp.vstack([held_rows, found], format="csr")
+    place = np.empty(n_texts, dtype=np.int64)  # each text's row in ``stacked``
+    place[np.concatenate([held, fresh]).astype(np.int64)] = np.arange(n_texts)
+    matrix = stacked[place]
+    matrix = sp.csr_matrix(
+        (matrix.data.astype(np.float32), matrix.indices.astype(np.int32), matrix.indptr.astype(np.int64)),
+        shape=(n_texts, width),
+    )
+    matrix.sort_indices()
+    return matrix
 
 
-def vocabulary_and_incidence(texts: Sequence[str], min_length: int = 2) -> tuple[list[str], sp.csr_matrix]:
+def _split(n_texts: int, known: KnownPostings | None) -> tuple[np.ndarray, np.ndarray]:
+    """(texts whose rows are taken, texts to tokenise)."""
+    rows = np.full(n_texts, -1, dtype=np.int64) if known is None else np.asarray(known.rows, dtype=np.int64)
+    return np.flatnonzero(rows >= 0), np.flatnonzero(rows < 0)
+
+
+def incidence(
+    texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2, known: KnownPostings | None = None
+) -> sp.csr_matrix:
+    """Binary texts × keywords matrix: the postings of every keyword over ``texts``; rows ``known``
+    holds are taken from it (their keywords that ``vocabulary`` lacks dropped)."""
+    held, fresh = _split(len(texts), known)
+    fresh_ids = [
+        sorted({vocabulary[w] for w in words(texts[i], min_length) if w in vocabulary}) for i in fresh.tolist()
+    ]
+    taken = sp.csr_matrix((0, len(vocabulary)), dtype=np.float32)
+    if len(held):
+        assert known is not None
+        rows = known.postings[known.rows[held]]
+        column = np.fromiter(
+            (vocabulary.get(w, -1) for w in known.vocabulary), dtype=np.int64, count=len(known.vocabulary)
+        )
+        rows.data[column[rows.indices] < 0] = 0
+        rows = sp.csr_matrix(
+            (rows.data, np.maximum(column[rows.indices], 0), rows.indptr), shape=(len(held), len(vocabulary))
+        )
+        rows.eliminate_zeros()
+        taken = rows
+    return _assemble(len(texts), held, taken, fresh, fresh_ids, len(vocabulary))
+
+
+def vocabulary_and_incidence(
+    texts: Sequence[str], min_length: int = 2, known: KnownPostings | None = None
+) -> tuple[list[str], sp.csr_matrix]:
     """Every keyword of ``texts`` (sorted, as :func:`build_vocabulary` with method=tokens) and their
-    postings (as :func:`incidence`), tokenising each text once instead of twice: words get ids in
-    order of first sight, renumbered in sorted order at the end."""
+    postings (as :func:`incidence`), tokenising each text once instead of twice, and not at all
+    where ``known`` holds its row: words get ids in order of first sight, renumbered in sorted
+    order at the end."""
+    held, fresh = _split(len(texts), known)
     first_seen: dict[str, int] = {}
-    indptr = [0]
-    indices: list[int] = []
-    for text in texts:
-        indices.extend({first_seen.setdefault(w, len(first_seen)) for w in words(text, min_length)})
-        indptr.append(len(indices))
+    fresh_ids = [
+        list({first_seen.setdefault(w, len(first_seen)) for w in words(texts[i], min_length)}) for i in fresh.tolist()
+    ]
+    taken_rows = sp.csr_matrix((0, 0), dtype=np.float32)
+    if len(held):
+        assert known is not None
+        taken_rows = known.postings[known.rows[held]]
+        used = np.unique(taken_rows.indices)
+        code = np.zeros(known.postings.shape[1], dtype=np.int64)
+        code[used] = [first_seen.setdefault(known.vocabulary[i], len(first_seen)) for i in used.tolist()]
+        taken_rows = sp.csr_matrix((taken_rows.data, code[taken_rows.indices], taken_rows.indptr))
     vocabulary = sorted(first_seen)
     rank = np.empty(len(vocabulary), dtype=np.int64)
     rank[[first_seen[w] for w in vocabulary]] = np.arange(len(vocabulary))
-    matrix = sp.csr_matrix(
-        (
-            np.ones(len(indices), dtype=np.float32),
-            rank[np.asarray(indices, dtype=np.int64)].astype(np.int32),
-            np.asarray(indptr, dtype=np.int64),
-        ),
-        shape=(len(texts), len(vocabulary)),
+    taken = sp.csr_matrix(
+        (np.ones(taken_rows.nnz, dtype=np.float32), rank[taken_rows.indices], taken_rows.indptr),
+        shape=(len(held), len(vocabulary)),
     )
-    matrix.sort_indices()
-    return vocabulary, matrix
+    return vocabulary, _assemble(
+        len(texts), held, taken, fresh, [rank[ids].tolist() for ids in fresh_ids], len(vocabulary)
+    )
 
 
 def build_vocabulary(chunk_texts: Sequence[str], config: KeywordConfig) -> list[str]:

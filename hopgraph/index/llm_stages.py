@@ -95,9 +95,16 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         if len(chosen)
         else ([], Usage())
     )
-    spans = ctx.analyser.sentence_spans(chunks["text"])
-    chunk_units: list[list[str]] = [[text[a:b] for a, b in pieces] for text, pieces in zip(chunks["text"], spans)]
-    sources = [["sentence"] * len(u) for u in chunk_units]
+    # Chunks the edited version holds, unchosen there and here, keep their sentence units and names.
+    kept = cue.kept_chunks(ctx.previous, chunks["text"], chosen)
+    split = np.flatnonzero(kept < 0)
+    spans = ctx.analyser.sentence_spans([chunks["text"][c] for c in split])
+    chunk_units: list[list[str]] = [[] for _ in chunks["text"]]
+    sources: list[list[str]] = [[] for _ in chunks["text"]]
+    for c, pieces in zip(split.tolist(), spans):
+        text = chunks["text"][c]
+        chunk_units[c] = [text[a:b] for a, b in pieces]
+        sources[c] = ["sentence"] * len(pieces)
     for c, found in zip(chosen, units):
         if found:
             chunk_units[c], sources[c] = found, ["llm"] * len(found)
@@ -110,6 +117,7 @@ def stage_cue_graph(ctx: BuildContext) -> dict[str, int]:
         ctx.embed,
         ctx.entity_names,
         previous=ctx.previous,
+        kept=kept,
     )
     ctx.usage = usage.to_dict()
     return {**counts, "cue_llm_chunks": len(chosen), "cue_fallbacks": usage.fallbacks}

@@ -33,14 +33,17 @@ from hopgraph.index.context import BuildContext
 from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
 from hopgraph.index.reuse import (
+    CHUNK_POSTINGS,
     CHUNK_ROWS,
     EMBEDDING,
     FIRST_BUILD,
     ROW_RULES,
+    SENTENCE_POSTINGS,
     SENTENCE_ROWS,
     UNIT_ROWS,
     PreviousVersion,
     setting,
+    text_models,
 )
 from hopgraph.kernels import group_mean_vectors, mean_vectors
 from hopgraph.kernels.backend import array_module
@@ -118,7 +121,8 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
     cfg = ctx.config.keywords
     chunks = searchable(ctx.store.read_table("chunks", ["heading", "text"]))
     if cfg.method == "tokens":  # the vocabulary is every chunk word: one pass over the chunks gives both
-        vocabulary, chunk_postings = keywords.vocabulary_and_incidence(chunks, cfg.min_length)
+        known = ctx.previous.postings(CHUNK_POSTINGS, chunks)
+        vocabulary, chunk_postings = keywords.vocabulary_and_incidence(chunks, cfg.min_length, known)
         lookup = {w: i for i, w in enumerate(vocabulary)}
     else:
         vocabulary = keywords.build_vocabulary(chunks, cfg)
@@ -131,7 +135,8 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
         "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
     )
     sentences = ctx.store.read_table("sentences", ["text"])["text"]
-    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length))
+    known = ctx.previous.postings(SENTENCE_POSTINGS, sentences)
+    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length, known))
     chunk_df = np.asarray(chunk_postings.sum(axis=0)).ravel().astype(np.int64)
     ctx.store.write_table("keywords", {"keyword": vocabulary, "chunk_df": chunk_df})
     return {"keywords": len(vocabulary)}
@@ -370,6 +375,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     fresh = {
         "complete": False,
         "row_rules": ROW_RULES,
+        "text_models": text_models(),
         "config": config.model_dump(),
         "build_settings": config.build_settings(),
         "stage_settings": keys,
@@ -420,6 +426,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         manifest["complete"] = False
     manifest["config"] = config.model_dump()
     manifest["stage_settings"] = keys
+    manifest["text_models"] = text_models()
     return manifest
 
 

@@ -29,13 +29,19 @@ from hopgraph.artifacts import (
     CUE_UNITS,
     ENTITIES,
     ENTITY_VECTORS,
+    KEYWORDS,
+    POSTINGS_CHUNKS,
+    POSTINGS_SENTENCES,
     SENTENCE_VECTORS,
     SENTENCES,
     UNIT_VECTORS,
     UNITS,
 )
 from hopgraph.config import HopgraphConfig
+from hopgraph.index.analysis import sentence_model_key
 from hopgraph.index.chunking import searchable
+from hopgraph.index.keywords import KnownPostings
+from hopgraph.ner import ner_model_key
 from hopgraph.store import IndexStore
 
 # Settings that decide an index-time vector: the model and how a text becomes its input (prompt,
@@ -45,9 +51,17 @@ EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", 
 # from that cache finds them there instead of embedding them in other batches.
 VECTOR_SETTINGS = (*EMBEDDING, "chunking.encoding", "embedding.cache")
 # The version of the rules that compute the rows below, recorded in each manifest (``row_rules``):
-# bump it when one of them changes, so no update carries forward rows made by the old rule.
+# bump it when one of them changes (the keyword tokeniser and its stop words, the units a chunk's
+# sentences make, ...), so no update carries forward rows made by the old rule.
 ROW_RULES = 1
 SAME_BLOCK = 8192  # rows compared at a time by PreviousVersion.same_rows
+
+
+def text_models() -> dict[str, str]:
+    """What per-text results depend on besides the text where no setting says so (the sentence
+    splitter's and spaCy's versions), recorded in each manifest (``text_models``): an update takes
+    sentence units and their names from a version only where these are the same."""
+    return {"sentences": sentence_model_key(), "names": ner_model_key()}
 
 
 def setting(data: dict[str, Any], dotted: str) -> Any:
@@ -64,8 +78,9 @@ class ByText:
     table: str  # the table whose rows give the keys
     key: Callable[[dict[str, list]], list[str]]  # the text of each of its rows
     key_columns: tuple[str, ...]  # the columns ``key`` reads
-    values: str  # an array with a row per table row, or (``column``) a column of the table
+    values: str  # an array (or graph) with a row per table row, or (``column``) a column of the table
     column: bool = False
+    graph: bool = False  # ``values`` names a graph
     settings: tuple[str, ...] = VECTOR_SETTINGS  # what the values depend on besides the text
 
 
@@ -79,6 +94,11 @@ SENTENCE_ROWS = ByText(SENTENCES, _text, ("text",), SENTENCE_VECTORS)
 CUE_UNIT_ROWS = ByText(CUE_UNITS, _text, ("text",), CUE_UNIT_VECTORS)
 CUE_UNIT_TOKENS = ByText(CUE_UNITS, _text, ("text",), "tokens", column=True, settings=())
 CUE_ENTITY_ROWS = ByText(CUE_ENTITIES, lambda table: table["name"], ("name",), CUE_ENTITY_VECTORS)
+# A text's keywords depend on the tokeniser's rules (ROW_RULES) and these; tf-idf keeps a text's
+# words by their corpus-wide frequency, so its rows are never taken.
+KEYWORD_SETTINGS = ("keywords.method", "keywords.min_length")
+CHUNK_POSTINGS = ByText(CHUNKS, searchable, ("heading", "text"), POSTINGS_CHUNKS, graph=True, settings=KEYWORD_SETTINGS)
+SENTENCE_POSTINGS = ByText(SENTENCES, _text, ("text",), POSTINGS_SENTENCES, graph=True, settings=KEYWORD_SETTINGS)
 # An all-zero row of entity_vectors: a name that was not embedded (never taken).
 ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)
 
@@ -93,10 +113,19 @@ class PreviousVersion:
         self._config = config.model_dump() if config is not None else {}
         self._stored: dict[str, Any] = {}
         self._keys: dict[tuple[str, ...], dict[str, list[int]]] = {}
+        self._text_models: dict[str, str] | None = None
         if store is not None:
             manifest = store.read_manifest() if store.exists() else {}
             if manifest.get("complete") and manifest.get("row_rules") == ROW_RULES:
                 self._stored = manifest.get("config", {})
+                self._text_models = manifest.get("text_models")
+
+    def holding(self, *artifacts: tuple[str, str]) -> IndexStore | None:
+        """The edited version's store where it holds every (folder, name) artifact and made its
+        per-text results with today's :func:`text_models`; None elsewhere."""
+        if not self._stored or self.store is None or self._text_models != text_models():
+            return None
+        return self.store if all(self.store.has(kind, name) for kind, name in artifacts) else None
 
     def _usable(self, source: ByText) -> bool:
         if not self._stored or self.store is None:
@@ -106,7 +135,7 @@ class PreviousVersion:
         if source.column:  # a column of that table (an older index may not have it)
             if source.values not in self.store.table_columns(source.table):
                 return False
-        elif not self.store.has("arrays", source.values):
+        elif not self.store.has("graphs" if source.graph else "arrays", source.values):
             return False
         try:
             return all(setting(self._stored, s) == setting(self._config, s) for s in source.settings)
@@ -153,20 +182,44 @@ class PreviousVersion:
             rows[part[~same]] = -1
         return rows
 
+    def postings(self, source: ByText, texts: Sequence[str]) -> KnownPostings | None:
+        """The edited version's keyword postings of the ``texts`` it holds, with its vocabulary (None
+        where it has none to offer, or its keywords are tf-idf's)."""
+        if not texts or not self._usable(source) or setting(self._config, "keywords.method") != "tokens":
+            return None
+        assert self.store is not None
+        keys = self._rows_of(source)
+        rows = np.fromiter((keys[t][0] if t in keys else -1 for t in texts), dtype=np.int64, count=len(texts))
+        if not (rows >= 0).any() or not self.store.has("tables", KEYWORDS):
+            return None
+        self.taken += int((rows >= 0).sum())
+        vocabulary = self.store.read_table(KEYWORDS, ["keyword"])["keyword"]
+        return KnownPostings(vocabulary, self.store.read_graph(source.values), rows)
+
     def array(self, name: str) -> np.ndarray | None:
         """An array of the edited version (memory-mapped), or None where it has none."""
         if not self._stored or self.store is None or not self.store.has("arrays", name):
             return None
         return self.store.read_array(name, mmap=True)
 
-    def take(self, source: ByText, texts: Sequence[str], compute: Callable[[list[str]], Any]) -> np.ndarray:
+    def take(
+        self,
+        source: ByText,
+        texts: Sequence[str],
+        compute: Callable[[list[str]], Any],
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
         """The value per text: the edited version's row where it holds the text, ``compute`` (called
-        once, on the rest in order) elsewhere."""
+        once, on the rest in order) elsewhere. A caller that knows which of its rows hold the texts
+        passes them as ``rows`` (-1: compute), and no text is looked up."""
         if not texts or not self._usable(source):
             return np.asarray(compute(list(texts)))
         assert self.store is not None
-        keys = self._rows_of(source)  # a repeated text takes its first row
-        rows = np.fromiter((keys[t][0] if t in keys else -1 for t in texts), dtype=np.int64, count=len(texts))
+        if rows is None:
+            keys = self._rows_of(source)  # a repeated text takes its first row
+            rows = np.fromiter((keys[t][0] if t in keys else -1 for t in texts), dtype=np.int64, count=len(texts))
+        else:
+            rows = np.array(rows, dtype=np.int64)
         values = (
             np.asarray(self.store.read_table(source.table, [source.values])[source.values])
             if source.column

@@ -198,9 +198,9 @@ def test_units_that_are_index_sentences_reuse_their_vectors(tmp_path):
 
 
 def test_an_entity_takes_the_label_it_was_said_with_most_often_and_the_first_of_equals():
-    from collections import Counter
-
     from hopgraph.index.cue import most_said
 
-    said = Counter([("ada", "ORG"), ("ada", "PERSON"), ("tours", "GPE"), ("ada", "PERSON"), ("tours", "ORG")])
-    assert most_said(said) == {"ada": "PERSON", "tours": "GPE"}
+    org, person, gpe = 0, 1, 2
+    entity = np.array([0, 0, 1, 0, 1, 2, 2])  # one (entity, label) per mention, in the order said
+    label = np.array([org, person, gpe, person, org, org, gpe])
+    assert most_said(entity, label, 4).tolist() == [person, gpe, org, -1]  # entity 3: never said

@@ -3,7 +3,8 @@ import tracemalloc
 import numpy as np
 
 from hopgraph.config import KeywordConfig
-from hopgraph.index.keywords import build_vocabulary, incidence
+from hopgraph.index import keywords
+from hopgraph.index.keywords import KnownPostings, build_vocabulary, incidence, vocabulary_and_incidence
 from hopgraph.kernels import mean_vectors
 from hopgraph.text import words
 
@@ -54,3 +55,31 @@ def test_vocabulary_memory_grows_with_the_vocabulary_not_the_corpus():
         tracemalloc.stop()
         assert len(vocabulary) > 250
         assert peak < 1_000_000, (method, peak)
+
+
+def test_rows_taken_from_an_earlier_version_give_the_postings_tokenising_gives(monkeypatch):
+    """An update takes its unchanged texts' rows from the version it edits, whose vocabulary has
+    words the update lost and lacks words it gained: the result is what tokenising every text gives."""
+    rng = np.random.default_rng(7)
+    pool = [f"w{i:03d}" for i in range(300)] + ["Zürich", "river", "the", "a"]
+
+    def text() -> str:
+        return " ".join(rng.choice(pool, size=int(rng.integers(0, 12))))
+
+    before = [text() for _ in range(60)]
+    after = [before[i] for i in rng.permutation(60)[:40]] + [text() for _ in range(25)] + [before[3]]
+    after = [after[i] for i in rng.permutation(len(after))]
+    old_vocabulary, old_postings = vocabulary_and_incidence(before)
+    row_of = {t: i for i, t in reversed(list(enumerate(before)))}
+    known = KnownPostings(old_vocabulary, old_postings, np.array([row_of.get(t, -1) for t in after]))
+    assert (known.rows >= 0).sum() >= 40 and (known.rows < 0).sum() >= 20
+    vocabulary, postings = vocabulary_and_incidence(after)
+    tokenised: list[str] = []
+    monkeypatch.setattr(keywords, "words", lambda text, n=2: tokenised.append(text) or words(text, n))
+    taken_vocabulary, taken = vocabulary_and_incidence(after, known=known)
+    assert tokenised == [t for t, row in zip(after, known.rows) if row < 0]  # only the texts it lacks
+    assert taken_vocabulary == vocabulary and set(vocabulary) != set(old_vocabulary)
+    assert (taken != postings).nnz == 0 and taken.has_sorted_indices
+    assert taken.indices.dtype == postings.indices.dtype and taken.data.dtype == np.float32
+    lookup = {w: i for i, w in enumerate(vocabulary[::2])}  # a vocabulary lacking some of their words
+    assert (incidence(after, lookup, known=known) != incidence(after, lookup)).nnz == 0

@@ -33,14 +33,25 @@ def updated(tmp_path_factory, sample_documents):
     config = load_config(
         None, {**SAMPLE_SETTINGS, "embedding.cache": str(work / "cache.sqlite"), "extraction.cue_alpha": 0.0}
     )
+    asked: dict[str, list[list[str]]] = {"build": [], "update": [], "rebuild": []}  # texts spaCy's names were asked for
+    phase = ["build"]
+    names_of = context.BuildContext.entity_names
+
+    def spy(self, texts, phrases=False):
+        asked[phase[0]].append(list(texts))
+        return names_of(self, texts, phrases)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(context, "EMBED_SLICE", 8)
+        patch.setattr(context.BuildContext, "entity_names", spy)
         build_index(sample_documents[:5], work / "index", config, progress=False)
+        phase[0] = "update"
         versions.submit_update(work / "index", [*sample_documents[5:7], LONG], [sample_documents[1].id])
         [job] = versions.run_pending(work / "index")
+        phase[0] = "rebuild"
         final = [d for i, d in enumerate(sample_documents[:5]) if i != 1] + [*sample_documents[5:7], LONG]
         build_index(final, work / "rebuilt", config, progress=False)
-    return {"work": work, "config": config, "live": version_dir(work / "index", job["id"])}
+    return {"work": work, "config": config, "live": version_dir(work / "index", job["id"]), "asked": asked}
 
 
 def test_an_update_takes_unchanged_rows_from_the_edited_version(updated):
@@ -50,6 +61,20 @@ def test_an_update_takes_unchanged_rows_from_the_edited_version(updated):
         assert taken[name] > 0, f"stage {name} took nothing from the edited version"
     # What it did not take (texts of the added documents) it computed: fewer rows taken than stored.
     assert taken["embed_sentences"] < len(IndexStore(updated["live"]).read_table("sentences")["text"])
+
+
+def test_an_update_finds_cue_units_and_names_only_for_chunks_the_edited_version_lacks(updated):
+    """Sentence units and their spaCy names are a function of the chunk's text: an update reads
+    those of unchanged chunks from the edited version, not from the caches (~4 s at 100k chunks)."""
+    live = IndexStore(updated["live"])
+    units = live.read_table("cue_units", ["text", "chunk"])
+    chunks = live.read_table("chunks", ["text"])["text"]
+    before = set(IndexStore(updated["work"] / "index").read_table("chunks", ["text"])["text"])
+    new_units = [t for t, c in zip(units["text"], units["chunk"]) if chunks[c] not in before]
+    cue_call = updated["asked"]["update"][-1]  # the CUE graph is the last stage asking for names
+    assert 0 < len(new_units) < len(units["text"])
+    assert cue_call == new_units
+    assert len(updated["asked"]["rebuild"][-1]) == len(units["text"])  # a rebuild asks for every unit
 
 
 def test_the_updated_index_is_bitwise_a_rebuild_with_the_same_caches(updated):
@@ -210,3 +235,22 @@ def test_an_update_above_the_exact_synonym_limit_patches_the_synonym_candidates(
     patched, fresh = live.read_graph("entity_synonyms"), rebuilt.read_graph("entity_synonyms")
     assert patched.nnz > 0 and ((patched != 0) != (fresh != 0)).nnz == 0  # the same edges...
     assert np.allclose(patched.toarray(), fresh.toarray(), atol=1e-6)  # ...weighed alike up to float rounding
+
+
+def test_sentence_units_are_kept_only_from_the_same_text_models_and_never_for_llm_chunks(updated, tmp_path):
+    from hopgraph.index.cue import kept_chunks
+
+    copy = tmp_path / "copy"
+    shutil.copytree(updated["work"] / "index", copy, ignore=shutil.ignore_patterns("versions", "jobs", "CURRENT"))
+    store = IndexStore(copy)
+    texts = store.read_table("chunks", ["text"])["text"]
+    kept = kept_chunks(PreviousVersion(store, updated["config"]), [*texts, "A chunk no version holds."], np.array([1]))
+    assert kept.tolist() == [0, -1, *range(2, len(texts)), -1]  # chunk 1 is chosen for the LLM now
+    units = store.read_table("cue_units")
+    units["source"] = ["llm" if c == 2 else s for c, s in zip(units["chunk"], units["source"])]  # chosen then
+    store.write_table("cue_units", units)
+    assert kept_chunks(PreviousVersion(store, updated["config"]), texts, np.zeros(0, np.int64))[2] == -1
+    manifest = store.read_manifest()
+    manifest["text_models"] = {**manifest["text_models"], "names": "another spaCy"}
+    store.write_manifest(manifest)
+    assert (kept_chunks(PreviousVersion(store, updated["config"]), texts, np.zeros(0, np.int64)) == -1).all()
