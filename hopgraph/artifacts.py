@@ -5,10 +5,11 @@ Stages write and methods read artifacts by the constants below, never by free st
 declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdown table.
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
-dimension, w cosine candidates per chunk; KG: E entities, M mentions with a description, F mentions
-as written, R relations; CUE: Q knowledge units, N entity nodes, P unit–entity mentions; entity layer: G entities (spaCy
-names and titles). Vectors are float32 with unit-length rows (all-zero where there was nothing to
-embed, e.g. a keyword no sentence contains); graphs are CSR matrices stored as .npz.
+dimension, w cosine candidates and h lexical neighbours per chunk; KG: E entities, M mentions with
+a description, F mentions as written, R relations; CUE: Q knowledge units, N entity nodes, P
+unit–entity mentions; entity layer: G entities (spaCy names and titles). Vectors are float32 with
+unit-length rows (all-zero where there was nothing to embed, e.g. a keyword no sentence contains);
+graphs are CSR matrices stored as .npz.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ UNIT_VECTORS, CHUNK_VECTORS, SENTENCE_VECTORS, KEYWORD_VECTORS = (
 )
 KNN, CHUNK_RANK_KNN = "knn", "chunk_rank_knn"
 KNN_COSINE_SCORES, KNN_COSINE_INDICES = "knn_cosine_scores", "knn_cosine_indices"
+KNN_LEXICAL_COUNTS, KNN_LEXICAL_INDICES = "knn_lexical_counts", "knn_lexical_indices"
 CONCEPTS, CONCEPT_RANK, CHUNK_RANK_CONCEPT = "concepts", "concept_rank", "chunk_rank_concept"
 KG_ENTITIES, KG_MENTIONS, KG_RELATIONS, KG_SURFACES = "kg_entities", "kg_mentions", "kg_relations", "kg_surfaces"
 KG_ENTITY_CHUNKS, KG_ENTITY_VECTORS, KG_RELATION_VECTORS = (
@@ -117,6 +119,15 @@ SCHEMA: dict[str, Artifact] = {
             "at most C - 1; an update patches them",
         ),
         Artifact(KNN_COSINE_SCORES, "array", "knn_graph", "C × w", "the cosine of each of those candidates"),
+        Artifact(
+            KNN_LEXICAL_INDICES,
+            "array",
+            "knn_graph",
+            "C × h",
+            "each chunk's lexical neighbours: the chunks sharing the most keywords (not too common) with it, ties to "
+            "the lower index (-1: none); h = ⌈K/2⌉, at most C - 1; an update patches them",
+        ),
+        Artifact(KNN_LEXICAL_COUNTS, "array", "knn_graph", "C × h", "the keywords each of those neighbours shares"),
         Artifact(
             CONCEPTS,
             "graph",

@@ -51,6 +51,7 @@ def test_shapes_follow_the_schema(cue_index):
     size = {letter: len(next(iter(tables[name].values()))) for letter, name in rows.items()}
     size["d"] = store.read_array("unit_vectors").shape[1]
     size["w"] = cosine_width(store.read_manifest()["config"]["graph"]["knn_k"], size["C"])
+    size["h"] = max(0, min((store.read_manifest()["config"]["graph"]["knn_k"] + 1) // 2, size["C"] - 1))
     size["E"] = int(store.read_array("entity_vectors").any(axis=1).sum())  # the embedded names
     size["k"] = max(0, min(store.read_manifest()["config"]["graph"]["synonym_k"], size["E"] - 1))
     for a in SCHEMA.values():

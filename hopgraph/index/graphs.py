@@ -20,18 +20,96 @@ from hopgraph.kernels import (
     iter_cooccurrence_pairs,
     merge_topk,
     pagerank,
+    partners_topk,
     sparse_on,
 )
 from hopgraph.kernels.ann import ivf_cosine_topk
 from hopgraph.kernels.backend import to_numpy
 
 
-def _drop_common(postings: sp.csr_matrix, max_df: float, max_postings: int) -> sp.csr_matrix:
-    """Remove keywords in more than max_df of the rows or more than max_postings rows: they link
+def _common(document_frequency: np.ndarray, rows: int, max_df: float, max_postings: int) -> np.ndarray:
+    """Keywords in more than max_df of ``rows`` rows or more than max_postings rows: they link
     everything to everything, and their pairs would grow with the square of the corpus."""
+    return np.asarray(document_frequency) > max(min(max_df * rows, max_postings), 2)
+
+
+def _drop_common(postings: sp.csr_matrix, max_df: float, max_postings: int) -> sp.csr_matrix:
+    """The postings without their :func:`_common` keywords."""
     document_frequency = np.asarray((postings > 0).sum(axis=0)).ravel()
-    keep = document_frequency <= max(min(max_df * postings.shape[0], max_postings), 2)
+    keep = ~_common(document_frequency, postings.shape[0], max_df, max_postings)
     return postings[:, np.flatnonzero(keep)].tocsr()
+
+
+def lexical_candidates(
+    chunk_postings: sp.csr_matrix, k: int, *, max_df: float, max_postings: int, xp: ModuleType = np
+) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, indices) of each chunk's ⌈K/2⌉ lexical neighbours: the chunks sharing the most
+    keywords with it, ties to the lower index (-1 and 0 where there are fewer)."""
+    counts, indices = cooccurrence_topk(sparse_on(xp, _drop_common(chunk_postings, max_df, max_postings)), (k + 1) // 2)
+    return to_numpy(counts), to_numpy(indices)
+
+
+def patched_lexical_candidates(
+    chunk_postings: sp.csr_matrix,
+    same_as: np.ndarray,
+    old_counts: np.ndarray,
+    old_indices: np.ndarray,
+    frequency_before: np.ndarray,
+    k: int,
+    *,
+    max_df: float,
+    max_postings: int,
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The lexical neighbours of the version an update edits, patched to its new chunks: (counts,
+    indices, rows searched again), exactly :func:`lexical_candidates`; None where more than
+    :data:`PATCH_ROWS_PER_ROOT`·√n rows would be searched again, or the old lists do not fit.
+
+    ``same_as[i]`` is the edited version's row holding chunk i's text (-1: new or changed);
+    ``frequency_before`` per keyword (column) the chunks that held it then (0: none). A chunk's
+    counts with unchanged chunks change only through a keyword left out then and kept now (or the
+    reverse), so a chunk is searched again, over every chunk, where it is new, holds such a
+    keyword, or lost a listed neighbour; the others keep their lists, merged with their best new
+    chunks. Ties go to the lower index in both, so unchanged chunks must keep their order.
+    """
+    n, n_before = chunk_postings.shape[0], old_indices.shape[0]
+    width = max(0, min((k + 1) // 2, n - 1))
+    if old_counts.shape != old_indices.shape or old_indices.shape[1] != width:
+        return None
+    same_as = np.asarray(same_as, dtype=np.int64)
+    held = np.flatnonzero(same_as >= 0)
+    if len(held) and (np.diff(same_as[held]) <= 0).any():
+        return None  # unchanged chunks reordered (or one row given twice): ties would fall otherwise
+    new_of_old = np.full(n_before, -1, dtype=np.int64)
+    new_of_old[same_as[held]] = held
+    old = np.asarray(old_indices[same_as[held]], dtype=np.int64)
+    lost = ((old >= 0) & (new_of_old[np.maximum(old, 0)] < 0)).any(axis=1)
+    frequency = np.asarray((chunk_postings > 0).sum(axis=0)).ravel()
+    common = _common(frequency, n, max_df, max_postings)
+    flipped = (common != _common(frequency_before, n_before, max_df, max_postings)) & (frequency_before > 0)
+    touched = np.zeros(n, dtype=bool)
+    postings = chunk_postings.tocsr()
+    touched[np.repeat(np.arange(n), np.diff(postings.indptr))[flipped[postings.indices]]] = True
+    new = np.flatnonzero(same_as < 0)
+    again = np.union1d(np.union1d(new, held[lost]), np.flatnonzero(touched))
+    if len(again) > PATCH_ROWS_PER_ROOT * np.sqrt(n):
+        return None
+    lexical = postings[:, np.flatnonzero(~common)].tocsr()
+    counts = np.zeros((n, width), dtype=np.int64)
+    indices = np.full((n, width), -1, dtype=np.int64)
+    counts[again], indices[again] = partners_topk(lexical[again], lexical, again, width)
+    stay = np.setdiff1d(held, again)
+    if len(stay):
+        kept_counts = np.asarray(old_counts[same_as[stay]], dtype=np.int64)
+        kept = np.asarray(old_indices[same_as[stay]], dtype=np.int64)
+        kept = np.where(kept >= 0, new_of_old[np.maximum(kept, 0)], -1)
+        if len(new):  # each kept row's best new chunks, then the best of both lists
+            best_counts, best = partners_topk(lexical[stay], lexical[new], np.full(len(stay), -1), width)
+            kept_counts = np.concatenate([kept_counts, best_counts], axis=1)
+            kept = np.concatenate([kept, np.where(best >= 0, new[np.maximum(best, 0)], -1)], axis=1)
+        order = np.lexsort((np.where(kept >= 0, kept, n), -np.where(kept >= 0, kept_counts, 0)), axis=1)[:, :width]
+        counts[stay] = np.take_along_axis(np.where(kept >= 0, kept_counts, 0), order, axis=1)
+        indices[stay] = np.take_along_axis(kept, order, axis=1)
+    return counts, indices, len(again)
 
 
 def cosine_width(k: int, n: int) -> int:
@@ -137,21 +215,23 @@ def knn_graph(
     exact_limit: int,
     xp: ModuleType = np,
     cosine: np.ndarray | None = None,
+    lexical: np.ndarray | None = None,
 ) -> sp.csr_matrix:
     """Undirected chunk graph: each chunk links to its top ⌈K/2⌉ lexical and ⌊K/2⌋ cosine neighbours.
 
     Lexical similarity is the number of shared keywords (computed blockwise from postings); cosine
     neighbours already chosen lexically are skipped, as in KET Alg. 3 line 5. Cosine neighbours come
-    from ``cosine`` (the indices of :func:`cosine_candidates`, or of a patch of them) if given.
+    from ``cosine`` (the indices of :func:`cosine_candidates`, or of a patch of them) if given, and
+    lexical ones from ``lexical`` (those of :func:`lexical_candidates`, or of a patch).
     """
     n = chunk_vectors.shape[0]
     if n < 2:
         return sp.csr_matrix((n, n), dtype=np.float32)
-    k_lexical, k_semantic = (k + 1) // 2, k // 2
+    k_semantic = k // 2
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
-    _, lexical = cooccurrence_topk(sparse_on(xp, _drop_common(chunk_postings, max_df, max_postings)), k_lexical)
-    lexical = to_numpy(lexical)
+    if lexical is None:
+        lexical = lexical_candidates(chunk_postings, k, max_df=max_df, max_postings=max_postings, xp=xp)[1]
     for j in range(lexical.shape[1]):
         valid = lexical[:, j] >= 0
         rows.append(np.flatnonzero(valid))

@@ -7,7 +7,6 @@ skips finished stages. A different corpus or build setting is refused instead of
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import resource
@@ -17,24 +16,22 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from hopgraph.artifacts import CHUNK_VECTORS, CHUNKS, KNN_COSINE_INDICES, KNN_COSINE_SCORES
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.index import entities, graphs, keywords
+from hopgraph.index import keywords
 from hopgraph.index.chunking import build_layers, headings, searchable
 from hopgraph.index.context import BuildContext
+from hopgraph.index.graph_stages import stage_concept_graph, stage_entities, stage_knn_graph
 from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
 from hopgraph.index.reuse import (
     CHUNK_POSTINGS,
-    CHUNK_ROWS,
     EMBEDDING,
     FIRST_BUILD,
     ROW_RULES,
@@ -46,7 +43,6 @@ from hopgraph.index.reuse import (
     text_models,
 )
 from hopgraph.kernels import group_mean_vectors, mean_vectors
-from hopgraph.kernels.backend import array_module
 from hopgraph.store import PARTITIONS, CorruptManifestError, IndexStore
 
 
@@ -162,83 +158,6 @@ def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
     vectors = mean_vectors(ctx.store.read_graph("postings_sentences"), ctx.store.read_array("sentence_vectors"))
     ctx.store.write_array("keyword_vectors", vectors)
     return {}
-
-
-def stage_knn_graph(ctx: BuildContext) -> dict[str, int]:
-    cfg = ctx.config.graph
-    xp = array_module(ctx.config.embedding.device)
-    vectors = ctx.store.read_array(CHUNK_VECTORS)
-    scores, cosine = _cosine_candidates(ctx, vectors, xp)
-    ctx.store.write_array(KNN_COSINE_SCORES, scores)
-    ctx.store.write_array(KNN_COSINE_INDICES, cosine)
-    knn = graphs.knn_graph(
-        vectors,
-        ctx.store.read_graph("postings_chunks"),
-        cfg.knn_k,
-        max_df=ctx.config.keywords.max_df,
-        max_postings=ctx.config.keywords.max_postings,
-        exact_limit=cfg.exact_knn_limit,
-        xp=xp,
-        cosine=cosine,
-    )
-    ctx.store.write_graph("knn", knn)
-    ctx.store.write_array("chunk_rank_knn", graphs.node_rank(knn, cfg.damping, xp))
-    return {"knn_edges": int(knn.nnz // 2)}
-
-
-def _cosine_candidates(ctx: BuildContext, vectors: np.ndarray, xp: ModuleType) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, indices) of the chunks' cosine candidates. Above the exact limit an update patches
-    those of the version it edits, whose kept rows count as taken from it (a fresh FAISS search costs
-    ~10 s at 100k chunks whatever the change). So there, unlike everywhere else, an update is not
-    bitwise a rebuild: its untouched rows keep the edited version's approximate candidates, and its
-    touched rows get exact ones."""
-    cfg = ctx.config.graph
-    n = vectors.shape[0]
-    width = graphs.cosine_width(cfg.knn_k, n)
-    if width and n > cfg.exact_knn_limit:
-        old_scores, old_indices = ctx.previous.array(KNN_COSINE_SCORES), ctx.previous.array(KNN_COSINE_INDICES)
-        if old_indices is not None and old_scores is not None and old_indices.shape[1] == width:
-            chunks = ctx.store.read_table(CHUNKS, ["heading", "text"])
-            same_as = ctx.previous.same_rows(CHUNK_ROWS, searchable(chunks), vectors)
-            if same_as is not None:
-                patched = graphs.patched_cosine_candidates(vectors, same_as, old_scores, old_indices, xp=xp)
-                if patched is not None:
-                    scores, indices, searched = patched
-                    ctx.previous.taken += n - searched
-                    return scores, indices
-    return graphs.cosine_candidates(vectors, cfg.knn_k, exact_limit=cfg.exact_knn_limit, xp=xp)
-
-
-def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
-    cfg = ctx.config.graph
-    xp = array_module(ctx.config.embedding.device)
-    chunk_postings = ctx.store.read_graph("postings_chunks")
-    concepts = graphs.concept_graph(
-        ctx.store.read_array("keyword_vectors"),
-        chunk_postings.T.tocsr(),
-        theta_sem=cfg.theta_sem,
-        theta_co=cfg.theta_co,
-        xp=xp,
-    )
-    ctx.store.write_graph("concepts", concepts)
-    concept_rank = graphs.node_rank(concepts, cfg.damping, xp)
-    ctx.store.write_array("concept_rank", concept_rank)
-    ctx.store.write_array("chunk_rank_concept", graphs.chunk_rank_from_concepts(chunk_postings, concept_rank))
-    return {"concept_edges": int(concepts.nnz // 2)}
-
-
-def stage_entities(ctx: BuildContext) -> dict[str, int]:
-    """The LLM-free entity layer: spaCy names and titles per sub-chunk, name vectors, synonym edges."""
-    cfg = ctx.config.graph
-    return entities.write_entity_layer(
-        ctx.store,
-        ctx.embed,
-        functools.partial(ctx.entity_names, phrases=cfg.entity_phrases),
-        synonym_threshold=cfg.synonym_threshold,
-        synonym_k=cfg.synonym_k,
-        exact_limit=cfg.exact_synonym_limit,
-        previous=ctx.previous,
-    )
 
 
 @dataclass(frozen=True)

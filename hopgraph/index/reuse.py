@@ -30,6 +30,7 @@ from hopgraph.artifacts import (
     ENTITIES,
     ENTITY_VECTORS,
     KEYWORDS,
+    KNN_LEXICAL_INDICES,
     POSTINGS_CHUNKS,
     POSTINGS_SENTENCES,
     SENTENCE_VECTORS,
@@ -99,6 +100,14 @@ CUE_ENTITY_ROWS = ByText(CUE_ENTITIES, lambda table: table["name"], ("name",), C
 KEYWORD_SETTINGS = ("keywords.method", "keywords.min_length")
 CHUNK_POSTINGS = ByText(CHUNKS, searchable, ("heading", "text"), POSTINGS_CHUNKS, graph=True, settings=KEYWORD_SETTINGS)
 SENTENCE_POSTINGS = ByText(SENTENCES, _text, ("text",), POSTINGS_SENTENCES, graph=True, settings=KEYWORD_SETTINGS)
+# A chunk's lexical neighbours (ties to the lower index) also depend on which keywords are too common.
+CHUNK_LEXICAL = ByText(
+    CHUNKS,
+    searchable,
+    ("heading", "text"),
+    KNN_LEXICAL_INDICES,
+    settings=(*KEYWORD_SETTINGS, "keywords.max_df", "keywords.max_postings", "graph.knn_k"),
+)
 # An all-zero row of entity_vectors: a name that was not embedded (never taken).
 ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)
 
@@ -154,15 +163,12 @@ class PreviousVersion:
             self._keys[name] = keys
         return self._keys[name]
 
-    def same_rows(self, source: ByText, texts: Sequence[str], values: np.ndarray) -> np.ndarray | None:
-        """The edited version's row per text whose stored value is bitwise the row of ``values``
-        beside it (-1 where none is; never one row for two texts), or None where that version has
-        no such rows to offer."""
+    def rows(self, source: ByText, texts: Sequence[str]) -> np.ndarray | None:
+        """The edited version's row per text (-1 where it has none; a text held n times here is
+        matched with its first n rows there, in order, so no row is the match of two texts), or None
+        where that version has no such rows to offer."""
         if not texts or not self._usable(source):
             return None
-        assert self.store is not None
-        # A text held n times here is matched with its first n rows there, in order: each row of the
-        # edited version is the match of one row at most.
         rows_of = self._rows_of(source)
         seen: dict[str, int] = {}
         rows = np.full(len(texts), -1, dtype=np.int64)
@@ -171,6 +177,16 @@ class PreviousVersion:
             if nth < len(matches):
                 rows[i] = matches[nth]
             seen[text] = nth + 1
+        return rows
+
+    def same_rows(self, source: ByText, texts: Sequence[str], values: np.ndarray) -> np.ndarray | None:
+        """The edited version's row per text whose stored value is bitwise the row of ``values``
+        beside it (-1 where none is; never one row for two texts), or None where that version has
+        no such rows to offer."""
+        rows = self.rows(source, texts)
+        if rows is None:
+            return None
+        assert self.store is not None
         stored = self.store.read_array(source.values, mmap=True)
         if stored.dtype != values.dtype or stored.shape[1:] != values.shape[1:]:
             return np.full(len(texts), -1, dtype=np.int64)
@@ -195,6 +211,12 @@ class PreviousVersion:
         self.taken += int((rows >= 0).sum())
         vocabulary = self.store.read_table(KEYWORDS, ["keyword"])["keyword"]
         return KnownPostings(vocabulary, self.store.read_graph(source.values), rows)
+
+    def table(self, name: str, columns: Sequence[str]) -> dict[str, list] | None:
+        """Columns of a table of the edited version, or None where it has no such table."""
+        if not self._stored or self.store is None or not self.store.has("tables", name):
+            return None
+        return self.store.read_table(name, columns)
 
     def array(self, name: str) -> np.ndarray | None:
         """An array of the edited version (memory-mapped), or None where it has none."""

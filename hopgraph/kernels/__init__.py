@@ -6,6 +6,7 @@ from hopgraph.kernels.cooccurrence import (
     cooccurrence_pairs,
     cooccurrence_topk,
     iter_cooccurrence_pairs,
+    partners_topk,
 )
 from hopgraph.kernels.pagerank import RandomWalk, pagerank, personalized_pagerank
 from hopgraph.kernels.similarity import (
@@ -27,6 +28,7 @@ __all__ = [
     "cooccurrence_pairs",
     "cooccurrence_topk",
     "iter_cooccurrence_pairs",
+    "partners_topk",
     "RandomWalk",
     "pagerank",
     "personalized_pagerank",

@@ -85,20 +85,24 @@ def _block_pairs(
         yield rows[keep], cols[keep], product.data[keep].astype(xp.int64)
 
 
-def _select_topk(product: Any, start: int, k: int, min_count: int, counts: Any, indices: Any) -> None:
-    """Write each row's k best partners in one block's product (numpy), by k rounds of row maxima.
+def _select_topk(product: Any, own: np.ndarray, k: int, min_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k best partners in a product of rows with partners (numpy), by k rounds of row
+    maxima: (counts, partner columns), each rows × k (-1 and 0 where there are fewer). A row's
+    ``own`` column (-1: none) is never its partner.
 
     A round takes each row's largest remaining count and, among the entries holding it, the lowest
     column (as the largest ``n - col``), then retires that entry. Each round is linear in the
     block's entries and needs no sort, so the product's column order does not matter.
     """
     n = product.shape[1]
+    counts = np.zeros((product.shape[0], k), dtype=np.int64)
+    indices = np.full((product.shape[0], k), -1, dtype=np.int64)
     sizes = np.diff(product.indptr)
     filled = np.flatnonzero(sizes > 0)
     firsts = product.indptr[:-1][filled]
     local = np.repeat(np.arange(product.shape[0]), sizes)
     cols = product.indices.astype(np.int64)
-    eligible = (product.data >= min_count) & (cols != local + start)
+    eligible = (product.data >= min_count) & (cols != np.asarray(own, dtype=np.int64)[local])
     remaining = np.where(eligible, product.data, 0).astype(np.int64)
 
     def row_max(values: np.ndarray) -> np.ndarray:
@@ -110,12 +114,32 @@ def _select_topk(product: Any, start: int, k: int, min_count: int, counts: Any, 
         best = row_max(remaining)
         found = np.flatnonzero(best > 0)
         if found.shape[0] == 0:
-            return
+            break
         tied = (remaining > 0) & (remaining == best[local])
         chosen = n - row_max(np.where(tied, n - cols, 0))
-        counts[found + start, slot] = best[found]
-        indices[found + start, slot] = chosen[found]
+        counts[found, slot] = best[found]
+        indices[found, slot] = chosen[found]
         remaining[tied & (cols == chosen[local])] = 0
+    return counts, indices
+
+
+def partners_topk(
+    rows: Any, partners: Any, own: np.ndarray, k: int, *, min_count: int = 1, block_size: int = 256
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``rows`` (items × features, numpy CSR), the k ``partners`` sharing the most
+    features with it, as :func:`cooccurrence_topk` ranks them (descending count, ties to the lower
+    partner, at least ``min_count``): (counts, partner positions), both int64. ``own[i]`` is row i's
+    own position among the partners (-1: none), never listed. For a few rows, not all of them: an
+    update's changed chunks against the whole index."""
+    _check(min_count, block_size)
+    matrix, transposed = _binary(rows), _binary(partners).T.tocsr()
+    counts = np.zeros((matrix.shape[0], k), dtype=np.int64)
+    indices = np.full((matrix.shape[0], k), -1, dtype=np.int64)
+    for start in range(0, matrix.shape[0], block_size) if k else ():
+        stop = min(start + block_size, matrix.shape[0])
+        product = (matrix[start:stop] @ transposed).tocsr()
+        counts[start:stop], indices[start:stop] = _select_topk(product, own[start:stop], k, min_count)
+    return counts, indices
 
 
 def cooccurrence_topk(
@@ -138,7 +162,8 @@ def cooccurrence_topk(
         return counts, indices
     if k <= SELECT_ROUNDS and xp is np:
         for start, product in _block_products(matrix, block_size, max_products):
-            _select_topk(product, start, k, min_count, counts, indices)
+            stop = start + product.shape[0]
+            counts[start:stop], indices[start:stop] = _select_topk(product, np.arange(start, stop), k, min_count)
         return counts, indices
     for rows, cols, shared in _block_pairs(matrix, block_size, min_count, max_products):
         # Pairs arrive by row then column; sorting stably by count, then by row, gives each row's

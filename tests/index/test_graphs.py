@@ -152,3 +152,56 @@ def test_a_patch_searches_rows_again_where_a_candidate_is_missing_and_sorts_ties
     untied = full_scores[:, 3] > full_scores[:, 4]
     assert untied.sum() > 100
     np.testing.assert_array_equal(indices[untied], exact_indices[untied])
+
+
+def _postings(rng: np.random.Generator, rows: int, words: int, per_row: int) -> sp.csr_matrix:
+    """Random binary postings, a few frequent words (so some cross the max_postings line) and many rare ones."""
+    weights = 1.0 / np.arange(1, words + 1) ** 0.9
+    columns = [
+        rng.choice(words, size=int(rng.integers(1, per_row)), replace=False, p=weights / weights.sum())
+        for _ in range(rows)
+    ]
+    indptr = np.r_[0, np.cumsum([len(c) for c in columns])]
+    return sp.csr_matrix((np.ones(indptr[-1], np.float32), np.concatenate(columns), indptr), shape=(rows, words))
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_patched_lexical_neighbours_are_exactly_the_fresh_ones(k):
+    """An update's lexical neighbours, patched from the edited version's lists, are the lists a
+    rebuild counts: chunks deleted, changed and added, and keywords crossing the max_postings line
+    (ties are many: counts are small integers)."""
+    rng = np.random.default_rng(11)
+    before = _postings(rng, 1500, 400, 9)
+    kept = np.setdiff1d(np.arange(1500), rng.choice(1500, 12, replace=False))  # unchanged chunks keep their order
+    changed = rng.choice(len(kept), 5, replace=False)
+    rows = before[kept].tolil()
+    fresh = _postings(rng, 5 + 30, 400, 9)
+    for i, c in enumerate(changed):
+        rows[c] = fresh[i].toarray()
+    after = sp.vstack([rows.tocsr(), fresh[5:]]).tocsr()
+    same_as = np.concatenate([kept, np.full(30, -1)])
+    same_as[changed] = -1
+    frequency_before = np.asarray((before > 0).sum(axis=0)).ravel()
+    frequency = np.asarray((after > 0).sum(axis=0)).ravel()
+    # The max_postings line: the lowest frequency above 20 that moved, so keywords cross it.
+    moved = (frequency != frequency_before) & (np.minimum(frequency, frequency_before) > 20)
+    line = int(np.minimum(frequency, frequency_before)[moved].min())
+    assert ((frequency_before > line) != (frequency > line)).any()
+    settings = {"max_df": 1.0, "max_postings": line}
+    old_counts, old_indices = graphs.lexical_candidates(before, k, **settings)
+
+    def patch(same_as: np.ndarray, k: int):
+        return graphs.patched_lexical_candidates(
+            after, same_as, old_counts, old_indices, frequency_before, k, **settings
+        )
+
+    patched = patch(same_as, k)
+    assert patched is not None
+    counts, indices, searched = patched
+    fresh_counts, fresh_indices = graphs.lexical_candidates(after, k, **settings)
+    np.testing.assert_array_equal(indices, fresh_indices)
+    np.testing.assert_array_equal(counts, fresh_counts)
+    assert 35 <= searched < len(same_as) / 4  # the changed and new chunks and a few more, not all
+    # Lists that do not fit (another k, or unchanged chunks out of order) are not patched.
+    assert patch(same_as, k + 2) is None
+    assert patch(same_as[::-1].copy(), k) is None

@@ -57,7 +57,7 @@ def updated(tmp_path_factory, sample_documents):
 def test_an_update_takes_unchanged_rows_from_the_edited_version(updated):
     stages = IndexStore(updated["live"]).read_manifest()["stages"]
     taken = {name: record.get("taken_from_previous", 0) for name, record in stages.items()}
-    for name in ("embed_units", "embed_sentences", "entities", "cue_graph"):
+    for name in ("embed_units", "embed_sentences", "keywords", "entities", "cue_graph"):
         assert taken[name] > 0, f"stage {name} took nothing from the edited version"
     # What it did not take (texts of the added documents) it computed: fewer rows taken than stored.
     assert taken["embed_sentences"] < len(IndexStore(updated["live"]).read_table("sentences")["text"])
@@ -182,21 +182,35 @@ def test_an_update_above_the_exact_knn_limit_patches_the_cosine_candidates(tmp_p
     """Above ``graph.exact_knn_limit`` an update searches only its touched chunks again. On the
     sample the FAISS index probes every list, so the edited version's candidates are exact, and so
     must the patched ones be: the same as a rebuild's. (The sample is small: any change is more than
-    the rows above which patching gives way to a fresh search, so that bound is lifted.)"""
+    the rows above which patching gives way to a fresh search, so that bound is lifted.) The lexical
+    neighbours are patched too, at any size, and are a rebuild's."""
     from hopgraph.index import graphs
 
     settings = {**SAMPLE_SETTINGS, "chunking.size": 16, "chunking.overlap": 4, "graph.exact_knn_limit": 2}
     config = load_config(None, {**settings, "embedding.cache": str(tmp_path / "cache.sqlite")})
+    lexical_patches: list[int] = []  # rows searched again per lexical patch
+    patch_lexical = graphs.patched_lexical_candidates
+
+    def spy(*args, **kwargs):
+        patched = patch_lexical(*args, **kwargs)
+        lexical_patches.append(-1 if patched is None else patched[2])
+        return patched
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(graphs, "PATCH_ROWS_PER_ROOT", 100.0)
+        patch.setattr(graphs, "patched_lexical_candidates", spy)
         build_index(sample_documents[:5], tmp_path / "index", config, progress=False)
         versions.submit_update(tmp_path / "index", sample_documents[5:], [])
         [job] = versions.run_pending(tmp_path / "index")
     build_index(sample_documents, tmp_path / "rebuilt", config, progress=False)
     live, rebuilt = IndexStore(version_dir(tmp_path / "index", job["id"])), IndexStore(tmp_path / "rebuilt")
     chunks = len(live.read_table("chunks", ["tokens"])["tokens"])
-    assert 0 < live.read_manifest()["stages"]["knn_graph"]["taken_from_previous"] < chunks  # the rest searched
+    assert len(lexical_patches) == 1 and 0 < lexical_patches[0] < chunks / 2  # most lists kept
+    # Rows kept by the cosine and the lexical patch together: each searched some rows again.
+    assert 0 < live.read_manifest()["stages"]["knn_graph"]["taken_from_previous"] < 2 * chunks
     assert "taken_from_previous" not in rebuilt.read_manifest()["stages"]["knn_graph"]
+    for name in ("knn_lexical_indices", "knn_lexical_counts"):
+        assert np.array_equal(live.read_array(name), rebuilt.read_array(name))
     assert np.array_equal(live.read_array("knn_cosine_indices"), rebuilt.read_array("knn_cosine_indices"))
     assert np.allclose(live.read_array("knn_cosine_scores"), rebuilt.read_array("knn_cosine_scores"), atol=1e-6)
     assert (live.read_graph("knn") != rebuilt.read_graph("knn")).nnz == 0
