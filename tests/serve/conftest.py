@@ -27,6 +27,16 @@ def acl_index(tmp_path_factory, acl_documents, sample_config):
     return out
 
 
+@pytest.fixture(autouse=True)
+def shared_index_stays_unchanged(request):
+    """A test that sends a job to the session's ``acl_index`` publishes a version every later test
+    then serves (and copies): such tests take ``index_copy``. Found when tests ran in another order."""
+    yield
+    if "acl_index" in request.fixturenames:
+        root = request.getfixturevalue("acl_index")
+        assert not (root / "CURRENT").exists(), f"{request.node.name} published a version on the shared acl_index"
+
+
 @pytest.fixture()
 def index_copy(acl_index, tmp_path):
     """A private copy for tests that change documents."""

@@ -86,7 +86,7 @@ def test_a_long_html_page_is_read_in_linear_time() -> None:
     assert seconds < 30, f"read in {seconds:.1f} s"
 
 
-def test_an_upload_slower_to_read_than_upload_seconds_is_stopped_and_refused(acl_index, serve_config) -> None:
+def test_an_upload_slower_to_read_than_upload_seconds_is_stopped_and_refused(index_copy, serve_config) -> None:
     """Files are read in a child process killed after serve.upload_seconds, so a file slow to read
     in a way no reader's bound knows of yet cannot hold the server: here three HTML pages just under
     the element limit (about 3 s each to read) against a 2 s limit. A small file is still read."""
@@ -100,7 +100,7 @@ def test_an_upload_slower_to_read_than_upload_seconds_is_stopped_and_refused(acl
     config = serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update={"upload_seconds": 2.0})})
     page = b"<html><body>" + b"<p>word and more words</p>" * 99_000 + b"</body></html>"
     slow = [("files", (f"manual-{n}.html", page, "text/html")) for n in range(3)]
-    with LiveServer(acl_index, config) as server, httpx.Client(base_url=server.url, timeout=120) as client:
+    with LiveServer(index_copy, config) as server, httpx.Client(base_url=server.url, timeout=120) as client:
         started = time.monotonic()
         refused = client.post("/v1/documents/upload", files=slow, headers=auth("admin"))
         assert time.monotonic() - started < 8  # about the limit, not the ~10 s the three pages take to read
