@@ -148,6 +148,8 @@ class Boundaries:
         """At most ``parts`` sub-chunks of about ``target`` tokens (fewer for short chunks, never one
         below half the target unless the chunk is), with clean cuts."""
         parts = max(1, min(parts, round((end - start) / max(target, 1))))
+        if parts == 1:  # the chunk is its one sub-chunk (τ = 0, or a short chunk)
+            return [(start, end)]
         bounds = [start]
         for a, b in split_equal(start, end, parts)[:-1]:
             slack = max((b - a) // 4, 1)
