@@ -85,7 +85,9 @@ def _lexical_candidates(ctx: BuildContext, postings: Any, xp: ModuleType) -> tup
     keywords_cfg, k = ctx.config.keywords, ctx.config.graph.knn_k
     old_counts, old_indices = ctx.previous.array(KNN_LEXICAL_COUNTS), ctx.previous.array(KNN_LEXICAL_INDICES)
     before = ctx.previous.table(KEYWORDS, ["keyword", "chunk_df"])
-    if xp is np and old_counts is not None and old_indices is not None and before is not None:
+    # With tf-idf keywords an unchanged chunk's own keywords move with the corpus: counted afresh.
+    tokens = keywords_cfg.method == "tokens"
+    if tokens and xp is np and old_counts is not None and old_indices is not None and before is not None:
         same_as = ctx.previous.rows(CHUNK_LEXICAL, searchable(ctx.store.read_table(CHUNKS, ["heading", "text"])))
         if same_as is not None:
             frequency = dict(zip(before["keyword"], before["chunk_df"]))

@@ -66,7 +66,7 @@ def patched_lexical_candidates(
 
     ``same_as[i]`` is the edited version's row holding chunk i's text (-1: new or changed);
     ``frequency_before`` per keyword (column) the chunks that held it then (0: none). A chunk's
-    counts with unchanged chunks change only through a keyword left out then and kept now (or the
+    counts with unchanged chunks change only through a keyword left out then and listed now (or the
     reverse), so a chunk is searched again, over every chunk, where it is new, holds such a
     keyword, or lost a listed neighbour; the others keep their lists, merged with their best new
     chunks. Ties go to the lower index in both, so unchanged chunks must keep their order.
@@ -99,21 +99,23 @@ def patched_lexical_candidates(
     counts[again], indices[again] = partners_topk(lexical[again], lexical, again, width)
     stay = np.setdiff1d(held, again)
     if len(stay):
-        kept_counts = np.asarray(old_counts[same_as[stay]], dtype=np.int64)
-        kept = np.asarray(old_indices[same_as[stay]], dtype=np.int64)
-        kept = np.where(kept >= 0, new_of_old[np.maximum(kept, 0)], -1)
-        if len(new):  # each kept row's best new chunks, then the best of both lists
+        listed_counts = np.asarray(old_counts[same_as[stay]], dtype=np.int64)
+        listed = np.asarray(old_indices[same_as[stay]], dtype=np.int64)
+        listed = np.where(listed >= 0, new_of_old[np.maximum(listed, 0)], -1)
+        if len(new):  # each listed row's best new chunks, then the best of both lists
             best_counts, best = partners_topk(lexical[stay], lexical[new], np.full(len(stay), -1), width)
-            kept_counts = np.concatenate([kept_counts, best_counts], axis=1)
-            kept = np.concatenate([kept, np.where(best >= 0, new[np.maximum(best, 0)], -1)], axis=1)
-        order = np.lexsort((np.where(kept >= 0, kept, n), -np.where(kept >= 0, kept_counts, 0)), axis=1)[:, :width]
-        counts[stay] = np.take_along_axis(np.where(kept >= 0, kept_counts, 0), order, axis=1)
-        indices[stay] = np.take_along_axis(kept, order, axis=1)
+            listed_counts = np.concatenate([listed_counts, best_counts], axis=1)
+            listed = np.concatenate([listed, np.where(best >= 0, new[np.maximum(best, 0)], -1)], axis=1)
+        order = np.lexsort((np.where(listed >= 0, listed, n), -np.where(listed >= 0, listed_counts, 0)), axis=1)[
+            :, :width
+        ]
+        counts[stay] = np.take_along_axis(np.where(listed >= 0, listed_counts, 0), order, axis=1)
+        indices[stay] = np.take_along_axis(listed, order, axis=1)
     return counts, indices, len(again)
 
 
 def cosine_width(k: int, n: int) -> int:
-    """Cosine candidates kept per chunk of an n-chunk KNN graph: its ⌊K/2⌋ cosine neighbours plus
+    """Cosine candidates listed per chunk of an n-chunk KNN graph: its ⌊K/2⌋ cosine neighbours plus
     ⌈K/2⌉ spares, since candidates that are already lexical neighbours are skipped."""
     return min(k // 2 + (k + 1) // 2, n - 1) if k // 2 and n > 1 else 0
 
@@ -197,7 +199,7 @@ def patched_cosine_candidates(
         scores[again], indices[again] = drop_own(to_numpy(found[0]), to_numpy(found[1]), again, width)
     if len(stay):
         kept_scores, kept_indices = np.asarray(old_scores[same_as[stay]], dtype=np.float32), mapped[complete]
-        if len(new):  # each kept row's best new chunks, then the best of both lists
+        if len(new):  # each listed row's best new chunks, then the best of both lists
             best = cosine_topk(corpus[xp.asarray(stay)], corpus[xp.asarray(new)], width)
             kept_scores = np.concatenate([kept_scores, to_numpy(best[0])], axis=1)
             kept_indices = np.concatenate([kept_indices, new[to_numpy(best[1])]], axis=1)

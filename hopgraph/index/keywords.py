@@ -59,29 +59,16 @@ def _split(n_texts: int, known: KnownPostings | None) -> tuple[np.ndarray, np.nd
     return np.flatnonzero(rows >= 0), np.flatnonzero(rows < 0)
 
 
-def incidence(
-    texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2, known: KnownPostings | None = None
-) -> sp.csr_matrix:
-    """Binary texts × keywords matrix: the postings of every keyword over ``texts``; rows ``known``
-    holds are taken from it (their keywords that ``vocabulary`` lacks dropped)."""
-    held, fresh = _split(len(texts), known)
-    fresh_ids = [
-        sorted({vocabulary[w] for w in words(texts[i], min_length) if w in vocabulary}) for i in fresh.tolist()
-    ]
+def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2) -> sp.csr_matrix:
+    """Binary texts × keywords matrix: the postings of every keyword over ``texts``.
+
+    Rows are not taken from an earlier version here (as :func:`vocabulary_and_incidence` takes a
+    chunk's): a text may hold a word no chunk holds whole (a chunk cut inside a long run of
+    letters), and once such a word joins the vocabulary, that text's earlier row lacks it."""
+    fresh = np.arange(len(texts))
+    fresh_ids = [sorted({vocabulary[w] for w in words(t, min_length) if w in vocabulary}) for t in texts]
     taken = sp.csr_matrix((0, len(vocabulary)), dtype=np.float32)
-    if len(held):
-        assert known is not None
-        rows = known.postings[known.rows[held]]
-        column = np.fromiter(
-            (vocabulary.get(w, -1) for w in known.vocabulary), dtype=np.int64, count=len(known.vocabulary)
-        )
-        rows.data[column[rows.indices] < 0] = 0
-        rows = sp.csr_matrix(
-            (rows.data, np.maximum(column[rows.indices], 0), rows.indptr), shape=(len(held), len(vocabulary))
-        )
-        rows.eliminate_zeros()
-        taken = rows
-    return _assemble(len(texts), held, taken, fresh, fresh_ids, len(vocabulary))
+    return _assemble(len(texts), np.zeros(0, dtype=np.int64), taken, fresh, fresh_ids, len(vocabulary))
 
 
 def vocabulary_and_incidence(
@@ -96,19 +83,19 @@ def vocabulary_and_incidence(
     fresh_ids = [
         list({first_seen.setdefault(w, len(first_seen)) for w in words(texts[i], min_length)}) for i in fresh.tolist()
     ]
-    taken_rows = sp.csr_matrix((0, 0), dtype=np.float32)
+    taken_ids, taken_indptr = np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)  # in first-sight ids
     if len(held):
         assert known is not None
-        taken_rows = known.postings[known.rows[held]]
-        used = np.unique(taken_rows.indices)
+        rows = known.postings[known.rows[held]]
+        used = np.unique(rows.indices)
         code = np.zeros(known.postings.shape[1], dtype=np.int64)
         code[used] = [first_seen.setdefault(known.vocabulary[i], len(first_seen)) for i in used.tolist()]
-        taken_rows = sp.csr_matrix((taken_rows.data, code[taken_rows.indices], taken_rows.indptr))
+        taken_ids, taken_indptr = code[rows.indices], rows.indptr
     vocabulary = sorted(first_seen)
     rank = np.empty(len(vocabulary), dtype=np.int64)
     rank[[first_seen[w] for w in vocabulary]] = np.arange(len(vocabulary))
     taken = sp.csr_matrix(
-        (np.ones(taken_rows.nnz, dtype=np.float32), rank[taken_rows.indices], taken_rows.indptr),
+        (np.ones(len(taken_ids), dtype=np.float32), rank[taken_ids], taken_indptr),
         shape=(len(held), len(vocabulary)),
     )
     return vocabulary, _assemble(

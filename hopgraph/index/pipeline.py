@@ -35,7 +35,6 @@ from hopgraph.index.reuse import (
     EMBEDDING,
     FIRST_BUILD,
     ROW_RULES,
-    SENTENCE_POSTINGS,
     SENTENCE_ROWS,
     UNIT_ROWS,
     PreviousVersion,
@@ -131,8 +130,7 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
         "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
     )
     sentences = ctx.store.read_table("sentences", ["text"])["text"]
-    known = ctx.previous.postings(SENTENCE_POSTINGS, sentences)
-    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length, known))
+    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length))
     chunk_df = np.asarray(chunk_postings.sum(axis=0)).ravel().astype(np.int64)
     ctx.store.write_table("keywords", {"keyword": vocabulary, "chunk_df": chunk_df})
     return {"keywords": len(vocabulary)}
@@ -342,6 +340,9 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     for name in set(manifest["stages"]) - set(keys):  # no longer configured
         manifest["stages"].pop(name, None)
     if changed:
+        manifest["complete"] = False
+    if manifest.get("text_models", text_models()) != text_models() and "cue_graph" in manifest["stages"]:
+        manifest["stages"].pop("cue_graph")  # its sentence units and names came from other models
         manifest["complete"] = False
     manifest["config"] = config.model_dump()
     manifest["stage_settings"] = keys

@@ -268,3 +268,45 @@ def test_sentence_units_are_kept_only_from_the_same_text_models_and_never_for_ll
     manifest["text_models"] = {**manifest["text_models"], "names": "another spaCy"}
     store.write_manifest(manifest)
     assert (kept_chunks(PreviousVersion(store, updated["config"]), texts, np.zeros(0, np.int64)) == -1).all()
+
+
+def test_a_tfidf_index_update_counts_its_lexical_neighbours_afresh(tmp_path):
+    """With tf-idf keywords an unchanged chunk's own keywords move with the corpus ("zebra" joins the
+    vocabulary when it becomes distinctive): the update's lexical neighbours are a rebuild's."""
+    texts = ["apple apple zebra", "banana banana zebra", "cherry cherry zebra", "delta delta"]
+    added = ["zebra zebra zebra", "zebra omega"]
+    documents = [Document(id=f"d{i}", title="", text=t) for i, t in enumerate(texts + added)]
+    settings = {
+        "keywords.method": "tfidf",
+        "keywords.tfidf_top": 1,
+        "keywords.max_df": 1.0,
+        "chunking.pack_documents": False,
+        "embedding.cache": str(tmp_path / "cache.sqlite"),
+    }
+    config = load_config(None, settings)
+    build_index(documents[:4], tmp_path / "index", config, progress=False)
+    versions.submit_update(tmp_path / "index", documents[4:], [])
+    [job] = versions.run_pending(tmp_path / "index")
+    build_index(documents, tmp_path / "rebuilt", config, progress=False)
+    live, rebuilt = IndexStore(version_dir(tmp_path / "index", job["id"])), IndexStore(tmp_path / "rebuilt")
+    assert "zebra" in live.read_table("keywords")["keyword"]
+    np.testing.assert_array_equal(live.read_array("knn_lexical_indices"), rebuilt.read_array("knn_lexical_indices"))
+
+
+def test_a_resumed_build_with_other_text_models_makes_its_cue_graph_again(updated, tmp_path):
+    """Its sentence units and names came from the models the manifest names: resumed under others,
+    the stage runs again rather than be recorded as made by today's."""
+    from hopgraph.index.pipeline import start_manifest
+    from hopgraph.index.reuse import text_models
+
+    copy = tmp_path / "copy"
+    shutil.copytree(updated["work"] / "rebuilt", copy)
+    store = IndexStore(copy)
+    manifest = store.read_manifest()
+    same = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
+    assert "cue_graph" in same["stages"] and same["complete"] and same["text_models"] == text_models()
+    manifest["text_models"] = {**manifest["text_models"], "names": "another spaCy"}
+    store.write_manifest(manifest)
+    resumed = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
+    assert "cue_graph" not in resumed["stages"] and not resumed["complete"] and "entities" in resumed["stages"]
+    assert resumed["text_models"] == text_models()
