@@ -59,16 +59,62 @@ def _split(n_texts: int, known: KnownPostings | None) -> tuple[np.ndarray, np.nd
     return np.flatnonzero(rows >= 0), np.flatnonzero(rows < 0)
 
 
-def incidence(texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2) -> sp.csr_matrix:
+# Above this many keywords new to the vocabulary, the texts whose rows could be taken are counted
+# again instead: looking for each new word in them would cost about as much.
+MAX_GAINED = 1000
+
+
+def _holding_any(texts: Sequence[str], held: np.ndarray, gained: Sequence[str]) -> np.ndarray:
+    """Per text of ``held``, whether its lower-cased text holds one of ``gained`` anywhere: a
+    superset of those whose keywords include one (a word is a run of its lower-cased text)."""
+    hit = np.zeros(len(held), dtype=bool)
+    if not gained or not len(held):
+        return hit
+    if len(gained) > MAX_GAINED:
+        return ~hit
+    lowered = [texts[i].lower() for i in held.tolist()]
+    joined = "\0".join(lowered)  # no word holds the separator
+    starts = np.cumsum([0] + [len(t) + 1 for t in lowered[:-1]])
+    for word in gained:
+        at = joined.find(word)
+        while at >= 0:
+            k = int(np.searchsorted(starts, at, side="right")) - 1
+            hit[k] = True
+            at = joined.find(word, int(starts[k + 1])) if k + 1 < len(starts) else -1  # on to the next text
+    return hit
+
+
+def incidence(
+    texts: Sequence[str], vocabulary: dict[str, int], min_length: int = 2, known: KnownPostings | None = None
+) -> sp.csr_matrix:
     """Binary texts × keywords matrix: the postings of every keyword over ``texts``.
 
-    Rows are not taken from an earlier version here (as :func:`vocabulary_and_incidence` takes a
-    chunk's): a text may hold a word no chunk holds whole (a chunk cut inside a long run of
-    letters), and once such a word joins the vocabulary, that text's earlier row lacks it."""
-    fresh = np.arange(len(texts))
-    fresh_ids = [sorted({vocabulary[w] for w in words(t, min_length) if w in vocabulary}) for t in texts]
+    The row of a text ``known`` holds is taken (less the keywords ``vocabulary`` has lost) unless the
+    text holds a keyword that earlier vocabulary lacked: a sentence may hold whole a word no chunk
+    held whole (a chunk cut inside a long run of letters), and once that word joins the vocabulary
+    the earlier row lacks it. Such texts are counted again."""
+    held, fresh = _split(len(texts), known)
     taken = sp.csr_matrix((0, len(vocabulary)), dtype=np.float32)
-    return _assemble(len(texts), np.zeros(0, dtype=np.int64), taken, fresh, fresh_ids, len(vocabulary))
+    if len(held):
+        assert known is not None
+        before = set(known.vocabulary)
+        again = _holding_any(texts, held, [w for w in vocabulary if w not in before])
+        held, fresh = held[~again], np.sort(np.concatenate([fresh, held[again]]))
+        rows = known.postings[known.rows[held]]
+        column = np.fromiter(
+            (vocabulary.get(w, -1) for w in known.vocabulary), dtype=np.int64, count=len(known.vocabulary)
+        )
+        lost = column[rows.indices] < 0
+        rows = sp.csr_matrix(
+            (np.where(lost, 0, rows.data).astype(np.float32), np.maximum(column[rows.indices], 0), rows.indptr),
+            shape=(len(held), len(vocabulary)),
+        )
+        rows.eliminate_zeros()
+        taken = rows
+    fresh_ids = [
+        sorted({vocabulary[w] for w in words(texts[i], min_length) if w in vocabulary}) for i in fresh.tolist()
+    ]
+    return _assemble(len(texts), held, taken, fresh, fresh_ids, len(vocabulary))
 
 
 def vocabulary_and_incidence(

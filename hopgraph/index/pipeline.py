@@ -35,6 +35,7 @@ from hopgraph.index.reuse import (
     EMBEDDING,
     FIRST_BUILD,
     ROW_RULES,
+    SENTENCE_POSTINGS,
     SENTENCE_ROWS,
     UNIT_ROWS,
     PreviousVersion,
@@ -130,7 +131,8 @@ def stage_keywords(ctx: BuildContext) -> dict[str, int]:
         "postings_units", chunk_postings if same else keywords.incidence(units, lookup, cfg.min_length)
     )
     sentences = ctx.store.read_table("sentences", ["text"])["text"]
-    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length))
+    known = ctx.previous.postings(SENTENCE_POSTINGS, sentences)
+    ctx.store.write_graph("postings_sentences", keywords.incidence(sentences, lookup, cfg.min_length, known))
     chunk_df = np.asarray(chunk_postings.sum(axis=0)).ravel().astype(np.int64)
     ctx.store.write_table("keywords", {"keyword": vocabulary, "chunk_df": chunk_df})
     return {"keywords": len(vocabulary)}

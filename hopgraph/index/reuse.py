@@ -32,6 +32,7 @@ from hopgraph.artifacts import (
     KEYWORDS,
     KNN_LEXICAL_INDICES,
     POSTINGS_CHUNKS,
+    POSTINGS_SENTENCES,
     SENTENCE_VECTORS,
     SENTENCES,
     UNIT_VECTORS,
@@ -98,6 +99,7 @@ CUE_ENTITY_ROWS = ByText(CUE_ENTITIES, lambda table: table["name"], ("name",), C
 # words by their corpus-wide frequency, so its rows are never taken.
 KEYWORD_SETTINGS = ("keywords.method", "keywords.min_length")
 CHUNK_POSTINGS = ByText(CHUNKS, searchable, ("heading", "text"), POSTINGS_CHUNKS, graph=True, settings=KEYWORD_SETTINGS)
+SENTENCE_POSTINGS = ByText(SENTENCES, _text, ("text",), POSTINGS_SENTENCES, graph=True, settings=KEYWORD_SETTINGS)
 # A chunk's lexical neighbours (ties to the lower index) also depend on which keywords are too common.
 CHUNK_LEXICAL = ByText(
     CHUNKS,

@@ -91,3 +91,22 @@ def test_taken_rows_without_any_keyword_are_taken_as_empty_rows():
     known = KnownPostings(old_vocabulary, old_postings, np.array([0, 1, -1]))
     vocabulary, taken = vocabulary_and_incidence(after, known=known)
     assert vocabulary == ["crossing", "zebra"] and taken.toarray().tolist() == [[0, 0], [0, 0], [1, 1]]
+
+
+def test_sentence_rows_are_taken_unless_they_hold_a_word_new_to_the_vocabulary(monkeypatch):
+    """A sentence can hold whole a word no chunk held whole (a chunk cut inside a long run of
+    letters); once an inserted text brings that word into the vocabulary, the sentence's earlier row
+    lacks it. Such sentences are counted again, the rest taken; words the vocabulary lost are dropped."""
+    sentences = ["The xylophonist tuned the harbour bells.", "Bells rang at noon.", "Tides and bells."]
+    old_vocabulary = ["bells", "harbour", "noon", "rang", "tides", "tuned"]  # "xylophonist" was cut in every chunk
+    old = {w: i for i, w in enumerate(old_vocabulary)}
+    known = KnownPostings(old_vocabulary, incidence(sentences, old), np.arange(3))
+    vocabulary = {
+        w: i for i, w in enumerate(["bells", "noon", "rang", "tides", "tuned", "xylophonist"])
+    }  # lost "harbour"
+    tokenised: list[str] = []
+    monkeypatch.setattr(keywords, "words", lambda text, n=2: tokenised.append(text) or words(text, n))
+    taken = incidence(sentences, vocabulary, known=known)
+    assert tokenised == sentences[:1]  # only the sentence holding the new word
+    monkeypatch.undo()
+    assert (taken != incidence(sentences, vocabulary)).nnz == 0 and taken[0, vocabulary["xylophonist"]] == 1

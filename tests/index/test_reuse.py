@@ -310,3 +310,26 @@ def test_a_resumed_build_with_other_text_models_makes_its_cue_graph_again(update
     resumed = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
     assert "cue_graph" not in resumed["stages"] and not resumed["complete"] and "entities" in resumed["stages"]
     assert resumed["text_models"] == text_models()
+
+
+def test_a_sentence_holding_a_word_the_insert_brings_into_the_vocabulary_is_counted_again(tmp_path):
+    """A run of letters longer than a chunk is cut inside: no chunk holds it whole, so it is no
+    keyword, but its sentence holds it. An inserted document that holds it whole makes it one, and
+    the update's sentence postings must then be a rebuild's, not the earlier rows."""
+    word = "vortigernhall" * 12  # one word of 60 tokens: a 64-token chunk holds it whole only where it starts one
+    documents = [  # (the two spaces put the word where no chunk of its document starts)
+        Document(id="long", title="", text=f"The ledger of  names {word} twice. Harbour bells rang at noon."),
+        Document(id="other", title="", text="Tides rose over the Sorvik pier in the spring storms."),
+        Document(id="new", title="", text=f"Only {word} appears here."),
+    ]
+    settings = {"chunking.size": 64, "chunking.overlap": 8, "chunking.pack_documents": False}
+    config = load_config(None, {**settings, "embedding.cache": str(tmp_path / "cache.sqlite")})
+    build_index(documents[:2], tmp_path / "index", config, progress=False)
+    assert word not in IndexStore(tmp_path / "index").read_table("keywords")["keyword"]
+    versions.submit_update(tmp_path / "index", documents[2:], [])
+    [job] = versions.run_pending(tmp_path / "index")
+    build_index(documents, tmp_path / "rebuilt", config, progress=False)
+    live, rebuilt = IndexStore(version_dir(tmp_path / "index", job["id"])), IndexStore(tmp_path / "rebuilt")
+    assert word in live.read_table("keywords")["keyword"]
+    assert live.read_manifest()["stages"]["keywords"]["taken_from_previous"] > 0
+    assert (live.read_graph("postings_sentences") != rebuilt.read_graph("postings_sentences")).nnz == 0
