@@ -41,10 +41,12 @@ def _assemble(
         ),
         shape=(len(fresh), width),
     )
-    stacked = sp.vstack([held_rows, found], format="csr")
-    place = np.empty(n_texts, dtype=np.int64)  # each text's row in ``stacked``
-    place[np.concatenate([held, fresh]).astype(np.int64)] = np.arange(n_texts)
-    matrix = stacked[place]
+    matrix = found  # with no row taken (a first build), ``fresh`` is every text in order
+    if len(held):
+        stacked = sp.vstack([held_rows, found], format="csr")
+        place = np.empty(n_texts, dtype=np.int64)  # each text's row in ``stacked``
+        place[np.concatenate([held, fresh]).astype(np.int64)] = np.arange(n_texts)
+        matrix = stacked[place]
     matrix = sp.csr_matrix(
         (matrix.data.astype(np.float32), matrix.indices.astype(np.int32), matrix.indptr.astype(np.int64)),
         shape=(n_texts, width),

@@ -249,16 +249,18 @@ class PreviousVersion:
         )
         if len(values) == 0:  # nothing stored (no rows, or an empty (0, 0) array): nothing to take
             return np.asarray(compute(list(texts)))
-        if values.ndim == 2 and (rows >= 0).any():  # an all-zero row holds no vector (nothing was embedded)
-            held = np.flatnonzero(rows >= 0)
-            rows[held[~np.asarray(values[rows[held]]).any(axis=1)]] = -1
+        held = np.flatnonzero(rows >= 0)
+        taken = np.asarray(values[rows[held]])  # one gather from the (memory-mapped) array
+        if values.ndim == 2 and len(held):  # an all-zero row holds no vector (nothing was embedded)
+            vector = taken.any(axis=1)
+            rows[held[~vector]] = -1
+            held, taken = held[vector], taken[vector]
         fresh = np.flatnonzero(rows < 0)
         computed = np.asarray(compute([texts[i] for i in fresh.tolist()])) if len(fresh) else None
         out = np.empty((len(texts), *values.shape[1:]), dtype=values.dtype)
         if computed is not None:
             out[fresh] = computed
-        held = np.flatnonzero(rows >= 0)
-        out[held] = values[rows[held]]
+        out[held] = taken
         self.taken += len(held)
         return out
 
