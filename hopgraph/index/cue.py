@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -307,15 +307,9 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.repeat(starts - np.r_[0, np.cumsum(sizes)[:-1]], sizes) + np.arange(int(sizes.sum()))
 
 
-@dataclass
-class _Mentions:
-    """Units' (entity, label) mentions in one growing name and label space."""
-
-    names: dict[str, int] = field(default_factory=dict)
-    labels: dict[str, int] = field(default_factory=dict)
-
-    def codes(self, values: Sequence[str], space: dict[str, int]) -> np.ndarray:
-        return np.fromiter((space.setdefault(v, len(space)) for v in values), dtype=np.int64, count=len(values))
+def _codes(values: Sequence[str], space: dict[str, int]) -> np.ndarray:
+    """The code of each value in ``space``, a value not in it yet taking the next code."""
+    return np.fromiter((space.setdefault(v, len(space)) for v in values), dtype=np.int64, count=len(values))
 
 
 def write_cue_graph(
@@ -346,15 +340,16 @@ def write_cue_graph(
         raise InputError(f"{len(flat)} knowledge units but {len(unit_source)} source labels")
     fresh = [(c, text, src) for (c, text), src in zip(flat, unit_source) if text]
     fresh_texts = [t for _, t, _ in fresh]
-    space = _Mentions()
+    name_codes: dict[str, int] = {}  # one code space for the names (and one for the labels) of all units
+    label_codes: dict[str, int] = {}
     # Mentions of the computed units: (unit among them, name code, label code).
     said = [(u, name, label) for u, names in enumerate(find_names(fresh_texts)) for name, label in names]
     fresh_mentions = (
         np.fromiter((u for u, _, _ in said), dtype=np.int64, count=len(said)),
-        space.codes([name for _, name, _ in said], space.names),
-        space.codes([label for _, _, label in said], space.labels),
+        _codes([name for _, name, _ in said], name_codes),
+        _codes([label for _, _, label in said], label_codes),
     )
-    old = _kept_units(previous, kept, space)
+    old = _kept_units(previous, kept, name_codes, label_codes)
     # Units in chunk order: a chunk's units are all kept or all computed, so a stable sort by chunk
     # puts each chunk's units where a rebuild puts them, in their own order.
     owner_of = np.concatenate([old.owner, np.fromiter((c for c, _, _ in fresh), dtype=np.int64, count=len(fresh))])
@@ -363,7 +358,7 @@ def write_cue_graph(
     position[order] = np.arange(len(order))
     n_old = len(old.owner)
     texts = [old.texts[i] if i < n_old else fresh_texts[i - n_old] for i in order.tolist()]
-    sources = [old.sources[i] if i < n_old else fresh[i - n_old][2] for i in order.tolist()]
+    sources = ["sentence" if i < n_old else fresh[i - n_old][2] for i in order.tolist()]  # kept: sentences
     owner = owner_of[order]
     unit, name, label = (
         np.concatenate([position[old.unit], position[n_old + fresh_mentions[0]]]),
@@ -375,9 +370,9 @@ def write_cue_graph(
     # Entities in order of first mention, as a rebuild numbers them.
     codes, first = np.unique(name, return_index=True)
     ranked = codes[np.argsort(first, kind="stable")]
-    column = np.empty(len(space.names), dtype=np.int64)
+    column = np.empty(len(name_codes), dtype=np.int64)
     column[ranked] = np.arange(len(ranked))
-    every_name, every_label = list(space.names), list(space.labels)
+    every_name, every_label = list(name_codes), list(label_codes)
     names = [every_name[c] for c in ranked.tolist()]
     graph = sp.csr_matrix(
         (
@@ -418,24 +413,26 @@ def write_cue_graph(
 
 @dataclass
 class _KeptUnits:
-    """Units of kept chunks, taken from the edited version, with their mentions in ``space``."""
+    """Units of kept chunks (sentences, see :func:`kept_chunks`), taken from the edited version,
+    with their mentions coded in the caller's name and label spaces."""
 
     owner: np.ndarray  # chunk of this version per unit
     rows: np.ndarray  # the unit's row in the edited version
     texts: list[str]
-    sources: list[str]
     unit: np.ndarray  # per mention: the unit among these
     name: np.ndarray  # per mention: name code
     label: np.ndarray  # per mention: label code
 
 
-def _kept_units(previous: PreviousVersion, kept: np.ndarray | None, space: _Mentions) -> _KeptUnits:
+def _kept_units(
+    previous: PreviousVersion, kept: np.ndarray | None, name_codes: dict[str, int], label_codes: dict[str, int]
+) -> _KeptUnits:
     none = np.zeros(0, dtype=np.int64)
     chunks = np.flatnonzero(kept >= 0) if kept is not None else none
     if kept is None or not len(chunks) or previous.store is None:
-        return _KeptUnits(none, none, [], [], none, none, none)
+        return _KeptUnits(none, none, [], none, none, none)
     store = previous.store
-    units = store.read_table(CUE_UNITS, ["text", "chunk", "source"])
+    units = store.read_table(CUE_UNITS, ["text", "chunk"])
     unit_chunk = np.asarray(units["chunk"], dtype=np.int64)  # ascending: units are stored in chunk order
     old_chunks = kept[chunks]
     starts = np.searchsorted(unit_chunk, old_chunks, side="left")
@@ -445,15 +442,14 @@ def _kept_units(previous: PreviousVersion, kept: np.ndarray | None, space: _Ment
     at = _ranges(graph.indptr[rows], graph.indptr[rows + 1])  # their mentions, in order
     old_names = store.read_table(CUE_ENTITIES, ["name"])["name"]
     old_labels = store.read_table(CUE_MENTIONS, ["label"])["label"]
-    name_codes = space.codes(old_names, space.names)
+    old_name_codes = _codes(old_names, name_codes)
     distinct, label_of = np.unique(np.asarray(old_labels, dtype=object)[at].astype(str), return_inverse=True)
-    label_codes = space.codes(distinct.tolist(), space.labels)
+    old_label_codes = _codes(distinct.tolist(), label_codes)
     return _KeptUnits(
         owner=np.repeat(chunks, ends - starts),
         rows=rows,
         texts=[units["text"][r] for r in rows.tolist()],
-        sources=[units["source"][r] for r in rows.tolist()],
         unit=np.repeat(np.arange(len(rows)), np.diff(graph.indptr)[rows]),
-        name=name_codes[graph.indices[at]],
-        label=label_codes[label_of.ravel()] if len(at) else np.zeros(0, dtype=np.int64),
+        name=old_name_codes[graph.indices[at]],
+        label=old_label_codes[label_of.ravel()] if len(at) else np.zeros(0, dtype=np.int64),
     )

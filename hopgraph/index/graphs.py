@@ -49,6 +49,19 @@ def lexical_candidates(
     return to_numpy(counts), to_numpy(indices)
 
 
+def _renumbered(same_as: np.ndarray, old_indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(held, lists, old): the rows the edited version held (``same_as`` ≥ 0, one row there each),
+    their lists of that version as they were (``old``; an entry beyond its rows made -1) and
+    renumbered to this version's rows (``lists``; -1 where the entry was -1 or its row is gone)."""
+    rows_before = old_indices.shape[0]
+    held = np.flatnonzero(same_as >= 0)
+    new_of_old = np.full(rows_before, -1, dtype=np.int64)
+    new_of_old[same_as[held]] = held
+    old = np.asarray(old_indices[same_as[held]], dtype=np.int64)
+    old[old >= rows_before] = -1
+    return held, np.where(old >= 0, new_of_old[np.maximum(old, 0)], -1), old
+
+
 def patched_lexical_candidates(
     chunk_postings: sp.csr_matrix,
     same_as: np.ndarray,
@@ -79,10 +92,8 @@ def patched_lexical_candidates(
     held = np.flatnonzero(same_as >= 0)
     if len(held) and (np.diff(same_as[held]) <= 0).any():
         return None  # unchanged chunks reordered (or one row given twice): ties would fall otherwise
-    new_of_old = np.full(n_before, -1, dtype=np.int64)
-    new_of_old[same_as[held]] = held
-    old = np.asarray(old_indices[same_as[held]], dtype=np.int64)
-    lost = ((old >= 0) & (new_of_old[np.maximum(old, 0)] < 0)).any(axis=1)
+    held, lists, old = _renumbered(same_as, old_indices)
+    lost = ((old >= 0) & (lists < 0)).any(axis=1)
     frequency = np.asarray((chunk_postings > 0).sum(axis=0)).ravel()
     common = _common(frequency, n, max_df, max_postings)
     flipped = (common != _common(frequency_before, n_before, max_df, max_postings)) & (frequency_before > 0)
@@ -97,20 +108,15 @@ def patched_lexical_candidates(
     counts = np.zeros((n, width), dtype=np.int64)
     indices = np.full((n, width), -1, dtype=np.int64)
     counts[again], indices[again] = partners_topk(lexical[again], lexical, again, width)
-    stay = np.setdiff1d(held, again)
+    stays = ~np.isin(held, again)
+    stay = held[stays]
     if len(stay):
-        listed_counts = np.asarray(old_counts[same_as[stay]], dtype=np.int64)
-        listed = np.asarray(old_indices[same_as[stay]], dtype=np.int64)
-        listed = np.where(listed >= 0, new_of_old[np.maximum(listed, 0)], -1)
+        listed, listed_counts = lists[stays], np.where(lists[stays] >= 0, old_counts[same_as[stay]], 0)
         if len(new):  # each listed row's best new chunks, then the best of both lists
             best_counts, best = partners_topk(lexical[stay], lexical[new], np.full(len(stay), -1), width)
             listed_counts = np.concatenate([listed_counts, best_counts], axis=1)
             listed = np.concatenate([listed, np.where(best >= 0, new[np.maximum(best, 0)], -1)], axis=1)
-        order = np.lexsort((np.where(listed >= 0, listed, n), -np.where(listed >= 0, listed_counts, 0)), axis=1)[
-            :, :width
-        ]
-        counts[stay] = np.take_along_axis(np.where(listed >= 0, listed_counts, 0), order, axis=1)
-        indices[stay] = np.take_along_axis(listed, order, axis=1)
+        counts[stay], indices[stay] = merge_topk(listed_counts, listed, width)
     return counts, indices, len(again)
 
 
@@ -180,12 +186,7 @@ def patched_cosine_candidates(
     repeated = np.ones(len(held), dtype=bool)
     repeated[first] = False
     same_as[held[repeated]] = -1  # one new row per old row (PreviousVersion.same_rows never gives two)
-    held = np.flatnonzero(same_as >= 0)
-    new_of_old = np.full(rows_before, -1, dtype=np.int64)
-    new_of_old[same_as[held]] = held
-    old = np.asarray(old_indices[same_as[held]], dtype=np.int64)
-    old[old >= rows_before] = -1  # not a row of the edited version: lost
-    mapped = np.where(old >= 0, new_of_old[np.maximum(old, 0)], -1)
+    held, mapped, _ = _renumbered(same_as, old_indices)
     complete = (mapped >= 0).all(axis=1)
     stay, new = held[complete], np.flatnonzero(same_as < 0)
     again = np.union1d(new, held[~complete])

@@ -124,19 +124,26 @@ def _select_topk(product: Any, own: np.ndarray, k: int, min_count: int) -> tuple
 
 
 def partners_topk(
-    rows: Any, partners: Any, own: np.ndarray, k: int, *, min_count: int = 1, block_size: int = 256
+    rows: Any,
+    partners: Any,
+    own: np.ndarray,
+    k: int,
+    *,
+    min_count: int = 1,
+    block_size: int = 2048,
+    max_products: int = MAX_PRODUCTS,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each row of ``rows`` (items × features, numpy CSR), the k ``partners`` sharing the most
     features with it, as :func:`cooccurrence_topk` ranks them (descending count, ties to the lower
     partner, at least ``min_count``): (counts, partner positions), both int64. ``own[i]`` is row i's
-    own position among the partners (-1: none), never listed. For a few rows, not all of them: an
+    own position among the partners (-1: none), never listed: all items against themselves, or an
     update's changed chunks against the whole index."""
     _check(min_count, block_size)
-    matrix, transposed = _binary(rows), _binary(partners).T.tocsr()
+    matrix = _binary(rows)
+    transposed = (matrix if partners is rows else _binary(partners)).T.tocsr()
     counts = np.zeros((matrix.shape[0], k), dtype=np.int64)
     indices = np.full((matrix.shape[0], k), -1, dtype=np.int64)
-    for start in range(0, matrix.shape[0], block_size) if k else ():
-        stop = min(start + block_size, matrix.shape[0])
+    for start, stop in _row_blocks(matrix, transposed, block_size, max_products) if k else ():
         product = (matrix[start:stop] @ transposed).tocsr()
         counts[start:stop], indices[start:stop] = _select_topk(product, own[start:stop], k, min_count)
     return counts, indices
@@ -153,18 +160,16 @@ def cooccurrence_topk(
     """
     _check(min_count, block_size)
     xp = module_of(incidence.data)
-    matrix = _binary(incidence)
-    n = matrix.shape[0]
+    n = incidence.shape[0]
     k = max(0, min(k, n - 1))
     counts = xp.zeros((n, k), dtype=xp.int64)
     indices = xp.full((n, k), -1, dtype=xp.int64)
     if k == 0:
         return counts, indices
     if k <= SELECT_ROUNDS and xp is np:
-        for start, product in _block_products(matrix, block_size, max_products):
-            stop = start + product.shape[0]
-            counts[start:stop], indices[start:stop] = _select_topk(product, np.arange(start, stop), k, min_count)
-        return counts, indices
+        options = {"min_count": min_count, "block_size": block_size, "max_products": max_products}
+        return partners_topk(incidence, incidence, np.arange(n), k, **options)
+    matrix = _binary(incidence)
     for rows, cols, shared in _block_pairs(matrix, block_size, min_count, max_products):
         # Pairs arrive by row then column; sorting stably by count, then by row, gives each row's
         # partners by descending count with ties in column order.
