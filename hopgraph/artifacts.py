@@ -5,9 +5,9 @@ Stages write and methods read artifacts by the constants below, never by free st
 declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdown table.
 
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
-dimension, w cosine candidates and h lexical neighbours per chunk; KG: E entities, M mentions with
-a description, F mentions as written, R relations; CUE: Q knowledge units, N entity nodes, P
-unit–entity mentions; entity layer: G entities (spaCy names and titles). Vectors are float32 with
+dimension, w cosine candidates and h lexical neighbours per chunk, a digit that many columns; KG:
+E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge
+units, N entity nodes, P unit–entity mentions; entity layer: G entities (spaCy names and titles). Vectors are float32 with
 unit-length rows (all-zero where there was nothing to embed, e.g. a keyword no sentence contains);
 graphs are CSR matrices stored as .npz.
 """
@@ -30,6 +30,7 @@ class Artifact:
 
 
 DOCUMENTS, CHUNKS, UNITS, SENTENCES = "documents", "chunks", "units", "sentences"
+DOCUMENT_TOKENS = "document_tokens"
 POSTINGS_CHUNKS, POSTINGS_UNITS, POSTINGS_SENTENCES, KEYWORDS = (
     "postings_chunks",
     "postings_units",
@@ -80,14 +81,23 @@ SCHEMA: dict[str, Artifact] = {
             "table",
             "chunks",
             "C",
-            "ℓ-token chunk: text, heading (titles searched with it), tokens, docs (document rows), acl",
+            "ℓ-token chunk: text, heading (titles searched with it), tokens, docs (document rows), starts "
+            "(where its text begins in each), acl, token_start (its first token's position in its token stream)",
         ),
         Artifact(
             UNITS,
             "table",
             "chunks",
             "U",
-            "sub-chunk (≤2^τ per chunk): text, heading, tokens, docs, chunk (its row)",
+            "sub-chunk (≤2^τ per chunk): text, heading, tokens, docs, chunk (its row), starts, token_start",
+        ),
+        Artifact(
+            DOCUMENT_TOKENS,
+            "array",
+            "chunks",
+            "D × 2",
+            "the document's first token position in its token stream, and its tokens (an update resumes "
+            "the cut from them)",
         ),
         Artifact(
             SENTENCES, "table", "chunks", "S", "punkt sentence: text, tokens, doc, unit (the sub-chunk it starts in)"

@@ -168,20 +168,25 @@ class IndexStore:
         if declared is None or declared.kind != kind:
             raise ValueError(f"index artifact {name!r} ({kind}) is not declared in hopgraph/artifacts.py")
 
-    def write_table(self, name: str, columns: dict[str, Any]) -> None:
+    def write_table(self, name: str, columns: dict[str, Any] | pa.Table) -> None:
         self._declared(name, "table")
-        table = pa.table(columns)
+        table = columns if isinstance(columns, pa.Table) else pa.table(columns)
         atomic_write(self._file("tables", name, ".parquet"), lambda tmp: pq.write_table(table, tmp))
         self._record(self._file("tables", name, ".parquet"))
 
     def read_table(self, name: str, columns: Sequence[str] | None = None) -> dict[str, list]:
         """The table's columns (only ``columns``, those of them it has, where given) as lists."""
+        return self.read_arrow(name, columns).to_pydict()
+
+    def read_arrow(self, name: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """The table (only ``columns``, those of them it has, where given) as Arrow columns: no
+        Python object per cell, for tables passed on whole or in slices."""
         path = self._file("tables", name, ".parquet")
         try:
             if columns is not None:
                 present = set(self.table_columns(name))
                 columns = [c for c in columns if c in present]
-            return pq.read_table(path, columns=columns).to_pydict()
+            return pq.read_table(path, columns=columns)
         except FileNotFoundError:
             raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
         except (pa.ArrowInvalid, OSError) as exc:

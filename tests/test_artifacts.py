@@ -58,7 +58,7 @@ def test_shapes_follow_the_schema(cue_index):
         if a.kind == "table" or a.stage == "kg_extract":
             continue
         value = store.read_array(a.name) if a.kind == "array" else store.read_graph(a.name)
-        expected = tuple(size[letter] for letter in a.shape.split(" × "))
+        expected = tuple(int(letter) if letter.isdigit() else size[letter] for letter in a.shape.split(" × "))
         assert value.shape == expected, (a.name, value.shape, a.shape)
         if a.kind == "array" and a.name.endswith("_vectors") and len(value):
             norms = np.linalg.norm(value, axis=1)

@@ -37,6 +37,11 @@ def sentence_model_key() -> str:
     return f"sentences:punkt-{_version('punkt')}"
 
 
+def token_model_key() -> str:
+    """What a tokenisation depends on besides the text and the encoding (tiktoken's version)."""
+    return f"tiktoken-{_version('tiktoken')}"
+
+
 def analysis_cache_path(config: HopgraphConfig, name: str = "analysis.sqlite") -> Path | None:
     """The SQLite file ``name`` beside the vector cache (None where vectors are not cached either)."""
     return Path(config.embedding.cache).expanduser().with_name(name) if config.embedding.cache else None
@@ -81,7 +86,7 @@ class TextAnalyser:
 
     def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
         """What chunking needs of each text (an :data:`~hopgraph.index.chunking.Analyse`)."""
-        model = f"analysis:{encoding}:tiktoken-{_version('tiktoken')}:punkt-{_version('punkt')}"
+        model = f"analysis:{encoding}:{token_model_key()}:punkt-{_version('punkt')}"
 
         def compute(missing: list[str]) -> list[np.ndarray]:
             return [

@@ -4,6 +4,11 @@ Consecutive documents with the same ACL are cut as one token stream when packing
 how the papers chunk their corpora: KET-RAG's MuSiQue file is one document of 6,761 passages), so a
 chunk may cover several documents; every piece records which documents it covers. Documents with
 different ACLs never share a chunk, so access control stays exact per piece.
+
+Each cut depends only on the tokens and sentences near it, so a corpus whose first documents were
+cut before can be cut again from the last chunk those documents decide alone (:class:`Resume`):
+an insert re-cuts the stream's tail, not the whole stream, and the pieces come out as a cut of
+the whole corpus makes them.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import bisect
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from hopgraph.config import ChunkingConfig
 from hopgraph.documents import Document
@@ -22,21 +29,25 @@ SEPARATOR = "\n\n"
 
 @dataclass
 class Pieces:
-    """Parallel columns for one granularity (chunks, units or sentences)."""
+    """Parallel columns for one granularity (chunks, units or sentences); row ids count from
+    ``first`` (the rows before it are kept from an earlier cut, see :class:`Resume`)."""
 
+    first: int = 0
     text: list[str] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     docs: list[list[int]] = field(default_factory=list)  # indices into the document list
     parent: list[int] = field(default_factory=list)  # units → chunk, sentences → unit; chunks: -1
     starts: list[list[int]] = field(default_factory=list)  # per doc in ``docs``: where the text starts in it
+    token_start: list[int] = field(default_factory=list)  # where the piece starts in its token stream
 
-    def add(self, text: str, tokens: int, docs: list[int], starts: list[int], parent: int = -1) -> int:
+    def add(self, text: str, tokens: int, docs: list[int], starts: list[int], at: int, parent: int = -1) -> int:
         self.text.append(text)
         self.tokens.append(tokens)
         self.docs.append(docs)
         self.starts.append(starts)
+        self.token_start.append(at)
         self.parent.append(parent)
-        return len(self.text) - 1
+        return self.first + len(self.text) - 1
 
     def __len__(self) -> int:
         return len(self.text)
@@ -47,6 +58,30 @@ class TextLayers:
     chunks: Pieces
     units: Pieces  # sub-chunks; with τ=0 one unit per chunk
     sentences: Pieces
+    first_document: int = 0
+    # From ``first_document`` on: each document's first token position in its stream, and its tokens.
+    document_tokens: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where to pick up the cut of a corpus whose leading documents an earlier cut already covered.
+
+    Chunks, sub-chunks and sentences before the given row counts, and documents before
+    ``document``, are the earlier cut's. Cutting starts again at token ``start`` of the stream that
+    holds ``document``, whose first token lies at ``first_token`` of that stream; ``unit_starts`` /
+    ``unit_ids`` are that stream's kept sub-chunks (the first at each new start position), which
+    sentences of re-cut documents may still begin in.
+    """
+
+    document: int
+    first_token: int
+    start: int
+    chunks: int
+    units: int
+    sentences: int
+    unit_starts: tuple[int, ...] = ()
+    unit_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +130,11 @@ def split_equal(start: int, end: int, parts: int) -> list[tuple[int, int]]:
 _WORD = re.compile(r"\w")
 
 
+def chunk_slack(size: int) -> int:
+    """How far a chunk's cut may move to find a clean place."""
+    return max(size // 8, 1)
+
+
 class Boundaries:
     """Where a token stream may be cut so that no piece starts or ends inside a word.
 
@@ -128,12 +168,13 @@ class Boundaries:
                     return pos
         return target
 
-    def chunks(self, size: int, overlap: int) -> list[tuple[int, int]]:
-        """[start, end) token windows of ≤ size tokens, consecutive ones sharing about ``overlap``
-        tokens, each cut moved back to a clean place by at most an eighth of the size."""
-        slack = max(size // 8, 1)
+    def chunks(self, size: int, overlap: int, start: int = 0) -> list[tuple[int, int]]:
+        """[start, end) token windows of ≤ size tokens from ``start`` on, consecutive ones sharing
+        about ``overlap`` tokens, each cut moved back to a clean place by at most an eighth of the
+        size. A window and where the next one starts depend on tokens inside
+        [its start, its start + size + slack) alone (:func:`resume_point` relies on it)."""
+        slack = chunk_slack(size)
         windows: list[tuple[int, int]] = []
-        start = 0
         while start < self.n:
             end = self.n if start + size >= self.n else self.snap(start + size, start + size - slack, start + size)
             end = end if end > start else min(start + size, self.n)
@@ -160,19 +201,57 @@ class Boundaries:
         return list(zip(bounds, bounds[1:]))
 
 
-def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse: Analyse = analyse_texts) -> TextLayers:
+def build_layers(
+    documents: Sequence[Document],
+    config: ChunkingConfig,
+    analyse: Analyse = analyse_texts,
+    resume: Resume | None = None,
+) -> TextLayers:
     """Cut documents into chunks, sub-chunks and sentences with exact token offsets.
 
     ``analyse`` tokenises and sentence-splits the documents (the costly part, one document at a
-    time); cutting the token streams into pieces is arithmetic on its results.
+    time); cutting the token streams into pieces is arithmetic on its results. With ``resume``
+    only the pieces from that point on are made (and only the documents from there analysed).
     """
-    enc = get_encoding(config.encoding)
-    analyses = analyse([doc.text for doc in documents], config.encoding)
-    sep_tokens = len(enc.encode(SEPARATOR))
-    layers = TextLayers(Pieces(), Pieces(), Pieces())
-    parts = 2**config.effective_splits
-    unit_target = max(config.size // parts, 1)
+    first = resume.document if resume else 0
+    analyses = analyse([doc.text for doc in documents[first:]], config.encoding)
+    layers = TextLayers(
+        Pieces(resume.chunks if resume else 0),
+        Pieces(resume.units if resume else 0),
+        Pieces(resume.sentences if resume else 0),
+        first_document=first,
+    )
+    cutter = _Cutter(documents, config, layers, dict(zip(range(first, len(documents)), analyses)))
     for group in stream_groups(documents, config.pack_documents):
+        if group[-1] < first:
+            continue
+        if resume and group[0] <= first:  # the stream the kept pieces end in: its tail is cut again
+            cutter.cut([d for d in group if d >= first], resume)
+        else:
+            cutter.cut(group)
+    return layers
+
+
+class _Cutter:
+    """Cuts one token stream (a run of documents) into the pieces of ``layers``."""
+
+    def __init__(
+        self,
+        documents: Sequence[Document],
+        config: ChunkingConfig,
+        layers: TextLayers,
+        analyses: dict[int, TextAnalysis],
+    ) -> None:
+        self.documents, self.config, self.layers, self.analyses = documents, config, layers, analyses
+        self.sep_tokens = len(get_encoding(config.encoding).encode(SEPARATOR))
+        self.parts = 2**config.effective_splits
+        self.unit_target = max(config.size // self.parts, 1)
+
+    def cut(self, group: list[int], resume: Resume | None = None) -> None:
+        """Cut the stream of ``group`` (from ``resume``'s point where given: ``group`` then starts at
+        ``resume.document``, and positions count from that document's first token)."""
+        documents, layers = self.documents, self.layers
+        base = resume.first_token if resume else 0  # stream position of the group's first token
         text_parts: list[str] = []
         token_char: list[int] = []  # char offset (in the stream text) where each token starts
         doc_chars: list[tuple[int, int]] = []  # each document's [start, end) in the stream text
@@ -182,11 +261,12 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
         for k, d in enumerate(group):
             if k:
                 text_parts.append(SEPARATOR)
-                token_char.extend([char_base] * sep_tokens)
+                token_char.extend([char_base] * self.sep_tokens)
                 char_base += len(SEPARATOR)
             text = documents[d].text
-            offsets, spans = analyses[d].offsets, analyses[d].spans
+            offsets, spans = self.analyses[d].offsets, self.analyses[d].spans
             first_token = len(token_char)
+            layers.document_tokens.append((base + first_token, len(offsets)))
             token_char.extend(char_base + off for off in offsets)
             spans_by_doc[d] = spans
             for s, (a, b) in enumerate(spans):
@@ -213,20 +293,20 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
             real = [j for j in near if _WORD.search(stream, max(a, doc_chars[j][0]), min(b, doc_chars[j][1]))]
             return [group[j] for j in (real or near[:1])]
 
-        def piece(start: int, end: int) -> tuple[str, int, list[int], list[int]]:
+        def piece(start: int, end: int) -> tuple[str, int, list[int], list[int], int]:
             """Text, tokens, documents and, per document, the offset in it where the text begins
-            (a citation turns it into a page or a section)."""
+            (a citation turns it into a page or a section); and where it starts in the stream."""
             raw = stream[char_at(start) : char_at(end)]
             begin, docs = char_at(start) + len(raw) - len(raw.lstrip()), docs_in(start, end)
-            return raw.strip(), end - start, docs, [max(begin - doc_offset[d], 0) for d in docs]
+            return raw.strip(), end - start, docs, [max(begin - doc_offset[d], 0) for d in docs], base + start
 
         cuts = Boundaries(stream, token_char, [pos for pos, *_ in sentence_pos])
-        unit_starts: list[int] = []
-        unit_ids: list[int] = []
-        for start, end in cuts.chunks(config.size, config.overlap):
+        unit_starts = [pos - base for pos in resume.unit_starts] if resume else []
+        unit_ids = list(resume.unit_ids) if resume else []
+        for start, end in cuts.chunks(self.config.size, self.config.overlap, resume.start - base if resume else 0):
             whole = piece(start, end)
             chunk = layers.chunks.add(*whole)
-            for a, b in cuts.units(start, end, parts, unit_target):
+            for a, b in cuts.units(start, end, self.parts, self.unit_target):
                 unit = layers.units.add(*(whole if (a, b) == (start, end) else piece(a, b)), parent=chunk)
                 if not unit_starts or a > unit_starts[-1]:
                     unit_starts.append(a)
@@ -234,8 +314,58 @@ def build_layers(documents: Sequence[Document], config: ChunkingConfig, analyse:
         for pos, count, d, s in sentence_pos:
             a, b = spans_by_doc[d][s]
             unit = unit_ids[max(bisect.bisect_right(unit_starts, pos) - 1, 0)] if unit_ids else -1
-            layers.sentences.add(documents[d].text[a:b], count, [d], [a], unit)
-    return layers
+            layers.sentences.add(documents[d].text[a:b], count, [d], [a], base + pos, unit)
+
+
+def resume_point(
+    unchanged: int,
+    stream_start: int,
+    document_tokens: np.ndarray,
+    chunk_start: np.ndarray,
+    chunk_document: np.ndarray,
+    unit_start: np.ndarray,
+    unit_chunk: np.ndarray,
+    sentence_document: np.ndarray,
+    size: int,
+) -> Resume:
+    """Where to resume an earlier cut (made with the same settings, tokeniser and sentence
+    splitter) whose first ``unchanged`` documents are those of the corpus to cut now.
+
+    The arrays describe the earlier cut: each document's (first token, tokens), each chunk's and
+    sub-chunk's start position, each chunk's first document, each sub-chunk's chunk, each
+    sentence's document. ``stream_start`` is the first document of the stream that holds document
+    ``unchanged - 1``: earlier streams are kept whole. In that stream, a chunk that starts more than
+    size + slack tokens before the first changed token (where document ``unchanged`` or the
+    separator before it begins) is kept with everything it decides (:meth:`Boundaries.chunks`);
+    cutting resumes at the next chunk's start, re-reading from the document that holds it.
+    """
+    if unchanged < 1:
+        raise ValueError("nothing to resume: no unchanged document")
+    changed = int(document_tokens[unchanged - 1].sum())
+    first_chunk = int(np.searchsorted(chunk_document, stream_start))  # chunks are in document order
+    later = np.flatnonzero(chunk_start[first_chunk + 1 :] == 0)  # a stream's chunks start at 0, then rise
+    stream_chunks = chunk_start[first_chunk : first_chunk + 1 + int(later[0]) if len(later) else None]
+    fits = stream_chunks + size + chunk_slack(size) < changed
+    # The stream's last chunk reaches its end, so it never fits: kept chunks are followed by one that is not.
+    kept = first_chunk + (int(np.argmin(fits)) if len(fits) and not fits.all() else 0)
+    start = int(chunk_start[kept]) if kept > first_chunk else 0
+    in_stream = document_tokens[stream_start:unchanged, 0]
+    document = stream_start + int(np.searchsorted(in_stream, start, side="right")) - 1 if start else stream_start
+    units = int(np.searchsorted(unit_chunk, kept))
+    stream_units = np.arange(int(np.searchsorted(unit_chunk, first_chunk)), units)
+    starts = unit_start[stream_units]
+    earlier = np.maximum.accumulate(np.concatenate([[-1], starts]))[:-1]
+    new = starts > earlier  # a sub-chunk counts where it starts further on than every earlier one
+    return Resume(
+        document=document,
+        first_token=int(document_tokens[document, 0]),
+        start=start,
+        chunks=kept,
+        units=units,
+        sentences=int(np.searchsorted(sentence_document, document)),
+        unit_starts=tuple(starts[new].tolist()),
+        unit_ids=tuple(stream_units[new].tolist()),
+    )
 
 
 def headings(

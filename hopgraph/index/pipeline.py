@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm import tqdm
 
+from hopgraph.artifacts import CHUNKS, DOCUMENT_TOKENS, SENTENCES, UNITS
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
@@ -72,44 +75,49 @@ def stage_documents(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_chunks(ctx: BuildContext) -> dict[str, int]:
-    layers = build_layers(ctx.documents, ctx.config.chunking, ctx.analyser.analyse)
-    acl = [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs]
-    ctx.store.write_table(
-        "chunks",
-        {
+    """Chunks, sub-chunks and sentences; an update keeps those of the unchanged leading documents
+    and cuts only from where they stop deciding the cut (:func:`~hopgraph.index.chunking.resume_point`)."""
+    cfg = ctx.config.chunking
+    kept = ctx.previous.cut(ctx.documents, cfg)
+    layers = build_layers(ctx.documents, cfg, ctx.analyser.analyse, kept.resume if kept else None)
+    rows: dict[str, dict[str, list]] = {
+        CHUNKS: {
             "text": layers.chunks.text,
             "heading": headings(layers.chunks.docs, layers.chunks.text, ctx.documents),
             "tokens": layers.chunks.tokens,
             "docs": layers.chunks.docs,
             "starts": layers.chunks.starts,
-            "acl": acl,
+            "acl": [ctx.documents[d[0]].acl if d else None for d in layers.chunks.docs],
+            "token_start": layers.chunks.token_start,
         },
-    )
-    ctx.store.write_table(
-        "units",
-        {
+        UNITS: {
             "text": layers.units.text,
             "heading": headings(layers.units.docs, layers.units.text, ctx.documents),
             "tokens": layers.units.tokens,
             "docs": layers.units.docs,
             "chunk": layers.units.parent,
             "starts": layers.units.starts,
+            "token_start": layers.units.token_start,
         },
-    )
-    ctx.store.write_table(
-        "sentences",
-        {
+        SENTENCES: {
             "text": layers.sentences.text,
             "tokens": layers.sentences.tokens,
             "doc": [d[0] for d in layers.sentences.docs],
             "unit": layers.sentences.parent,
         },
-    )
+    }
+    tables = {name: kept.joined(name, columns) if kept else pa.table(columns) for name, columns in rows.items()}
+    for name, table in tables.items():
+        ctx.store.write_table(name, table)
+    document_tokens = np.asarray(layers.document_tokens, dtype=np.int64).reshape(-1, 2)
+    if kept:
+        document_tokens = np.concatenate([kept.document_tokens, document_tokens])
+    ctx.store.write_array(DOCUMENT_TOKENS, document_tokens)
     return {
-        "chunks": len(layers.chunks),
-        "units": len(layers.units),
-        "sentences": len(layers.sentences),
-        "tokens": int(sum(layers.chunks.tokens)),
+        "chunks": tables[CHUNKS].num_rows,
+        "units": tables[UNITS].num_rows,
+        "sentences": tables[SENTENCES].num_rows,
+        "tokens": int(pc.sum(tables[CHUNKS]["tokens"]).as_py() or 0),
     }
 
 

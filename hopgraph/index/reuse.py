@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from hopgraph.artifacts import (
     CHUNK_VECTORS,
@@ -27,6 +29,8 @@ from hopgraph.artifacts import (
     CUE_ENTITY_VECTORS,
     CUE_UNIT_VECTORS,
     CUE_UNITS,
+    DOCUMENT_TOKENS,
+    DOCUMENTS,
     ENTITIES,
     ENTITY_VECTORS,
     KEYWORDS,
@@ -38,9 +42,10 @@ from hopgraph.artifacts import (
     UNIT_VECTORS,
     UNITS,
 )
-from hopgraph.config import HopgraphConfig
-from hopgraph.index.analysis import sentence_model_key
-from hopgraph.index.chunking import searchable
+from hopgraph.config import ChunkingConfig, HopgraphConfig
+from hopgraph.documents import Document
+from hopgraph.index.analysis import sentence_model_key, token_model_key
+from hopgraph.index.chunking import Resume, resume_point, searchable, stream_groups
 from hopgraph.index.keywords import KnownPostings
 from hopgraph.ner import ner_model_key
 from hopgraph.store import IndexStore
@@ -60,9 +65,10 @@ SAME_BLOCK = 8192  # rows compared at a time by PreviousVersion.same_rows
 
 def text_models() -> dict[str, str]:
     """What per-text results depend on besides the text where no setting says so (the sentence
-    splitter's and spaCy's versions), recorded in each manifest (``text_models``): an update takes
-    sentence units and their names from a version only where these are the same."""
-    return {"sentences": sentence_model_key(), "names": ner_model_key()}
+    splitter's, spaCy's and the tokeniser's versions), recorded in each manifest (``text_models``):
+    an update takes sentence units, their names and the cut of unchanged documents from a version
+    only where these are the same."""
+    return {"sentences": sentence_model_key(), "names": ner_model_key(), "tokens": token_model_key()}
 
 
 def setting(data: dict[str, Any], dotted: str) -> Any:
@@ -110,6 +116,20 @@ CHUNK_LEXICAL = ByText(
 )
 # An all-zero row of entity_vectors: a name that was not embedded (never taken).
 ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)
+
+
+@dataclass(frozen=True)
+class KeptCut:
+    """The pieces of the unchanged leading documents an update keeps from the edited version (the
+    leading rows of its chunks, units and sentences tables), and where the cut resumes."""
+
+    resume: Resume
+    tables: dict[str, pa.Table]
+    document_tokens: np.ndarray  # rows of the documents before ``resume.document``
+
+    def joined(self, name: str, columns: dict[str, list]) -> pa.Table:
+        """Table ``name``: the kept rows, then ``columns`` (the rows cut now)."""
+        return pa.concat_tables([self.tables[name], pa.table(columns)], promote_options="permissive")
 
 
 class PreviousVersion:
@@ -211,6 +231,47 @@ class PreviousVersion:
         self.taken += int((rows >= 0).sum())
         vocabulary = self.store.read_table(KEYWORDS, ["keyword"])["keyword"]
         return KnownPostings(vocabulary, self.store.read_graph(source.values), rows)
+
+    def cut(self, documents: Sequence[Document], chunking: ChunkingConfig) -> KeptCut | None:
+        """The edited version's pieces of the leading ``documents`` it holds unchanged (same id,
+        title, text and ACL), with where the cut of the rest resumes; None where it has none to
+        offer (no such documents, other chunking settings, tokeniser or sentence splitter)."""
+        tables = [("tables", name) for name in (DOCUMENTS, CHUNKS, UNITS, SENTENCES)]
+        store = self.holding(*tables, ("arrays", DOCUMENT_TOKENS))
+        if store is None or setting(self._stored, "chunking") != setting(self._config, "chunking"):
+            return None
+        old = store.read_table(DOCUMENTS, ["id", "title", "text", "acl"])
+        unchanged = 0
+        for doc, *held in zip(documents, old["id"], old["title"], old["text"], old["acl"]):
+            if [doc.id, doc.title, doc.text, doc.acl] != held:
+                break
+            unchanged += 1
+        if not unchanged:
+            return None
+        chunks, units = store.read_arrow(CHUNKS), store.read_arrow(UNITS)
+        sentences = store.read_arrow(SENTENCES)
+        document_tokens = store.read_array(DOCUMENT_TOKENS)
+        resume = resume_point(
+            unchanged,
+            list(stream_groups(documents[:unchanged], chunking.pack_documents))[-1][0],
+            document_tokens,
+            chunk_start=chunks["token_start"].to_numpy(),
+            chunk_document=pc.list_element(chunks["docs"], 0).to_numpy(),
+            unit_start=units["token_start"].to_numpy(),
+            unit_chunk=units["chunk"].to_numpy(),
+            sentence_document=sentences["doc"].to_numpy(),
+            size=chunking.size,
+        )
+        self.taken += resume.chunks + resume.units + resume.sentences
+        return KeptCut(
+            resume,
+            {
+                CHUNKS: chunks.slice(0, resume.chunks),
+                UNITS: units.slice(0, resume.units),
+                SENTENCES: sentences.slice(0, resume.sentences),
+            },
+            document_tokens[: resume.document],
+        )
 
     def table(self, name: str, columns: Sequence[str]) -> dict[str, list] | None:
         """Columns of a table of the edited version, or None where it has no such table."""

@@ -82,6 +82,33 @@ def test_the_updated_index_is_bitwise_a_rebuild_with_the_same_caches(updated):
     assert compared >= 20 and differ == []
 
 
+def test_an_appended_document_is_cut_alone_and_the_index_is_bitwise_a_rebuild(updated, tmp_path, monkeypatch):
+    """An insert keeps the edited version's chunks, sub-chunks and sentences of the documents before
+    it and re-cuts the token stream from the last chunk they decide alone: only the stream's last
+    documents are tokenised and split again, and the result is a rebuild's."""
+    index = tmp_path / "index"
+    shutil.copytree(updated["work"] / "index", index)
+    added = Document(id="lighthouse", title="Lighthouse", text="The lighthouse at Sorvik was lit in 1874. It works.")
+    final = [*versions.read_documents(updated["live"]), added]
+    analysed: list[int] = []
+    analyse = context.TextAnalyser.analyse
+
+    def spy(self, texts, encoding):
+        analysed.append(len(texts))
+        return analyse(self, texts, encoding)
+
+    monkeypatch.setattr(context.TextAnalyser, "analyse", spy)
+    versions.submit_update(index, [added], [])
+    [job] = versions.run_pending(index)
+    live = IndexStore(version_dir(index, job["id"]))
+    assert analysed == [2]  # the inserted document and the one before it in the stream
+    assert live.read_manifest()["stages"]["chunks"]["taken_from_previous"] > 0
+    build_index(final, tmp_path / "rebuilt", updated["config"], progress=False)
+    assert analysed[-1] == len(final)  # a build analyses every document
+    compared, differ = live.differences(IndexStore(tmp_path / "rebuilt"), tolerance=0.0)
+    assert compared >= 20 and differ == []
+
+
 def test_rows_are_taken_only_under_the_same_vector_settings(updated):
     base = IndexStore(updated["work"] / "index")
     texts = base.read_table("sentences")["text"][:3] + ["A sentence no version holds."]
