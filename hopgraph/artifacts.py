@@ -7,9 +7,9 @@ declared shape honoured). ``python -m hopgraph.artifacts`` prints it as a Markdo
 Shapes use: D documents, C chunks, U sub-chunks ("units"), S sentences, K keywords, d embedding
 dimension, w cosine candidates and h lexical neighbours per chunk, a digit that many columns; KG:
 E entities, M mentions with a description, F mentions as written, R relations; CUE: Q knowledge
-units, N entity nodes, P unit–entity mentions; entity layer: G entities (spaCy names and titles). Vectors are float32 with
-unit-length rows (all-zero where there was nothing to embed, e.g. a keyword no sentence contains);
-graphs are CSR matrices stored as .npz.
+units, N entity nodes, P unit–entity mentions; entity layer: G entities (spaCy names and titles).
+Vectors are float32 with unit-length rows (all-zero where there was nothing to embed, e.g. a
+keyword no sentence contains); graphs are CSR matrices stored as .npz.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from hopgraph.index.llm_stages import stage_cue_graph, stage_kg_extract
 from hopgraph.index.progress import RunProgress
 from hopgraph.index.reuse import (
     CHUNK_POSTINGS,
+    CHUNK_ROWS,
     EMBEDDING,
     FIRST_BUILD,
     ROW_RULES,
@@ -151,8 +152,12 @@ def stage_embed_units(ctx: BuildContext) -> dict[str, int]:
     units = ctx.store.read_table("units", ["heading", "text", "tokens", "chunk"])
     vectors = ctx.previous.take(UNIT_ROWS, searchable(units), ctx.embed)
     ctx.store.write_array("unit_vectors", vectors)
-    n_chunks = len(ctx.store.read_table("chunks", ["tokens"])["tokens"])
-    ctx.store.write_array("chunk_vectors", group_mean_vectors(vectors, units["chunk"], n_chunks))
+    chunks = searchable(ctx.store.read_table(CHUNKS, ["heading", "text"]))
+    kept = ctx.previous.in_place(CHUNK_ROWS, chunks)  # same sub-chunks, so the same mean
+    chunk_vectors = group_mean_vectors(vectors, units["chunk"], len(chunks), first=kept)
+    if kept:
+        chunk_vectors = np.concatenate([ctx.previous.taken_rows(CHUNK_ROWS, kept), chunk_vectors])
+    ctx.store.write_array("chunk_vectors", chunk_vectors)
     return {"embedded_texts": len(units["text"]), "embedding_tokens": int(sum(units["tokens"]))}
 
 

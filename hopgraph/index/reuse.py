@@ -142,6 +142,7 @@ class PreviousVersion:
         self._config = config.model_dump() if config is not None else {}
         self._stored: dict[str, Any] = {}
         self._keys: dict[tuple[str, ...], dict[str, list[int]]] = {}
+        self._kept: dict[str, int] = {}  # table → leading rows the cut kept in place (see cut)
         self._text_models: dict[str, str] | None = None
         if store is not None:
             manifest = store.read_manifest() if store.exists() else {}
@@ -171,17 +172,48 @@ class PreviousVersion:
         except KeyError:  # a setting the edited version's hopgraph did not have
             return False
 
-    def _rows_of(self, source: ByText) -> dict[str, list[int]]:
-        """Text → rows of the edited version's table holding it, in order; sources with the same
-        table and key columns share one lookup."""
-        name = (source.table, *source.key_columns)
+    def _rows_of(self, source: ByText, start: int = 0) -> dict[str, list[int]]:
+        """Text → rows from ``start`` on of the edited version's table holding it, in order; sources
+        with the same table and key columns share one lookup."""
+        name = (source.table, *source.key_columns, str(start))
         if name not in self._keys:
             assert self.store is not None
+            table = self.store.read_arrow(source.table, source.key_columns).slice(start).to_pydict()
             keys: dict[str, list[int]] = {}
-            for row, text in enumerate(source.key(self.store.read_table(source.table, source.key_columns))):
+            for row, text in enumerate(source.key(table), start):
                 keys.setdefault(text, []).append(row)
             self._keys[name] = keys
         return self._keys[name]
+
+    def _in_place(self, source: ByText, texts: Sequence[str]) -> int:
+        """How many leading ``texts`` are the rows an update's cut kept in place (:meth:`cut`): the
+        same texts at the same rows, matched by position rather than looked up (a lookup table of
+        every row costs more than the rest of a stage on a large index)."""
+        kept = min(self._kept.get(source.table, 0), len(texts))
+        if kept:
+            assert self.store is not None
+            head = self.store.read_arrow(source.table, source.key_columns).slice(0, kept).to_pydict()
+            if source.key(head) != list(texts[:kept]):  # not this version's rows: look every text up
+                return 0
+        return kept
+
+    def in_place(self, source: ByText, texts: Sequence[str]) -> int:
+        """How many leading ``texts`` (the rows of this version's table) are rows the cut kept in
+        place whose stored ``source`` values hold here too (0 where the version has none to offer)."""
+        return self._in_place(source, texts) if texts and self._usable(source) else 0
+
+    def taken_rows(self, source: ByText, n: int) -> np.ndarray:
+        """The first ``n`` rows of the edited version's ``source`` values (after :meth:`in_place`)."""
+        assert self.store is not None
+        self.taken += n
+        return np.asarray(self.store.read_array(source.values, mmap=True)[:n])
+
+    def _first_rows(self, source: ByText, texts: Sequence[str]) -> np.ndarray:
+        """The edited version's first row holding each text (-1 where it holds none)."""
+        kept = self._in_place(source, texts)
+        keys = self._rows_of(source, kept)
+        rest = (keys[t][0] if t in keys else -1 for t in texts[kept:])
+        return np.concatenate([np.arange(kept, dtype=np.int64), np.fromiter(rest, np.int64, len(texts) - kept)])
 
     def rows(self, source: ByText, texts: Sequence[str]) -> np.ndarray | None:
         """The edited version's row per text (-1 where it has none; a text held n times here is
@@ -189,10 +221,13 @@ class PreviousVersion:
         where that version has no such rows to offer."""
         if not texts or not self._usable(source):
             return None
-        rows_of = self._rows_of(source)
+        kept = self._in_place(source, texts)
+        rows_of = self._rows_of(source, kept)
         seen: dict[str, int] = {}
         rows = np.full(len(texts), -1, dtype=np.int64)
-        for i, text in enumerate(texts):
+        rows[:kept] = np.arange(kept)
+        for i in range(kept, len(texts)):
+            text = texts[i]
             matches, nth = rows_of.get(text, ()), seen.get(text, 0)
             if nth < len(matches):
                 rows[i] = matches[nth]
@@ -224,8 +259,7 @@ class PreviousVersion:
         if not texts or not self._usable(source) or setting(self._config, "keywords.method") != "tokens":
             return None
         assert self.store is not None
-        keys = self._rows_of(source)
-        rows = np.fromiter((keys[t][0] if t in keys else -1 for t in texts), dtype=np.int64, count=len(texts))
+        rows = self._first_rows(source, texts)
         if not (rows >= 0).any() or not self.store.has("tables", KEYWORDS):
             return None
         self.taken += int((rows >= 0).sum())
@@ -263,6 +297,7 @@ class PreviousVersion:
             size=chunking.size,
         )
         self.taken += resume.chunks + resume.units + resume.sentences
+        self._kept = {CHUNKS: resume.chunks, UNITS: resume.units, SENTENCES: resume.sentences}
         return KeptCut(
             resume,
             {
@@ -299,8 +334,7 @@ class PreviousVersion:
             return np.asarray(compute(list(texts)))
         assert self.store is not None
         if rows is None:
-            keys = self._rows_of(source)  # a repeated text takes its first row
-            rows = np.fromiter((keys[t][0] if t in keys else -1 for t in texts), dtype=np.int64, count=len(texts))
+            rows = self._first_rows(source, texts)  # a repeated text takes its first row
         else:
             rows = np.array(rows, dtype=np.int64)
         values = (

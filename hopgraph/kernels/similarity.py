@@ -142,9 +142,20 @@ def mean_vectors(incidence: sp.spmatrix, vectors: np.ndarray, block_rows: int = 
     return sums.astype(np.float32)
 
 
-def group_mean_vectors(vectors: np.ndarray, group: Any, groups: int) -> np.ndarray:
-    """Row g: the unit-length mean of the rows of ``vectors`` whose ``group`` is g (see :func:`mean_vectors`)."""
+def group_mean_vectors(
+    vectors: np.ndarray, group: Any, groups: int, first: int = 0, block_rows: int = MEAN_BLOCK_ROWS
+) -> np.ndarray:
+    """Row g: the unit-length mean of the rows of ``vectors`` whose ``group`` is g (see :func:`mean_vectors`).
+
+    With ``first``, only the rows g ≥ ``first``, bitwise as the whole computation makes them:
+    ``group`` must then be sorted, and the sums start at the block boundary the whole computation
+    has below the first row of group ``first`` (a sum over a block's rows and one over all rows
+    differ in their last bits)."""
     group = np.asarray(group, dtype=np.int64)
+    if first:
+        aligned = int(np.searchsorted(group, first)) // block_rows * block_rows
+        low = int(group[aligned]) if aligned < len(group) else first
+        return group_mean_vectors(vectors[aligned:], group[aligned:] - low, groups - low, 0, block_rows)[first - low :]
     if groups == len(group) and np.array_equal(group, np.arange(groups)):
         # One row per group, in order (one sub-chunk per chunk): the mean is the row itself. The
         # product below adds it to 0.0 in float64 (-0.0 becomes 0.0) before the same normalisation:
@@ -154,4 +165,4 @@ def group_mean_vectors(vectors: np.ndarray, group: Any, groups: int) -> np.ndarr
         rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
         return rows.astype(np.float32)
     membership = sp.csr_matrix((np.ones(len(group)), (np.arange(len(group)), group)), shape=(len(group), groups))
-    return mean_vectors(membership, vectors)
+    return mean_vectors(membership, vectors, block_rows)

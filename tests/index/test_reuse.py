@@ -109,6 +109,22 @@ def test_an_appended_document_is_cut_alone_and_the_index_is_bitwise_a_rebuild(up
     assert compared >= 20 and differ == []
 
 
+def test_rows_kept_in_place_match_by_position_and_other_texts_by_lookup(updated):
+    """After the cut, the kept leading rows match by position without a lookup; texts that are not
+    this version's rows in order (here reversed) are all looked up, and each finds a row of its text."""
+    live = IndexStore(updated["live"])
+    previous = PreviousVersion(live, updated["config"])
+    kept = previous.cut(versions.read_documents(updated["live"]), updated["config"].chunking)
+    assert kept is not None and kept.resume.chunks > 0
+    texts = searchable(live.read_table("chunks", ["heading", "text"]))
+    assert previous.in_place(CHUNK_ROWS, texts) == kept.resume.chunks
+    np.testing.assert_array_equal(previous.rows(CHUNK_ROWS, texts), np.arange(len(texts)))
+    backwards = texts[::-1]
+    assert previous.in_place(CHUNK_ROWS, backwards) == 0
+    rows = previous.rows(CHUNK_ROWS, backwards)
+    assert (rows >= 0).all() and [texts[r] for r in rows] == backwards
+
+
 def test_rows_are_taken_only_under_the_same_vector_settings(updated):
     base = IndexStore(updated["work"] / "index")
     texts = base.read_table("sentences")["text"][:3] + ["A sentence no version holds."]

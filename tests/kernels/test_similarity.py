@@ -136,3 +136,21 @@ def test_one_row_per_group_gives_the_bits_of_the_product():
         group_mean_vectors(vectors, shuffled, 300).tobytes()
         == mean_vectors(sp.csr_matrix((np.ones(300), (np.arange(300), shuffled)), shape=(300, 300)), vectors).tobytes()
     )
+
+
+def test_the_means_of_the_last_groups_alone_are_bitwise_those_of_all_groups():
+    """An update computes only the chunks after those it kept: the same bits as the whole product,
+    whatever block the first of them starts in. Blocks of 7 rows and 3 rows per group here, so
+    group 2 (rows 6-8) straddles a block: summed as 1e20 + (-1e20 + 1e-20) its first component is
+    0, summed in one go 1e-20; only sums that start where the whole product's blocks do agree."""
+    rng = np.random.default_rng(11)
+    group = np.repeat(np.arange(40), 3)
+    vectors = rng.standard_normal((len(group), 8)).astype(np.float32)
+    vectors[6:9, 0] = [1e20, -1e20, 1e-20]
+    vectors[12, :3] = -0.0
+    whole = group_mean_vectors(vectors, group, 40, block_rows=7)
+    for first in (0, 1, 2, 3, 9, 17, 39, 40):
+        tail = group_mean_vectors(vectors, group, 40, first=first, block_rows=7)
+        assert tail.shape == (40 - first, 8) and tail.tobytes() == whole[first:].tobytes(), first
+    identity = group_mean_vectors(vectors, np.arange(len(group)), len(group), first=23, block_rows=7)
+    assert identity.tobytes() == group_mean_vectors(vectors, np.arange(len(group)), len(group))[23:].tobytes()
