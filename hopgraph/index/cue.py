@@ -284,7 +284,11 @@ def kept_chunks(previous: PreviousVersion, chunk_texts: Sequence[str], chosen: n
     """
     kept = np.full(len(chunk_texts), -1, dtype=np.int64)
     store = previous.holding(
-        ("tables", CHUNKS), ("tables", CUE_UNITS), ("tables", CUE_MENTIONS), ("graphs", CUE_UNIT_ENTITIES)
+        ("tables", CHUNKS),
+        ("tables", CUE_UNITS),
+        ("tables", CUE_MENTIONS),
+        ("graphs", CUE_UNIT_ENTITIES),
+        models=("sentences", "names"),
     )
     if store is None or not len(chunk_texts):
         return kept

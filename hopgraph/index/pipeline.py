@@ -75,6 +75,35 @@ def stage_documents(ctx: BuildContext) -> dict[str, int]:
     return {"documents": len(docs)}
 
 
+_TEXT, _INTS = ("text", pa.string()), pa.list_(pa.int64())
+# One schema however a table was made (an update's kept rows read back from Parquet, or made now).
+PIECE_SCHEMAS = {
+    CHUNKS: pa.schema(
+        [
+            _TEXT,
+            ("heading", pa.string()),
+            ("tokens", pa.int64()),
+            ("docs", _INTS),
+            ("starts", _INTS),
+            ("acl", pa.list_(pa.string())),
+            ("token_start", pa.int64()),
+        ]
+    ),
+    UNITS: pa.schema(
+        [
+            _TEXT,
+            ("heading", pa.string()),
+            ("tokens", pa.int64()),
+            ("docs", _INTS),
+            ("chunk", pa.int64()),
+            ("starts", _INTS),
+            ("token_start", pa.int64()),
+        ]
+    ),
+    SENTENCES: pa.schema([_TEXT, ("tokens", pa.int64()), ("doc", pa.int64()), ("unit", pa.int64())]),
+}
+
+
 def stage_chunks(ctx: BuildContext) -> dict[str, int]:
     """Chunks, sub-chunks and sentences; an update keeps those of the unchanged leading documents
     and cuts only from where they stop deciding the cut (:func:`~hopgraph.index.chunking.resume_point`)."""
@@ -107,7 +136,8 @@ def stage_chunks(ctx: BuildContext) -> dict[str, int]:
             "unit": layers.sentences.parent,
         },
     }
-    tables = {name: kept.joined(name, columns) if kept else pa.table(columns) for name, columns in rows.items()}
+    made = {name: pa.table(columns, schema=PIECE_SCHEMAS[name]) for name, columns in rows.items()}
+    tables = {name: kept.joined(name, table) if kept else table for name, table in made.items()}
     for name, table in tables.items():
         ctx.store.write_table(name, table)
     document_tokens = np.asarray(layers.document_tokens, dtype=np.int64).reshape(-1, 2)
@@ -258,6 +288,20 @@ STAGES: list[Stage] = [
 ]
 
 
+# The stages whose results a text model decides (kinds of reuse.text_models): a build resumed under
+# other models makes them, and every stage that reads them, again.
+TEXT_MODEL_STAGES = {"tokens": ("chunks",), "sentences": ("chunks", "cue_graph"), "names": ("entities", "cue_graph")}
+
+
+def _following(names: set[str]) -> set[str]:
+    """The stages ``names`` and every stage that reads one of them, directly or through others."""
+    out = set(names)
+    for stage in STAGES:  # in order: the stages a stage reads come before it
+        if out & set(stage.reads):
+            out.add(stage.name)
+    return out
+
+
 def planned_stages(config: HopgraphConfig) -> list[tuple[str, Callable[[BuildContext], dict[str, int]]]]:
     return [(stage.name, stage.run) for stage in STAGES if stage.enabled(config)]
 
@@ -356,9 +400,11 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         manifest["stages"].pop(name, None)
     if changed:
         manifest["complete"] = False
-    if manifest.get("text_models", text_models()) != text_models() and "cue_graph" in manifest["stages"]:
-        manifest["stages"].pop("cue_graph")  # its sentence units and names came from other models
-        manifest["complete"] = False
+    before, now = manifest.get("text_models", text_models()), text_models()
+    moved = {kind for kind in now if kind in before and before[kind] != now[kind]}
+    for name in _following({stage for kind in moved for stage in TEXT_MODEL_STAGES[kind]}):
+        if manifest["stages"].pop(name, None) is not None:  # made with other models
+            manifest["complete"] = False
     manifest["config"] = config.model_dump()
     manifest["stage_settings"] = keys
     manifest["text_models"] = text_models()

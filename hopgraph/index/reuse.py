@@ -89,6 +89,7 @@ class ByText:
     column: bool = False
     graph: bool = False  # ``values`` names a graph
     settings: tuple[str, ...] = VECTOR_SETTINGS  # what the values depend on besides the text
+    models: tuple[str, ...] = ()  # ...and the text models (kinds of :func:`text_models`)
 
 
 def _text(table: dict[str, list]) -> list[str]:
@@ -99,7 +100,7 @@ UNIT_ROWS = ByText(UNITS, searchable, ("heading", "text"), UNIT_VECTORS)
 CHUNK_ROWS = ByText(CHUNKS, searchable, ("heading", "text"), CHUNK_VECTORS)
 SENTENCE_ROWS = ByText(SENTENCES, _text, ("text",), SENTENCE_VECTORS)
 CUE_UNIT_ROWS = ByText(CUE_UNITS, _text, ("text",), CUE_UNIT_VECTORS)
-CUE_UNIT_TOKENS = ByText(CUE_UNITS, _text, ("text",), "tokens", column=True, settings=())
+CUE_UNIT_TOKENS = ByText(CUE_UNITS, _text, ("text",), "tokens", column=True, settings=(), models=("tokens",))
 CUE_ENTITY_ROWS = ByText(CUE_ENTITIES, lambda table: table["name"], ("name",), CUE_ENTITY_VECTORS)
 # A text's keywords depend on the tokeniser's rules (ROW_RULES) and these; tf-idf keeps a text's
 # words by their corpus-wide frequency, so its rows are never taken.
@@ -127,9 +128,9 @@ class KeptCut:
     tables: dict[str, pa.Table]
     document_tokens: np.ndarray  # rows of the documents before ``resume.document``
 
-    def joined(self, name: str, columns: dict[str, list]) -> pa.Table:
-        """Table ``name``: the kept rows, then ``columns`` (the rows cut now)."""
-        return pa.concat_tables([self.tables[name], pa.table(columns)], promote_options="permissive")
+    def joined(self, name: str, made: pa.Table) -> pa.Table:
+        """Table ``name``: the kept rows, then those ``made`` now, in the schema of ``made``."""
+        return pa.concat_tables([self.tables[name].cast(made.schema), made]).combine_chunks()
 
 
 class PreviousVersion:
@@ -150,12 +151,16 @@ class PreviousVersion:
                 self._stored = manifest.get("config", {})
                 self._text_models = manifest.get("text_models")
 
-    def holding(self, *artifacts: tuple[str, str]) -> IndexStore | None:
+    def holding(self, *artifacts: tuple[str, str], models: Sequence[str]) -> IndexStore | None:
         """The edited version's store where it holds every (folder, name) artifact and made its
-        per-text results with today's :func:`text_models`; None elsewhere."""
-        if not self._stored or self.store is None or self._text_models != text_models():
+        per-text results with today's :func:`text_models` of the given kinds; None elsewhere."""
+        if not self._stored or self.store is None or not self._same_models(models):
             return None
         return self.store if all(self.store.has(kind, name) for kind, name in artifacts) else None
+
+    def _same_models(self, models: Sequence[str]) -> bool:
+        now, then = text_models(), self._text_models or {}
+        return all(kind in then and then[kind] == now[kind] for kind in models)
 
     def _usable(self, source: ByText) -> bool:
         if not self._stored or self.store is None:
@@ -166,6 +171,8 @@ class PreviousVersion:
             if source.values not in self.store.table_columns(source.table):
                 return False
         elif not self.store.has("graphs" if source.graph else "arrays", source.values):
+            return False
+        if not self._same_models(source.models):
             return False
         try:
             return all(setting(self._stored, s) == setting(self._config, s) for s in source.settings)
@@ -269,10 +276,13 @@ class PreviousVersion:
     def cut(self, documents: Sequence[Document], chunking: ChunkingConfig) -> KeptCut | None:
         """The edited version's pieces of the leading ``documents`` it holds unchanged (same id,
         title, text and ACL), with where the cut of the rest resumes; None where it has none to
-        offer (no such documents, other chunking settings, tokeniser or sentence splitter)."""
+        offer (no such documents or chunks, other chunking settings, tokeniser or sentence splitter)."""
         tables = [("tables", name) for name in (DOCUMENTS, CHUNKS, UNITS, SENTENCES)]
-        store = self.holding(*tables, ("arrays", DOCUMENT_TOKENS))
-        if store is None or setting(self._stored, "chunking") != setting(self._config, "chunking"):
+        store = self.holding(*tables, ("arrays", DOCUMENT_TOKENS), models=("tokens", "sentences"))
+        try:
+            if store is None or setting(self._stored, "chunking") != setting(self._config, "chunking"):
+                return None
+        except KeyError:  # no chunking settings to compare (a version made without a config)
             return None
         old = store.read_table(DOCUMENTS, ["id", "title", "text", "acl"])
         unchanged = 0
@@ -283,6 +293,8 @@ class PreviousVersion:
         if not unchanged:
             return None
         chunks, units = store.read_arrow(CHUNKS), store.read_arrow(UNITS)
+        if not chunks.num_rows:  # nothing to keep (and no typed columns to read positions from)
+            return None
         sentences = store.read_arrow(SENTENCES)
         document_tokens = store.read_array(DOCUMENT_TOKENS)
         resume = resume_point(

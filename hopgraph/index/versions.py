@@ -4,10 +4,12 @@ An update builds a whole new version of the index over the final corpus with the
 and settings as the live version, then switches a pointer. That is cheap because the expensive
 work is cached by content (vectors by (model, text), LLM completions by request, tokens, sentences
 and spaCy entities per text: :mod:`hopgraph.index.analysis`), so only new texts cost model or
-analysis time; the graph stages (vocabulary, KNN graph, concept graph, PageRank) are
-global quantities that are cheap kernels and are simply recomputed. Results therefore equal a
-rebuild of the same corpus by construction, and a killed job resumes through the pipeline's own
-stage records.
+analysis time, and because the rows of unchanged texts, and the pieces of the unchanged leading
+documents, are taken from the version it edits (:mod:`hopgraph.index.reuse`) as a rebuild would
+compute them; the graph stages (vocabulary, KNN graph, concept graph, PageRank) are global
+quantities that are cheap kernels and are recomputed or patched exactly. Results therefore equal
+a rebuild of the same corpus (but for the approximate cosine search above
+``graph.exact_knn_limit``), and a killed job resumes through the pipeline's own stage records.
 
 Layout inside an index directory ``INDEX`` (whose own files, written by ``hopgraph index``, are
 version ""):
@@ -27,10 +29,10 @@ member's record when it first starts, so a resumed batch recomputes exactly the 
 jobs queued while it runs form the next batch.
 
 Cost trade-off of ``chunking.pack_documents`` (default true): consecutive documents are cut as
-one token stream, so appending documents re-cuts only the last chunk, but deleting or replacing
-one shifts every chunk after it in its stream, and those chunks' texts are new to the vector
-cache (re-embedded). With pack_documents=false every document has its own chunks and a delete
-costs almost nothing.
+one token stream, so appending documents re-cuts only the stream's last chunks (and tokenises
+only its last documents again), but deleting or replacing one shifts every chunk after it in its
+stream, and those chunks' texts are new to the vector cache (re-embedded). With
+pack_documents=false every document has its own chunks and a delete costs almost nothing.
 """
 
 from __future__ import annotations

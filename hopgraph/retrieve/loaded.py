@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 import scipy.sparse as sp
 
+from hopgraph.artifacts import UPDATE_COLUMNS
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import IndexFormatError
 from hopgraph.store import IndexStore, live_root
@@ -112,7 +113,10 @@ class LoadedIndex:
         return self.table(self.PIECE_TABLES.get(kind, kind))
 
     def table(self, name: str) -> dict[str, list]:
-        return self.memo("table", name, lambda: self.store.read_table(name))
+        def read() -> dict[str, list]:
+            return self.store.read_table(name, [c for c in self.store.table_columns(name) if c not in UPDATE_COLUMNS])
+
+        return self.memo("table", name, read)
 
     def array(self, name: str) -> np.ndarray:
         """A stored array, memory-mapped read-only: processes serving the same version share its pages,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from hopgraph.config import load_config
@@ -107,6 +108,9 @@ def test_an_appended_document_is_cut_alone_and_the_index_is_bitwise_a_rebuild(up
     assert analysed[-1] == len(final)  # a build analyses every document
     compared, differ = live.differences(IndexStore(tmp_path / "rebuilt"), tolerance=0.0)
     assert compared >= 20 and differ == []
+    for name in ("chunks", "units", "sentences"):  # kept rows read back from Parquet take the same types
+        schemas = [pq.read_schema(root / "tables" / f"{name}.parquet") for root in (live.root, tmp_path / "rebuilt")]
+        assert schemas[0] == schemas[1], name
 
 
 def test_rows_kept_in_place_match_by_position_and_other_texts_by_lookup(updated):
@@ -336,9 +340,10 @@ def test_a_tfidf_index_update_counts_its_lexical_neighbours_afresh(tmp_path):
     np.testing.assert_array_equal(live.read_array("knn_lexical_indices"), rebuilt.read_array("knn_lexical_indices"))
 
 
-def test_a_resumed_build_with_other_text_models_makes_its_cue_graph_again(updated, tmp_path):
-    """Its sentence units and names came from the models the manifest names: resumed under others,
-    the stage runs again rather than be recorded as made by today's."""
+def test_a_resumed_build_with_other_text_models_makes_what_they_decide_again(updated, tmp_path):
+    """The CUE graph's sentence units and names, the entity layer's names and the cut came from the
+    models the manifest names: resumed under others, those stages (and the stages reading them) run
+    again rather than be recorded as made by today's."""
     from hopgraph.index.pipeline import start_manifest
     from hopgraph.index.reuse import text_models
 
@@ -351,8 +356,12 @@ def test_a_resumed_build_with_other_text_models_makes_its_cue_graph_again(update
     manifest["text_models"] = {**manifest["text_models"], "names": "another spaCy"}
     store.write_manifest(manifest)
     resumed = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
-    assert "cue_graph" not in resumed["stages"] and not resumed["complete"] and "entities" in resumed["stages"]
-    assert resumed["text_models"] == text_models()
+    assert not resumed["complete"] and resumed["text_models"] == text_models()
+    assert {"cue_graph", "entities"}.isdisjoint(resumed["stages"]) and "knn_graph" in resumed["stages"]
+    manifest["text_models"] = {**text_models(), "tokens": "another tiktoken"}
+    store.write_manifest(manifest)
+    resumed = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
+    assert list(resumed["stages"]) == ["documents"]  # every other stage reads the cut
 
 
 def test_a_sentence_holding_a_word_the_insert_brings_into_the_vocabulary_is_counted_again(tmp_path):
