@@ -7,6 +7,8 @@ skips finished stages. A different corpus or build setting is refused instead of
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 import resource
@@ -476,9 +478,27 @@ def build_index(
     edited = PreviousVersion(IndexStore(previous), config) if previous is not None else FIRST_BUILD
     ctx = BuildContext(store, config, documents, progress, engine=engine, run=run, previous=edited)
     try:
-        return _run_stages(ctx, manifest, stop_after)
+        with _rare_collections():
+            return _run_stages(ctx, manifest, stop_after)
     finally:
         run.close()
+
+
+@contextlib.contextmanager
+def _rare_collections() -> Iterator[None]:
+    """Run Python's cycle collector less often while stages run.
+
+    A stage allocates millions of small objects (lists of texts, ids, per-row lists) that live until
+    it ends, and each full collection walks all of them: on a 100k-chunk insert that was 1-2 s of
+    ~12 s. Collections still run (every 100k allocations instead of 700), so cycles are freed, a
+    little later.
+    """
+    before = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 1000)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | None) -> dict:

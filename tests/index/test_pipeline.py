@@ -146,3 +146,33 @@ def test_a_device_this_machine_cannot_use_is_refused_before_any_stage(tmp_path, 
     with pytest.raises(DependencyError, match="device 'cuda' was requested"):
         build_index(sample_documents, tmp_path / "index", config, progress=False)
     assert not (tmp_path / "index" / "tables").exists()  # no stage ran
+
+
+def test_stages_run_with_rare_collections_and_the_collector_is_restored(tmp_path, sample_documents, sample_config):
+    """The cycle collector runs rarely while stages allocate their millions of rows (a speed matter,
+    measured in insert_cost.json), and as before once the build ends, also when a stage fails."""
+    import gc
+
+    from hopgraph.index import pipeline
+
+    before = gc.get_threshold()
+    during = []
+    chunks = pipeline.stage_chunks
+
+    def record(ctx):
+        during.append(gc.get_threshold())
+        return chunks(ctx)
+
+    stages = [s if s.name != "chunks" else pipeline.Stage(s.name, record, s.settings, s.reads) for s in STAGES]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "STAGES", stages)
+        build_index(sample_documents, tmp_path / "idx", sample_config, progress=False, stop_after="chunks")
+        assert during and during[0][0] > 10 * before[0] and gc.get_threshold() == before
+
+        def fail(ctx):
+            raise RuntimeError("a stage failed")
+
+        patch.setattr(pipeline, "STAGES", [pipeline.Stage("documents", fail, ("access",))])
+        with pytest.raises(RuntimeError):
+            build_index(sample_documents, tmp_path / "other", sample_config, progress=False)
+    assert gc.get_threshold() == before
