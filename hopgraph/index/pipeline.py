@@ -14,6 +14,7 @@ import json
 import resource
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -484,21 +485,36 @@ def build_index(
         run.close()
 
 
+class _Collections:
+    """Builds running in this process now, and the collector's thresholds before the first."""
+
+    lock = threading.Lock()
+    builds = 0
+    before: tuple[int, ...] = ()
+
+
 @contextlib.contextmanager
 def _rare_collections() -> Iterator[None]:
-    """Run Python's cycle collector less often while stages run.
+    """Run Python's young-generation cycle collections less often while stages run.
 
     A stage allocates millions of small objects (lists of texts, ids, per-row lists) that live until
-    it ends, and each full collection walks all of them: on a 100k-chunk insert that was 1-2 s of
-    ~12 s. Collections still run (every 100k allocations instead of 700), so cycles are freed, a
-    little later.
+    it ends, and collections kept walking them: on a 100k-chunk insert that was 1-2 s of ~12 s.
+    Young collections still run (every 100k allocations instead of 700), and older generations on
+    their usual schedule relative to them, so cycles are freed, a little later. Builds overlapping
+    in threads share one setting, restored when the last of them ends.
     """
-    before = gc.get_threshold()
-    gc.set_threshold(100_000, 50, 1000)
+    with _Collections.lock:
+        if not _Collections.builds:
+            _Collections.before = gc.get_threshold()
+            gc.set_threshold(100_000, *_Collections.before[1:])
+        _Collections.builds += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _Collections.lock:
+            _Collections.builds -= 1
+            if not _Collections.builds:
+                gc.set_threshold(*_Collections.before)
 
 
 def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | None) -> dict:

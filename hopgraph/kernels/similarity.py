@@ -154,7 +154,7 @@ def group_mean_vectors(
     group = np.asarray(group, dtype=np.int64)
     if first:
         aligned = int(np.searchsorted(group, first)) // block_rows * block_rows
-        low = int(group[aligned]) if aligned < len(group) else first
+        low = min(int(group[aligned]), first) if aligned < len(group) else first  # group ``first`` may be empty
         return group_mean_vectors(vectors[aligned:], group[aligned:] - low, groups - low, 0, block_rows)[first - low :]
     if groups == len(group) and np.array_equal(group, np.arange(groups)):
         # One row per group, in order (one sub-chunk per chunk): the mean is the row itself. The

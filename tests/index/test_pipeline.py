@@ -176,3 +176,11 @@ def test_stages_run_with_rare_collections_and_the_collector_is_restored(tmp_path
         with pytest.raises(RuntimeError):
             build_index(sample_documents, tmp_path / "other", sample_config, progress=False)
     assert gc.get_threshold() == before
+    # Builds overlapping in threads: the first to end leaves the setting to the other.
+    first, second = pipeline._rare_collections(), pipeline._rare_collections()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold()[0] == during[0][0]
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == before

@@ -152,5 +152,10 @@ def test_the_means_of_the_last_groups_alone_are_bitwise_those_of_all_groups():
     for first in (0, 1, 2, 3, 9, 17, 39, 40):
         tail = group_mean_vectors(vectors, group, 40, first=first, block_rows=7)
         assert tail.shape == (40 - first, 8) and tail.tobytes() == whole[first:].tobytes(), first
+    # A first group with no rows, whose next row starts a block: still one row per group from it on.
+    ones = np.ones((4, 2), np.float32)
+    assert group_mean_vectors(ones, [0, 0, 2, 2], 3, first=1, block_rows=2).shape == (2, 2)
+    whole_of_two = group_mean_vectors(ones[:2], [2, 2], 3)
+    assert group_mean_vectors(ones[:2], [2, 2], 3, first=1).tobytes() == whole_of_two[1:].tobytes()
     identity = group_mean_vectors(vectors, np.arange(len(group)), len(group), first=23, block_rows=7)
     assert identity.tobytes() == group_mean_vectors(vectors, np.arange(len(group)), len(group))[23:].tobytes()
