@@ -498,7 +498,7 @@ def _rare_collections() -> Iterator[None]:
     """Run Python's young-generation cycle collections less often while stages run.
 
     A stage allocates millions of small objects (lists of texts, ids, per-row lists) that live until
-    it ends, and collections kept walking them: on a 100k-chunk insert that was 1-2 s of ~12 s.
+    it ends, and collections kept walking them, a measurable share of an insert's time.
     Young collections still run (every 100k allocations instead of 700), and older generations on
     their usual schedule relative to them, so cycles are freed, a little later. Builds overlapping
     in threads share one setting, restored when the last of them ends.
