@@ -144,6 +144,7 @@ class PreviousVersion:
         self._stored: dict[str, Any] = {}
         self._keys: dict[tuple[str, ...], dict[str, list[int]]] = {}
         self._kept: dict[str, int] = {}  # table → leading rows the cut kept in place (see cut)
+        self._heads: dict[tuple[str, ...], list[str]] = {}  # the texts of those rows, per key columns
         self._text_models: dict[str, str] | None = None
         if store is not None:
             manifest = store.read_manifest() if store.exists() else {}
@@ -198,9 +199,12 @@ class PreviousVersion:
         every row costs more than the rest of a stage on a large index)."""
         kept = min(self._kept.get(source.table, 0), len(texts))
         if kept:
-            assert self.store is not None
-            head = self.store.read_arrow(source.table, source.key_columns).slice(0, kept).to_pydict()
-            if source.key(head) != list(texts[:kept]):  # not this version's rows: look every text up
+            name = (source.table, *source.key_columns)
+            if name not in self._heads:
+                assert self.store is not None
+                head = self.store.read_arrow(source.table, source.key_columns).slice(0, self._kept[source.table])
+                self._heads[name] = source.key(head.to_pydict())
+            if self._heads[name][:kept] != list(texts[:kept]):  # not this version's rows: look every text up
                 return 0
         return kept
 
@@ -310,6 +314,7 @@ class PreviousVersion:
         )
         self.taken += resume.chunks + resume.units + resume.sentences
         self._kept = {CHUNKS: resume.chunks, UNITS: resume.units, SENTENCES: resume.sentences}
+        self._heads = {}
         return KeptCut(
             resume,
             {
