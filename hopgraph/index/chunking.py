@@ -70,8 +70,9 @@ class Resume:
     Chunks, sub-chunks and sentences before the given row counts, and documents before
     ``document``, are the earlier cut's. Cutting starts again at token ``start`` of the stream that
     holds ``document``, whose first token lies at ``first_token`` of that stream; ``unit_starts`` /
-    ``unit_ids`` are that stream's kept sub-chunks that start beyond every earlier one (those a
-    sentence is placed in by its start), which sentences of re-cut documents may still begin in.
+    ``unit_ids`` are the kept sub-chunks of that stream that sentences of re-cut documents may
+    still begin in: of those starting beyond every earlier one (those a sentence is placed in by its
+    start), the last that starts at ``first_token`` or before, and the ones after it.
     """
 
     document: int
@@ -355,10 +356,14 @@ def resume_point(
     stream_units = np.arange(int(np.searchsorted(unit_chunk, first_chunk)), units)
     starts = unit_start[stream_units]
     earlier = np.maximum.accumulate(np.concatenate([[-1], starts]))[:-1]
-    new = starts > earlier  # a sub-chunk counts where it starts further on than every earlier one
+    new = np.flatnonzero(starts > earlier)  # a sub-chunk counts where it starts further on than every earlier one
+    first_token = int(document_tokens[document, 0])
+    # Re-made sentences start at first_token or later: the last sub-chunk starting there or before and
+    # those after it are all they can begin in.
+    new = new[max(int(np.searchsorted(starts[new], first_token, side="right")) - 1, 0) :]
     return Resume(
         document=document,
-        first_token=int(document_tokens[document, 0]),
+        first_token=first_token,
         start=start,
         chunks=kept,
         units=units,

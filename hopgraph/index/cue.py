@@ -288,7 +288,7 @@ def kept_chunks(previous: PreviousVersion, chunk_texts: Sequence[str], chosen: n
         ("tables", CUE_UNITS),
         ("tables", CUE_MENTIONS),
         ("graphs", CUE_UNIT_ENTITIES),
-        models=("sentences", "names"),
+        stage="cue_graph",
     )
     if store is None or not len(chunk_texts):
         return kept

@@ -44,6 +44,7 @@ from hopgraph.index.reuse import (
     ROW_RULES,
     SENTENCE_POSTINGS,
     SENTENCE_ROWS,
+    STAGE_TEXT_MODELS,
     UNIT_ROWS,
     PreviousVersion,
     setting,
@@ -291,11 +292,6 @@ STAGES: list[Stage] = [
 ]
 
 
-# The stages whose results a text model decides (kinds of reuse.text_models): a build resumed under
-# other models makes them, and every stage that reads them, again.
-TEXT_MODEL_STAGES = {"tokens": ("chunks",), "sentences": ("chunks", "cue_graph"), "names": ("entities", "cue_graph")}
-
-
 def _following(names: set[str]) -> set[str]:
     """The stages ``names`` and every stage that reads one of them, directly or through others."""
     out = set(names)
@@ -405,7 +401,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         manifest["complete"] = False
     before, now = manifest.get("text_models", text_models()), text_models()
     moved = {kind for kind in now if kind in before and before[kind] != now[kind]}
-    for name in _following({stage for kind in moved for stage in TEXT_MODEL_STAGES[kind]}):
+    for name in _following({stage for stage, kinds in STAGE_TEXT_MODELS.items() if moved & set(kinds)}):
         if manifest["stages"].pop(name, None) is not None:  # made with other models
             manifest["complete"] = False
     manifest["config"] = config.model_dump()

@@ -71,6 +71,12 @@ def text_models() -> dict[str, str]:
     return {"sentences": sentence_model_key(), "names": ner_model_key(), "tokens": token_model_key()}
 
 
+# The text models (kinds of :func:`text_models`) each stage's results depend on directly: an update
+# takes those results only from a version made by the same models, and a build resumed under
+# others makes the stage (and every stage that reads it) again.
+STAGE_TEXT_MODELS = {"chunks": ("tokens", "sentences"), "cue_graph": ("sentences", "names"), "entities": ("names",)}
+
+
 def setting(data: dict[str, Any], dotted: str) -> Any:
     """The value at a dotted key of a config dump (``KeyError`` where it has no such key)."""
     for key in dotted.split("."):
@@ -152,10 +158,10 @@ class PreviousVersion:
                 self._stored = manifest.get("config", {})
                 self._text_models = manifest.get("text_models")
 
-    def holding(self, *artifacts: tuple[str, str], models: Sequence[str]) -> IndexStore | None:
-        """The edited version's store where it holds every (folder, name) artifact and made its
-        per-text results with today's :func:`text_models` of the given kinds; None elsewhere."""
-        if not self._stored or self.store is None or not self._same_models(models):
+    def holding(self, *artifacts: tuple[str, str], stage: str) -> IndexStore | None:
+        """The edited version's store where it holds every (folder, name) artifact and made the
+        results of ``stage`` with today's text models (:data:`STAGE_TEXT_MODELS`); None elsewhere."""
+        if not self._stored or self.store is None or not self._same_models(STAGE_TEXT_MODELS[stage]):
             return None
         return self.store if all(self.store.has(kind, name) for kind, name in artifacts) else None
 
@@ -282,7 +288,7 @@ class PreviousVersion:
         title, text and ACL), with where the cut of the rest resumes; None where it has none to
         offer (no such documents or chunks, other chunking settings, tokeniser or sentence splitter)."""
         tables = [("tables", name) for name in (DOCUMENTS, CHUNKS, UNITS, SENTENCES)]
-        store = self.holding(*tables, ("arrays", DOCUMENT_TOKENS), models=("tokens", "sentences"))
+        store = self.holding(*tables, ("arrays", DOCUMENT_TOKENS), stage="chunks")
         try:
             if store is None or setting(self._stored, "chunking") != setting(self._config, "chunking"):
                 return None

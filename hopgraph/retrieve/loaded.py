@@ -114,7 +114,8 @@ class LoadedIndex:
 
     def table(self, name: str) -> dict[str, list]:
         def read() -> dict[str, list]:
-            return self.store.read_table(name, [c for c in self.store.table_columns(name) if c not in UPDATE_COLUMNS])
+            table = self.store.read_arrow(name)
+            return table.select([c for c in table.column_names if c not in UPDATE_COLUMNS]).to_pydict()
 
         return self.memo("table", name, read)
 
