@@ -345,13 +345,13 @@ def _noninterference() -> str:
     )
 
 
-def _ner() -> str:
-    d = _load("ner_parallel.json")
+def _ner(name: str = "ner_parallel.json") -> str:
+    d = _load(name)
     one, many, ray = (d["runs"][name] for name in ("one_process", "processes", "ray_tasks"))
     same = "same names" if many["same_names"] and ray["same_names"] else "NOT the same names"
     return (
         f"spaCy's NER, the entity layer's per-text work, over MuSiQue-500's {d['texts']:,} sentences (`python3 "
-        f"scripts/bench_ner.py` → `ner_parallel.json`): {one['seconds']:.1f} s in one process, "
+        f"scripts/bench_ner.py` → `{name}`): {one['seconds']:.1f} s in one process, "
         f"{many['seconds']:.1f} s in {many['processes']} (**{many['speedup']:.2f}×**, the local engine's default), "
         f"{ray['seconds']:.1f} s as Ray tasks on {ray['cpus']} CPUs (**{ray['speedup']:.2f}×**), {same}."
     )
@@ -432,9 +432,9 @@ def gpu() -> str:
         f"against {on_ray['wall_seconds']:.0f} s, a ratio of **{build['wall_ratio']:.2f}**, index "
         f"{'identical' if build['identical'] else 'NOT identical'}, vectors bitwise equal: "
         f"{'yes' if build['vectors_bitwise_equal'] else 'no'}. Note: {build['cold_start']}; with that stage as the Ray "
-        f"build had it, the ratio is about {on_ray['wall_seconds'] / warm_local:.2f}. The slowest stage there is "
+        f"build had it, the ratio is about {on_ray['wall_seconds'] / warm_local:.2f}. The Ray build's slowest stage is "
         f"spaCy's NER on the CPU (`entities`, {local['stage_seconds']['entities']:.0f} s embedded, "
-        f"{on_ray['stage_seconds']['entities']:.0f} s through Ray).",
+        f"{on_ray['stage_seconds']['entities']:.0f} s through Ray). On the same machine, {_ner('ner_parallel_h100_machine.json')}",
         "",
         f"Setup: {check['setup']}.",
     ]
