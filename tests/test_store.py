@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 import numpy as np
@@ -22,6 +23,37 @@ def test_round_trip(tmp_path):
     assert (store.read_graph("knn") != graph).nnz == 0
     assert store.require_complete()["format_version"] == FORMAT_VERSION
     assert not list((tmp_path / "idx").rglob("*.tmp")), "temporary files must not be left behind"
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.random.default_rng(0).standard_normal((300, 7)).astype(np.float32),
+        np.arange(12, dtype=np.int64).reshape(3, 4).T,  # not C-contiguous: written as its C copy
+        np.array([True, False, True]),
+        np.linspace(0, 1, 5, dtype=np.float16),
+        np.zeros((0, 0), np.float32),
+        np.zeros(0, np.int64),
+    ],
+    ids=["float32", "transposed", "bool", "float16", "empty-2d", "empty-1d"],
+)
+def test_an_array_is_hashed_as_written_and_reads_back(tmp_path, array):
+    """The hash is taken from memory while the file is written, not read back from it: it must still
+    be the SHA-256 of the file's bytes, and the file what np.load reads as the array."""
+    store = IndexStore(tmp_path / "idx")
+    store.write_array("unit_vectors", array)
+    path = tmp_path / "idx" / "arrays" / "unit_vectors.npy"
+    recorded = store.take_written()["arrays/unit_vectors.npy"]
+    assert recorded == {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    back = np.load(path, allow_pickle=False)
+    assert back.dtype == array.dtype and back.shape == array.shape and np.array_equal(back, array)
+    assert store.damaged({"arrays/unit_vectors.npy": recorded}) is None
+
+
+def test_an_array_of_python_objects_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="numbers"):
+        IndexStore(tmp_path / "idx").write_array("unit_vectors", np.array(["a", None], dtype=object))
+    assert not list((tmp_path / "idx").rglob("*.npy*")), "nothing is left behind"
 
 
 def test_missing_partial_corrupt_and_newer(tmp_path):

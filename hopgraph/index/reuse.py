@@ -367,19 +367,21 @@ class PreviousVersion:
         )
         if len(values) == 0:  # nothing stored (no rows, or an empty (0, 0) array): nothing to take
             return np.asarray(compute(list(texts)))
-        held = np.flatnonzero(rows >= 0)
-        taken = np.asarray(values[rows[held]])  # one gather from the (memory-mapped) array
-        if values.ndim == 2 and len(held):  # an all-zero row holds no vector (nothing was embedded)
-            vector = taken.any(axis=1)
-            rows[held[~vector]] = -1
-            held, taken = held[vector], taken[vector]
-        fresh = np.flatnonzero(rows < 0)
-        computed = np.asarray(compute([texts[i] for i in fresh.tolist()])) if len(fresh) else None
         out = np.empty((len(texts), *values.shape[1:]), dtype=values.dtype)
-        if computed is not None:
-            out[fresh] = computed
-        out[held] = taken
-        self.taken += len(held)
+        # Rows kept in place (text i at row i) are one slice of the (memory-mapped) array, copied
+        # once; the rest is one gather.
+        moved = np.flatnonzero(rows != np.arange(len(rows)))
+        in_place = int(moved[0]) if len(moved) else len(rows)
+        out[:in_place] = values[:in_place]
+        elsewhere = in_place + np.flatnonzero(rows[in_place:] >= 0)
+        out[elsewhere] = values[rows[elsewhere]]
+        held = rows >= 0
+        if values.ndim == 2:  # an all-zero row holds no vector (nothing was embedded)
+            held &= out.any(axis=1)
+        fresh = np.flatnonzero(~held)
+        if len(fresh):
+            out[fresh] = np.asarray(compute([texts[i] for i in fresh.tolist()]))
+        self.taken += len(rows) - len(fresh)
         return out
 
 

@@ -153,16 +153,24 @@ def group_mean_vectors(
     differ in their last bits)."""
     group = np.asarray(group, dtype=np.int64)
     if first:
-        aligned = int(np.searchsorted(group, first)) // block_rows * block_rows
+        start = int(np.searchsorted(group, first))
+        if np.array_equal(group[start:], np.arange(first, groups)):  # one row each from ``first`` on
+            return _own_means(vectors[start:])
+        aligned = start // block_rows * block_rows
         low = min(int(group[aligned]), first) if aligned < len(group) else first  # group ``first`` may be empty
         return group_mean_vectors(vectors[aligned:], group[aligned:] - low, groups - low, 0, block_rows)[first - low :]
     if groups == len(group) and np.array_equal(group, np.arange(groups)):
-        # One row per group, in order (one sub-chunk per chunk): the mean is the row itself. The
-        # product below adds it to 0.0 in float64 (-0.0 becomes 0.0) before the same normalisation:
-        # so does this, for the same bits at a fraction of the cost.
-        rows = np.array(vectors, dtype=np.float64)
-        rows += 0.0
-        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
-        return rows.astype(np.float32)
+        return _own_means(vectors)
     membership = sp.csr_matrix((np.ones(len(group)), (np.arange(len(group)), group)), shape=(len(group), groups))
     return mean_vectors(membership, vectors, block_rows)
+
+
+def _own_means(vectors: np.ndarray) -> np.ndarray:
+    """The means of groups of one row each, in order (one sub-chunk per chunk): the rows themselves.
+    The product of :func:`mean_vectors` adds a group's only row to 0.0 in float64 (-0.0 becomes
+    0.0), whatever block it is in, before the same normalisation: so does this, for the same bits at
+    a fraction of the cost, and row by row (the rows of an update's new groups alone)."""
+    rows = np.array(vectors, dtype=np.float64)
+    rows += 0.0
+    rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows.astype(np.float32)

@@ -190,6 +190,30 @@ def test_an_empty_stored_array_is_not_taken_from(updated, tmp_path):
     assert vectors.shape == (1, 4) and (vectors == 1).all()
 
 
+def test_taken_rows_are_the_stored_rows_wherever_they_sit(updated, tmp_path):
+    """Rows kept in place are copied as one slice and the rest gathered: a row at its own index
+    after a moved one, a row to compute (-1) and a stored all-zero row (nothing was embedded, so it
+    is computed) each still get their own value."""
+    copy = tmp_path / "copy"
+    shutil.copytree(updated["work"] / "index", copy, ignore=shutil.ignore_patterns("versions", "jobs", "CURRENT"))
+    store = IndexStore(copy)
+    vectors = store.read_array("sentence_vectors")
+    vectors[5] = 0.0
+    store.write_array("sentence_vectors", vectors)
+    texts = [f"sentence {i}" for i in range(8)]
+    asked: list[list[str]] = []
+
+    def compute(rest: list[str]) -> np.ndarray:
+        asked.append(rest)
+        return np.full((len(rest), vectors.shape[1]), 7.0, np.float32)
+
+    rows = [0, 1, 7, 3, -1, 5, 6, 2]  # in place, in place, moved, own index, compute, all-zero, own index, moved
+    taken = PreviousVersion(store, updated["config"]).take(SENTENCE_ROWS, texts, compute, rows=rows)
+    expected = vectors[[0, 1, 7, 3, 0, 5, 6, 2]]
+    expected[[4, 5]] = 7.0
+    assert taken.tobytes() == expected.tobytes() and asked == [["sentence 4", "sentence 5"]]
+
+
 def test_a_table_column_is_taken_by_text_too(updated):
     base = IndexStore(updated["work"] / "index")
     units = base.read_table("cue_units", ["text", "tokens"])

@@ -159,3 +159,12 @@ def test_the_means_of_the_last_groups_alone_are_bitwise_those_of_all_groups():
     assert group_mean_vectors(ones[:2], [2, 2], 3, first=1).tobytes() == whole_of_two[1:].tobytes()
     identity = group_mean_vectors(vectors, np.arange(len(group)), len(group), first=23, block_rows=7)
     assert identity.tobytes() == group_mean_vectors(vectors, np.arange(len(group)), len(group))[23:].tobytes()
+    # Groups of several rows, then one row each (an update's appended chunks of one sub-chunk): the
+    # rows from ``first`` on are taken alone, and are still the bits of the whole blocked product.
+    mixed = np.concatenate([np.repeat(np.arange(5), 4), np.arange(5, 5 + 30)])
+    rows = vectors[: len(mixed)].copy()
+    rows[25, :2] = -0.0  # a group's only row: 0.0 in the whole product
+    whole = group_mean_vectors(rows, mixed, 35, block_rows=7)
+    for first in (1, 4, 5, 6, 20, 34, 35):
+        tail = group_mean_vectors(rows, mixed, 35, first=first, block_rows=7)
+        assert tail.shape == (35 - first, 8) and tail.tobytes() == whole[first:].tobytes(), first
