@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from hopgraph.artifacts import CHUNKS, DOCUMENT_TOKENS, SENTENCES, UNITS
+from hopgraph.artifacts import CHUNKS, DOCUMENT_TOKENS, KEYWORDS, POSTINGS_SENTENCES, SENTENCE_VECTORS, SENTENCES, UNITS
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
@@ -41,6 +41,7 @@ from hopgraph.index.reuse import (
     CHUNK_ROWS,
     EMBEDDING,
     FIRST_BUILD,
+    KEYWORD_VECTOR_ROWS,
     ROW_RULES,
     SENTENCE_POSTINGS,
     SENTENCE_ROWS,
@@ -202,7 +203,23 @@ def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
-    vectors = mean_vectors(ctx.store.read_graph("postings_sentences"), ctx.store.read_array("sentence_vectors"))
+    """A keyword's vector: the mean of its sentences'. An update computes only the keywords whose
+    sentences, or their vectors, changed (those an insert's text holds)."""
+    postings = ctx.store.read_graph(POSTINGS_SENTENCES)
+    sentence_vectors = ctx.store.read_array(SENTENCE_VECTORS, mmap=True)
+    vocabulary = ctx.store.read_table(KEYWORDS, ["keyword"])["keyword"]
+    column = {keyword: i for i, keyword in enumerate(vocabulary)}
+
+    def compute(keywords: list[str]) -> np.ndarray:
+        return mean_vectors(postings, sentence_vectors, columns=[column[k] for k in keywords])
+
+    rows = ctx.previous.unchanged_means(
+        KEYWORD_VECTOR_ROWS, vocabulary, postings, POSTINGS_SENTENCES, SENTENCE_VECTORS, sentence_vectors
+    )
+    if rows is None:
+        vectors = mean_vectors(postings, sentence_vectors)
+    else:
+        vectors = ctx.previous.take(KEYWORD_VECTOR_ROWS, vocabulary, compute, rows=rows)
     ctx.store.write_array("keyword_vectors", vectors)
     return {}
 

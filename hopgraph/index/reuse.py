@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import scipy.sparse as sp
 
 from hopgraph.artifacts import (
     CHUNK_VECTORS,
@@ -33,6 +34,7 @@ from hopgraph.artifacts import (
     DOCUMENTS,
     ENTITIES,
     ENTITY_VECTORS,
+    KEYWORD_VECTORS,
     KEYWORDS,
     KNN_LEXICAL_INDICES,
     POSTINGS_CHUNKS,
@@ -121,6 +123,9 @@ CHUNK_LEXICAL = ByText(
     KNN_LEXICAL_INDICES,
     settings=(*KEYWORD_SETTINGS, "keywords.tfidf_top", "keywords.max_df", "keywords.max_postings", "graph.knn_k"),
 )
+# A keyword's vector is the mean of its sentences' vectors: taken where the keyword's sentences and
+# their vectors are bitwise the same (PreviousVersion.unchanged_means), whatever settings made them.
+KEYWORD_VECTOR_ROWS = ByText(KEYWORDS, lambda table: table["keyword"], ("keyword",), KEYWORD_VECTORS, settings=())
 # An all-zero row of entity_vectors: a name that was not embedded (never taken).
 ENTITY_ROWS = ByText(ENTITIES, lambda table: table["display"], ("display",), ENTITY_VECTORS)
 
@@ -218,6 +223,37 @@ class PreviousVersion:
         """How many leading ``texts`` (the rows of this version's table) are rows the cut kept in
         place whose stored ``source`` values hold here too (0 where the version has none to offer)."""
         return self._in_place(source, texts) if texts and self._usable(source) else 0
+
+    def unchanged_means(
+        self, source: ByText, keys: Sequence[str], incidence: sp.spmatrix, graph: str, members: str, vectors: np.ndarray
+    ) -> np.ndarray | None:
+        """For a mean per column of ``incidence`` (the rows of ``vectors`` it holds, stored as
+        ``graph`` and ``members``): the edited version's row of ``source`` per key whose column holds
+        the same rows there, each with bitwise the same vector, so the same mean (-1 elsewhere);
+        None where that version has none to offer."""
+        if self.store is None or not keys or not self._usable(source) or not self.store.has("graphs", graph):
+            return None
+        equal = _equal_leading_rows(vectors, self.store.read_array(members, mmap=True))
+        old_row = self._rows_of(source)
+        rows = np.fromiter((old_row[k][0] if k in old_row else -1 for k in keys), np.int64, len(keys))
+        mine = np.flatnonzero(rows >= 0)
+        new, old = sp.csc_matrix(incidence), sp.csc_matrix(self.store.read_graph(graph))
+        new.sort_indices()
+        old.sort_indices()
+        if old.shape[1] <= rows.max(initial=-1):  # not the graph those rows were made from
+            return None
+        lengths = np.diff(new.indptr)[mine]
+        same = lengths == np.diff(old.indptr)[rows[mine]]
+        mine, lengths = mine[same], lengths[same]
+        # Every (new, old) pair of member rows side by side, one segment per column.
+        segment = np.repeat(np.arange(len(mine)), lengths)
+        offset = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        now = new.indices[np.repeat(new.indptr[mine], lengths) + offset]
+        then = old.indices[np.repeat(old.indptr[rows[mine]], lengths) + offset]
+        differ = np.bincount(segment[(now != then) | (now >= equal)], minlength=len(mine)) > 0
+        taken = np.full(len(keys), -1, dtype=np.int64)
+        taken[mine[~differ]] = rows[mine[~differ]]
+        return taken
 
     def taken_rows(self, source: ByText, n: int) -> np.ndarray:
         """The first ``n`` rows of the edited version's ``source`` values (after :meth:`in_place`)."""
@@ -383,6 +419,20 @@ class PreviousVersion:
             out[fresh] = np.asarray(compute([texts[i] for i in fresh.tolist()]))
         self.taken += len(rows) - len(fresh)
         return out
+
+
+def _equal_leading_rows(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading rows ``a`` and ``b`` have bitwise alike (compared a block at a time)."""
+    if a.dtype != b.dtype or a.shape[1:] != b.shape[1:]:
+        return 0
+    n = min(len(a), len(b))
+    for start in range(0, n, SAME_BLOCK):
+        stop = min(start + SAME_BLOCK, n)
+        x, y = (np.ascontiguousarray(m[start:stop]).reshape(stop - start, -1).view(np.uint8) for m in (a, b))
+        differ = np.flatnonzero((x != y).any(axis=1))
+        if len(differ):
+            return start + int(differ[0])
+    return n
 
 
 FIRST_BUILD = PreviousVersion(None)  # nothing to take (it never takes, so it is shared)

@@ -122,22 +122,37 @@ def cosine_topk(
 MEAN_BLOCK_ROWS = 1 << 18
 
 
-def mean_vectors(incidence: sp.spmatrix, vectors: np.ndarray, block_rows: int = MEAN_BLOCK_ROWS) -> np.ndarray:
+def mean_vectors(
+    incidence: sp.spmatrix, vectors: np.ndarray, block_rows: int = MEAN_BLOCK_ROWS, columns: Any = None
+) -> np.ndarray:
     """Row j: the unit-length mean of ``vectors[i]`` over the rows i where ``incidence[i, j]`` ≠ 0
     (all zero where there are none). A keyword's vector from the sentences containing it (KET,
     G2ConS Eq. 1), a chunk's from its sub-chunks, a long text's from its windows: one rule.
-    Sums are float64, taken over ``block_rows`` rows at a time."""
+    Sums are float64, taken over ``block_rows`` rows at a time.
+
+    With ``columns``, only the rows of those columns, bitwise as the whole computation makes them
+    (each column adds its rows in row order, block by block, whatever the other columns hold), and
+    only the rows of ``vectors`` they hold are read: an update's few changed keywords."""
     if block_rows < 1:
         raise ValueError(f"block_rows must be positive, got {block_rows}")
     members = sp.csr_matrix(incidence, dtype=np.float64)
     members.data[:] = 1.0
-    vectors = np.asarray(vectors)
+    if columns is not None:
+        members = members[:, np.asarray(columns, dtype=np.int64)]
+    vectors = np.asarray(vectors)  # a memory-mapped array stays mapped: only the rows used are read
+
+    def block_sums(start: int) -> np.ndarray:
+        block = members[start : start + block_rows]
+        if columns is None:
+            return np.asarray(block.T @ np.asarray(vectors[start : start + block_rows], dtype=np.float64))
+        held = np.flatnonzero(np.diff(block.indptr))  # rows no chosen column holds add nothing
+        return np.asarray(block[held].T @ np.asarray(vectors[start + held], dtype=np.float64))
+
     # Few and in place: on a 100k-row input each fresh float64 temporary costs more in page faults
     # than the product itself.
-    sums = np.asarray(members[:block_rows].T @ np.asarray(vectors[:block_rows], dtype=np.float64))
+    sums = block_sums(0)
     for start in range(block_rows, members.shape[0], block_rows):
-        stop = start + block_rows
-        sums += np.asarray(members[start:stop].T @ np.asarray(vectors[start:stop], dtype=np.float64))
+        sums += block_sums(start)
     sums /= np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
     return sums.astype(np.float32)
 

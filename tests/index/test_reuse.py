@@ -7,13 +7,21 @@ import shutil
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import scipy.sparse as sp
 
 from hopgraph.config import load_config
 from hopgraph.documents import Document
 from hopgraph.index import context, versions
 from hopgraph.index.chunking import searchable
 from hopgraph.index.pipeline import build_index
-from hopgraph.index.reuse import CHUNK_ROWS, CUE_UNIT_ROWS, CUE_UNIT_TOKENS, SENTENCE_ROWS, PreviousVersion
+from hopgraph.index.reuse import (
+    CHUNK_ROWS,
+    CUE_UNIT_ROWS,
+    CUE_UNIT_TOKENS,
+    KEYWORD_VECTOR_ROWS,
+    SENTENCE_ROWS,
+    PreviousVersion,
+)
 from hopgraph.store import IndexStore, version_dir
 from tests.conftest import SAMPLE_SETTINGS
 
@@ -103,7 +111,10 @@ def test_an_appended_document_is_cut_alone_and_the_index_is_bitwise_a_rebuild(up
     [job] = versions.run_pending(index)
     live = IndexStore(version_dir(index, job["id"]))
     assert analysed == [2]  # the inserted document and the one before it in the stream
-    assert live.read_manifest()["stages"]["chunks"]["taken_from_previous"] > 0
+    stages = live.read_manifest()["stages"]
+    assert stages["chunks"]["taken_from_previous"] > 0
+    # Most keywords keep their sentences: their vectors are taken, not summed again.
+    assert stages["keyword_vectors"]["taken_from_previous"] > len(live.read_table("keywords")["keyword"]) // 2
     build_index(final, tmp_path / "rebuilt", updated["config"], progress=False)
     assert analysed[-1] == len(final)  # a build analyses every document
     compared, differ = live.differences(IndexStore(tmp_path / "rebuilt"), tolerance=0.0)
@@ -212,6 +223,34 @@ def test_taken_rows_are_the_stored_rows_wherever_they_sit(updated, tmp_path):
     expected = vectors[[0, 1, 7, 3, 0, 5, 6, 2]]
     expected[[4, 5]] = 7.0
     assert taken.tobytes() == expected.tobytes() and asked == [["sentence 4", "sentence 5"]]
+
+
+def test_a_mean_is_taken_only_where_its_rows_and_their_vectors_are_the_same(updated):
+    """A keyword's vector is kept where its sentences are the same rows with bitwise the same
+    vectors: not where it gained a sentence, where one of its sentences' vectors changed, or for a
+    keyword the edited version lacks."""
+    store = IndexStore(updated["work"] / "index")
+    before = store.read_graph("postings_sentences").tocsc()
+    vocabulary = list(store.read_table("keywords")["keyword"])
+    last = np.array([before[:, k].indices.max(initial=-1) for k in range(len(vocabulary))])
+    moved = int(last.argmax())  # its last sentence's vector changes below: the latest row of all
+    gained, swapped = (int(k) for k in np.flatnonzero((last >= 0) & (last < last[moved]))[:2])
+    postings = before.tolil()
+    postings[int(np.flatnonzero(before[:, gained].toarray().ravel() == 0)[0]), gained] = 1.0
+    # ``swapped`` keeps its number of sentences, but one of them is another row
+    postings[int(before[:, swapped].indices[0]), swapped] = 0.0
+    postings[int(np.flatnonzero(before[: last[moved], swapped].toarray().ravel() == 0)[0]), swapped] = 1.0
+    postings = sp.hstack([postings.tocsr(), sp.csr_matrix((before.shape[0], 1))]).tocsr()  # + "nowhere"
+    vectors = np.array(store.read_array("sentence_vectors"))
+    changed = int(before[:, moved].indices.max())  # this sentence's vector changes, and none before it
+    assert vectors[changed].any()
+    vectors[changed] *= 0.5
+    rows = PreviousVersion(store, updated["config"]).unchanged_means(
+        KEYWORD_VECTOR_ROWS, [*vocabulary, "nowhere"], postings, "postings_sentences", "sentence_vectors", vectors
+    )
+    expected = [k if k not in (gained, swapped) and last[k] < changed else -1 for k in range(len(vocabulary))]
+    assert rows.tolist() == [*expected, -1]
+    assert rows[moved] == -1 and 0 < (rows >= 0).sum() < len(vocabulary)
 
 
 def test_a_table_column_is_taken_by_text_too(updated):

@@ -168,3 +168,23 @@ def test_the_means_of_the_last_groups_alone_are_bitwise_those_of_all_groups():
     for first in (1, 4, 5, 6, 20, 34, 35):
         tail = group_mean_vectors(rows, mixed, 35, first=first, block_rows=7)
         assert tail.shape == (35 - first, 8) and tail.tobytes() == whole[first:].tobytes(), first
+
+
+def test_the_means_of_some_columns_are_bitwise_those_of_all_columns():
+    """An update recomputes only the keywords whose sentences changed: their rows alone must be the
+    bits of the whole blocked product, with the rows no chosen column holds left out of each block."""
+    rng = np.random.default_rng(5)
+    incidence = sp.random(61, 23, density=0.15, format="lil", random_state=rng)
+    vectors = rng.standard_normal((61, 6)).astype(np.float32)
+    # Column 0 sums 1e20 in one block of 4 rows and -1e20 + 1e-20 in the next: 0 by blocks, 1e-20 in one go.
+    vectors[3, 0], vectors[4, 0], vectors[5, 0] = 1e20, -1e20, 1e-20
+    vectors[10, :2] = -0.0
+    incidence[:, 0] = 0.0
+    incidence[[3, 4, 5, 10], 0] = 1.0
+    incidence = incidence.tocsr()
+    for block_rows in (4, 7, 1000):
+        whole = mean_vectors(incidence, vectors, block_rows=block_rows)
+        for columns in ([0], [0, 5, 22], list(range(23)), [], [7, 3]):
+            some = mean_vectors(incidence, vectors, block_rows=block_rows, columns=columns)
+            assert some.tobytes() == whole[columns].tobytes(), (block_rows, columns)
+
