@@ -24,10 +24,10 @@ import json
 import os
 import re
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -219,10 +219,16 @@ class IndexStore:
             raise ValueError(f"index array {name!r} must hold numbers, not Python objects")
         header = _npy_header(array)
         digest = hashlib.sha256(header)
-        with ThreadPoolExecutor(1, thread_name_prefix="hopgraph-hash") as hashing:
-            hashed = hashing.submit(digest.update, array.reshape(-1).view(np.uint8).data)
+        # A plain thread, not an executor: executors refuse new work once the interpreter starts
+        # shutting down, while a build in a non-daemon thread may still be writing.
+        hashing = threading.Thread(
+            target=digest.update, args=(array.reshape(-1).view(np.uint8).data,), name="hopgraph-hash"
+        )
+        hashing.start()
+        try:
             atomic_write(path, lambda tmp: _write_npy(tmp, header, array))
-            hashed.result()
+        finally:
+            hashing.join()
         self._record(path, digest.hexdigest())
 
     def read_array(self, name: str, mmap: bool = False) -> np.ndarray:

@@ -203,8 +203,10 @@ def stage_embed_sentences(ctx: BuildContext) -> dict[str, int]:
 
 
 def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
-    """A keyword's vector: the mean of its sentences'. An update computes only the keywords whose
-    sentences, or their vectors, changed (those an insert's text holds)."""
+    """A keyword's vector: the mean of its sentences'. An update takes the edited version's where the
+    keyword's sentences are the same rows with bitwise the same vectors, all before the first
+    sentence whose vector changed (after an insert at the end: every keyword its text lacks), and
+    sums the rest; where most must be summed again (a change early in the table), it sums all."""
     postings = ctx.store.read_graph(POSTINGS_SENTENCES)
     sentence_vectors = ctx.store.read_array(SENTENCE_VECTORS, mmap=True)
     vocabulary = ctx.store.read_table(KEYWORDS, ["keyword"])["keyword"]
@@ -216,7 +218,7 @@ def stage_keyword_vectors(ctx: BuildContext) -> dict[str, int]:
     rows = ctx.previous.unchanged_means(
         KEYWORD_VECTOR_ROWS, vocabulary, postings, POSTINGS_SENTENCES, SENTENCE_VECTORS, sentence_vectors
     )
-    if rows is None:
+    if rows is None or (rows < 0).sum() > len(rows) // 2:  # the whole product reads the rows in order
         vectors = mean_vectors(postings, sentence_vectors)
     else:
         vectors = ctx.previous.take(KEYWORD_VECTOR_ROWS, vocabulary, compute, rows=rows)

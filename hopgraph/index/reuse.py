@@ -229,11 +229,16 @@ class PreviousVersion:
     ) -> np.ndarray | None:
         """For a mean per column of ``incidence`` (the rows of ``vectors`` it holds, stored as
         ``graph`` and ``members``): the edited version's row of ``source`` per key whose column holds
-        the same rows there, each with bitwise the same vector, so the same mean (-1 elsewhere);
-        None where that version has none to offer."""
+        the same rows there, all of them before the first row of ``vectors`` that differs bitwise from
+        the stored one, so the same mean (-1 elsewhere: after a change early in the table that is
+        nearly every key); None where that version has none to offer, or means of another width or type."""
         if self.store is None or not keys or not self._usable(source) or not self.store.has("graphs", graph):
             return None
-        equal = _equal_leading_rows(vectors, self.store.read_array(members, mmap=True))
+        stored, means = self.store.read_array(members, mmap=True), self.store.read_array(source.values, mmap=True)
+        now = (vectors.dtype, vectors.shape[1:])
+        if (stored.dtype, stored.shape[1:]) != now or (means.dtype, means.shape[1:]) != now:
+            return None  # another model's vectors: every mean is made again
+        equal = _equal_leading_rows(vectors, stored)
         old_row = self._rows_of(source)
         rows = np.fromiter((old_row[k][0] if k in old_row else -1 for k in keys), np.int64, len(keys))
         mine = np.flatnonzero(rows >= 0)
@@ -413,7 +418,7 @@ class PreviousVersion:
         out[elsewhere] = values[rows[elsewhere]]
         held = rows >= 0
         if values.ndim == 2:  # an all-zero row holds no vector (nothing was embedded)
-            held &= out.any(axis=1)
+            held &= out.any(axis=1)  # rows not filled are read too, but they are not held anyway
         fresh = np.flatnonzero(~held)
         if len(fresh):
             out[fresh] = np.asarray(compute([texts[i] for i in fresh.tolist()]))

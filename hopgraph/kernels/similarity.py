@@ -163,9 +163,10 @@ def group_mean_vectors(
     """Row g: the unit-length mean of the rows of ``vectors`` whose ``group`` is g (see :func:`mean_vectors`).
 
     With ``first``, only the rows g ≥ ``first``, bitwise as the whole computation makes them:
-    ``group`` must then be sorted, and the sums start at the block boundary the whole computation
-    has below the first row of group ``first`` (a sum over a block's rows and one over all rows
-    differ in their last bits)."""
+    ``group`` must then be sorted. Where every group from ``first`` on has one row, in order, those
+    rows are the means (:func:`_own_means`); otherwise the sums start at the block boundary the whole
+    computation has below the first row of group ``first`` (a sum over a block's rows and one over
+    all rows differ in their last bits)."""
     group = np.asarray(group, dtype=np.int64)
     if first:
         start = int(np.searchsorted(group, first))

@@ -253,6 +253,19 @@ def test_a_mean_is_taken_only_where_its_rows_and_their_vectors_are_the_same(upda
     assert rows[moved] == -1 and 0 < (rows >= 0).sum() < len(vocabulary)
 
 
+def test_no_mean_is_taken_from_vectors_of_another_width(updated):
+    """A version whose sentence vectors another model made (another width) offers no keyword vector:
+    the stage makes them all again instead of failing to fit the new rows beside the old."""
+    store = IndexStore(updated["work"] / "index")
+    postings, vectors = store.read_graph("postings_sentences"), store.read_array("sentence_vectors")
+    vocabulary = store.read_table("keywords")["keyword"]
+    previous = PreviousVersion(store, updated["config"])
+    means = ("postings_sentences", "sentence_vectors")
+    assert previous.unchanged_means(KEYWORD_VECTOR_ROWS, vocabulary, postings, *means, vectors) is not None
+    wider = np.hstack([vectors, vectors])
+    assert previous.unchanged_means(KEYWORD_VECTOR_ROWS, vocabulary, postings, *means, wider) is None
+
+
 def test_a_table_column_is_taken_by_text_too(updated):
     base = IndexStore(updated["work"] / "index")
     units = base.read_table("cue_units", ["text", "tokens"])

@@ -187,4 +187,3 @@ def test_the_means_of_some_columns_are_bitwise_those_of_all_columns():
         for columns in ([0], [0, 5, 22], list(range(23)), [], [7, 3]):
             some = mean_vectors(incidence, vectors, block_rows=block_rows, columns=columns)
             assert some.tobytes() == whole[columns].tobytes(), (block_rows, columns)
-
