@@ -354,6 +354,12 @@ def _ner(name: str = "ner_parallel.json") -> str:
         f"scripts/bench_ner.py` → `{name}`): {one['seconds']:.1f} s in one process, "
         f"{many['seconds']:.1f} s in {many['processes']} (**{many['speedup']:.2f}×**, the local engine's default), "
         f"{ray['seconds']:.1f} s as Ray tasks on {ray['cpus']} CPUs (**{ray['speedup']:.2f}×**), {same}."
+        + (
+            f" Called again on the same Ray instance, its workers started and holding spaCy: "
+            f"{d['runs']['ray_tasks_warm']['seconds']:.1f} s (a build's one entities stage pays the first figure)."
+            if "ray_tasks_warm" in d["runs"]
+            else ""
+        )
     )
 
 
