@@ -262,7 +262,8 @@ class IndexStore:
     def differences(self, other: IndexStore, tolerance: float = 1e-6) -> tuple[int, list[str]]:
         """(artifacts compared, those that differ): tables and graphs must be identical (columns that
         record when a row was made aside), float arrays within ``tolerance`` (vectors computed in
-        other batches differ by float rounding)."""
+        other batches differ by float rounding); ``tolerance`` 0 asks for the same bits (-0.0 is
+        not 0.0, and a NaN must be the same NaN)."""
         compared, differ = 0, []
         for name, artifact in SCHEMA.items():
             kind = f"{artifact.kind}s"
@@ -285,6 +286,8 @@ class IndexStore:
                 a, b = self.read_array(name), other.read_array(name)
                 if a.shape != b.shape:
                     differ.append(f"{name}: shape {a.shape} vs {b.shape}")
+                elif tolerance == 0 and (a.dtype != b.dtype or a.tobytes() != b.tobytes()):
+                    differ.append(f"{name}: bits differ")
                 elif a.dtype.kind == "f" and a.size and float(np.abs(a - b).max()) > tolerance:
                     differ.append(f"{name}: largest difference {float(np.abs(a - b).max()):.2e} > {tolerance:g}")
                 elif a.dtype.kind != "f" and not np.array_equal(a, b):

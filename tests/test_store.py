@@ -56,6 +56,15 @@ def test_an_array_of_python_objects_is_refused(tmp_path):
     assert not list((tmp_path / "idx").rglob("*.npy*")), "nothing is left behind"
 
 
+def test_differences_at_tolerance_zero_are_bits(tmp_path):
+    """Tolerance 0 asks for the same bits: -0.0 against 0.0 differs there, not within 1e-6."""
+    one, other = IndexStore(tmp_path / "one"), IndexStore(tmp_path / "other")
+    one.write_array("unit_vectors", np.array([[0.0, 1.0]], np.float32))
+    other.write_array("unit_vectors", np.array([[-0.0, 1.0]], np.float32))
+    assert one.differences(other, tolerance=1e-6) == (1, [])
+    assert one.differences(other, tolerance=0.0) == (1, ["unit_vectors: bits differ"])
+
+
 def test_missing_partial_corrupt_and_newer(tmp_path):
     with pytest.raises(IndexFormatError, match="no such index"):
         IndexStore(tmp_path / "absent").read_manifest()
