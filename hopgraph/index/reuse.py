@@ -235,8 +235,8 @@ class PreviousVersion:
         if self.store is None or not keys or not self._usable(source) or not self.store.has("graphs", graph):
             return None
         stored, means = self.store.read_array(members, mmap=True), self.store.read_array(source.values, mmap=True)
-        now = (vectors.dtype, vectors.shape[1:])
-        if (stored.dtype, stored.shape[1:]) != now or (means.dtype, means.shape[1:]) != now:
+        kind = (vectors.dtype, vectors.shape[1:])
+        if (stored.dtype, stored.shape[1:]) != kind or (means.dtype, means.shape[1:]) != kind:
             return None  # another model's vectors: every mean is made again
         equal = _equal_leading_rows(vectors, stored)
         old_row = self._rows_of(source)
