@@ -304,11 +304,9 @@ class PreviousVersion:
         if stored.dtype != values.dtype or stored.shape[1:] != values.shape[1:]:
             return np.full(len(texts), -1, dtype=np.int64)
         held = np.flatnonzero(rows >= 0)
-        bits = np.dtype(f"u{values.dtype.itemsize}")  # bitwise: -0.0 is not 0.0, a NaN is itself
         for start in range(0, len(held), SAME_BLOCK):  # in blocks: whole, the copies cost more than the test
             part = held[start : start + SAME_BLOCK]
-            same = (stored[rows[part]].view(bits) == values[part].view(bits)).reshape(len(part), -1).all(axis=1)
-            rows[part[~same]] = -1
+            rows[part[~_same_bits(stored[rows[part]], values[part])]] = -1
         return rows
 
     def postings(self, source: ByText, texts: Sequence[str]) -> KnownPostings | None:
@@ -426,15 +424,19 @@ class PreviousVersion:
         return out
 
 
+def _same_bits(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per row of two arrays of one dtype and shape: bitwise the same (-0.0 is not 0.0, a NaN is itself)."""
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    return (np.ascontiguousarray(x).view(bits) == np.ascontiguousarray(y).view(bits)).reshape(len(x), -1).all(axis=1)
+
+
 def _equal_leading_rows(a: np.ndarray, b: np.ndarray) -> int:
-    """How many leading rows ``a`` and ``b`` have bitwise alike (compared a block at a time)."""
-    if a.dtype != b.dtype or a.shape[1:] != b.shape[1:]:
-        return 0
+    """How many leading rows ``a`` and ``b`` (of one dtype and row shape) have bitwise alike,
+    compared a block at a time."""
     n = min(len(a), len(b))
     for start in range(0, n, SAME_BLOCK):
         stop = min(start + SAME_BLOCK, n)
-        x, y = (np.ascontiguousarray(m[start:stop]).reshape(stop - start, -1).view(np.uint8) for m in (a, b))
-        differ = np.flatnonzero((x != y).any(axis=1))
+        differ = np.flatnonzero(~_same_bits(a[start:stop], b[start:stop]))
         if len(differ):
             return start + int(differ[0])
     return n
