@@ -154,7 +154,7 @@ class PreviousVersion:
         self._config = config.model_dump() if config is not None else {}
         self._stored: dict[str, Any] = {}
         self._keys: dict[tuple[str, ...], dict[str, list[int]]] = {}
-        self._kept: dict[str, int] = {}  # table → leading rows the cut kept in place (see cut)
+        self._kept: dict[str, pa.Table] = {}  # table → its leading rows the cut kept in place (see cut)
         self._heads: dict[tuple[str, ...], list[str]] = {}  # the texts of those rows, per key columns
         self._text_models: dict[str, str] | None = None
         if store is not None:
@@ -208,13 +208,12 @@ class PreviousVersion:
         """How many leading ``texts`` are the rows an update's cut kept in place (:meth:`cut`): the
         same texts at the same rows, matched by position rather than looked up (a lookup table of
         every row costs more than the rest of a stage on a large index)."""
-        kept = min(self._kept.get(source.table, 0), len(texts))
-        if kept:
+        held = self._kept.get(source.table)
+        kept = min(held.num_rows, len(texts)) if held is not None else 0
+        if held is not None and kept:
             name = (source.table, *source.key_columns)
-            if name not in self._heads:
-                assert self.store is not None
-                head = self.store.read_arrow(source.table, source.key_columns).slice(0, self._kept[source.table])
-                self._heads[name] = source.key(head.to_pydict())
+            if name not in self._heads:  # read from the rows the cut kept, not from the file again
+                self._heads[name] = source.key(held.select(list(source.key_columns)).to_pydict())
             if self._heads[name][:kept] != list(texts[:kept]):  # not this version's rows: look every text up
                 return 0
         return kept
@@ -358,17 +357,13 @@ class PreviousVersion:
             size=chunking.size,
         )
         self.taken += resume.chunks + resume.units + resume.sentences
-        self._kept = {CHUNKS: resume.chunks, UNITS: resume.units, SENTENCES: resume.sentences}
+        self._kept = {
+            CHUNKS: chunks.slice(0, resume.chunks),
+            UNITS: units.slice(0, resume.units),
+            SENTENCES: sentences.slice(0, resume.sentences),
+        }
         self._heads = {}
-        return KeptCut(
-            resume,
-            {
-                CHUNKS: chunks.slice(0, resume.chunks),
-                UNITS: units.slice(0, resume.units),
-                SENTENCES: sentences.slice(0, resume.sentences),
-            },
-            document_tokens[: resume.document],
-        )
+        return KeptCut(resume, self._kept, document_tokens[: resume.document])
 
     def table(self, name: str, columns: Sequence[str]) -> dict[str, list] | None:
         """Columns of a table of the edited version, or None where it has no such table."""
