@@ -16,9 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
 import scipy.sparse as sp
 
 from hopgraph.artifacts import (
+    DOCUMENTS,
     ENTITIES,
     ENTITY_MENTIONS,
     ENTITY_SENTENCES,
@@ -26,6 +28,8 @@ from hopgraph.artifacts import (
     ENTITY_SYNONYM_SCORES,
     ENTITY_SYNONYMS,
     ENTITY_VECTORS,
+    SENTENCES,
+    UNITS,
 )
 from hopgraph.index.graphs import nearest_others, patched_cosine_candidates
 from hopgraph.index.reuse import ENTITY_ROWS, FIRST_BUILD, PreviousVersion
@@ -53,7 +57,7 @@ class EntityTable:
     display: list[str]
 
 
-def _binary(rows: list[int], columns: list[int], shape: tuple[int, int]) -> sp.csr_matrix:
+def _binary(rows: np.ndarray | list[int], columns: np.ndarray | list[int], shape: tuple[int, int]) -> sp.csr_matrix:
     matrix = sp.csr_matrix(
         (np.ones(len(rows), dtype=np.float32), (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))),
         shape=shape,
@@ -62,13 +66,89 @@ def _binary(rows: list[int], columns: list[int], shape: tuple[int, int]) -> sp.c
     return matrix
 
 
+@dataclass(frozen=True)
+class KeptEntities:
+    """The entity table of the version an update edits, over the leading sub-chunks and sentences the
+    update keeps (``units`` and ``sentences`` of them: the kept sub-chunks hold only kept sentences).
+
+    Entities are numbered in the order a build first meets them: document titles, then the names of
+    sentences in order. So the edited version's first ``titles`` entities are its titles, and those
+    first named by a kept sentence follow them in the same order (``names`` ends there): an update
+    that appends documents keeps both blocks and meets only its new titles and sentences' names.
+    """
+
+    names: list[str]
+    labels: list[str]
+    display: list[str]
+    titles: int
+    units: int
+    sentences: int
+    mentions: sp.coo_matrix  # the kept sub-chunks' rows, in the edited version's entity numbers
+    sentence_mentions: sp.coo_matrix  # the kept sentences' rows, likewise
+
+
+def kept_entities(
+    previous: PreviousVersion, sentences: pa.Table, units: pa.Table, titles: Sequence[str]
+) -> KeptEntities | None:
+    """The part of the edited version's entity table an update keeps (``sentences``: this version's
+    text and unit columns, ``units``: its docs column), or None where it keeps none: the cut kept no
+    sentence, that version's documents are not the leading ones here with the same titles, or its
+    entities were found by other rules (spaCy model, ``graph.entity_phrases``)."""
+    store = previous.holding(
+        ("tables", ENTITIES), ("graphs", ENTITY_MENTIONS), ("graphs", ENTITY_SENTENCES), stage="entities"
+    )
+    if store is None or not previous.same_settings("graph.entity_phrases"):
+        return None
+    kept_units, kept_sentences = previous.kept_rows(UNITS, units), previous.kept_rows(SENTENCES, sentences)
+    old_titles = store.read_table(DOCUMENTS, ["title"])["title"]
+    if not kept_sentences or list(titles[: len(old_titles)]) != old_titles:
+        return None
+    unit_of = sentences["unit"].to_numpy()
+    old_unit_of = store.read_arrow(SENTENCES, ["unit"])["unit"].to_numpy()
+    if len(unit_of) and (np.diff(unit_of[:kept_sentences]) < 0).any():
+        return None  # sentences out of sub-chunk order: no kept block to speak of
+    # A kept sub-chunk must hold kept sentences only, here and in the edited version (a re-cut
+    # document's first sentence may begin in the last kept sub-chunk).
+    for after in (unit_of, old_unit_of):
+        if kept_sentences < len(after):
+            kept_units = min(kept_units, int(after[kept_sentences]))
+    kept_sentences = int(np.searchsorted(unit_of[:kept_sentences], kept_units))
+    entities = store.read_table(ENTITIES, ["name", "label", "display"])
+    mentions, said = store.read_graph(ENTITY_MENTIONS), store.read_graph(ENTITY_SENTENCES)
+    n_titles = sum(label == TITLE for label in entities["label"])
+    title_names = list(dict.fromkeys(n for n in map(normalise_entity, old_titles) if n))
+    if entities["name"][:n_titles] != title_names or mentions.shape[1] != len(entities["name"]):
+        return None
+    # An entity after the titles is kept when a kept sub-chunk names it; those form one leading block.
+    first_unit = np.full(mentions.shape[1], mentions.shape[0], dtype=np.int64)
+    coo = mentions.tocoo()
+    np.minimum.at(first_unit, coo.col, coo.row)
+    kept = first_unit[n_titles:] < kept_units
+    n_kept = n_titles + int(kept.sum())
+    if kept[: n_kept - n_titles].sum() != n_kept - n_titles:
+        return None
+    previous.taken += kept_sentences
+    return KeptEntities(
+        entities["name"][:n_kept],
+        entities["label"][:n_kept],
+        entities["display"][:n_kept],
+        n_titles,
+        kept_units,
+        kept_sentences,
+        mentions[:kept_units].tocoo(),
+        said[:kept_sentences].tocoo(),
+    )
+
+
 def unit_entities(
     sentence_units: Sequence[int],
     sentence_names: Sequence[Sequence[Sequence[str]]],
     unit_docs: Sequence[Sequence[int]],
     titles: Sequence[str],
+    kept: KeptEntities | None = None,
 ) -> EntityTable:
-    """The entities of per-sentence names and of document titles, their mentions and co-occurrences.
+    """The entities of per-sentence names and of document titles, their mentions and co-occurrences;
+    with ``kept``, ``sentence_names`` are those of the sentences after the kept ones.
 
     An entity's label is the first one seen (a title wins: it names the document it heads); its
     display form is the title as written where there is one, else the normalised name.
@@ -84,17 +164,26 @@ def unit_entities(
             display.append(shown)
         return ids[name]
 
+    # With ``kept``, its titles are the leading ones here: they are numbered as they were.
+    title_ids = [entity(normalise_entity(t), TITLE, t.strip()) if normalise_entity(t) else -1 for t in titles]
     rows: list[int] = []
     columns: list[int] = []
     said_in: list[int] = []  # sentence per (sentence, entity) pair, for co-occurrence
     said: list[int] = []
-    title_ids = [entity(normalise_entity(t), TITLE, t.strip()) if normalise_entity(t) else -1 for t in titles]
-    for unit, docs in enumerate(unit_docs):
-        for d in docs:
+    first_unit = first_sentence = 0
+    if kept is not None:  # the kept block after the titles, less names that are new titles now
+        number = np.arange(len(kept.names), dtype=np.int64)
+        for old in range(kept.titles, len(kept.names)):
+            number[old] = entity(kept.names[old], kept.labels[old], kept.display[old])
+        first_unit, first_sentence = kept.units, kept.sentences
+        rows, columns = kept.mentions.row.tolist(), number[kept.mentions.col].tolist()
+        said_in, said = kept.sentence_mentions.row.tolist(), number[kept.sentence_mentions.col].tolist()
+    for unit in range(first_unit, len(unit_docs)):
+        for d in unit_docs[unit]:
             if title_ids[d] >= 0:
                 rows.append(unit)
                 columns.append(title_ids[d])
-    for sentence, (unit, names) in enumerate(zip(sentence_units, sentence_names)):
+    for sentence, (unit, names) in enumerate(zip(sentence_units[first_sentence:], sentence_names), first_sentence):
         named = [entity(name, label, name) for name, label in names if label not in SKIPPED_LABELS]
         rows.extend([unit] * len(named))
         columns.extend(named)
@@ -177,13 +266,12 @@ def write_entity_layer(
 ) -> dict[str, int]:
     """Build and store the entity artifacts of the index in ``store`` (its sentences, units and documents);
     name vectors the version an update edits holds (``previous``) are taken from it."""
-    sentences = store.read_table("sentences", ["text", "unit"])
-    table = unit_entities(
-        sentences["unit"],
-        find_names(sentences["text"]),
-        store.read_table("units", ["docs"])["docs"],
-        store.read_table("documents", ["title"])["title"],
-    )
+    sentences, units = store.read_arrow(SENTENCES, ["text", "unit"]), store.read_arrow(UNITS, ["docs"])
+    titles = store.read_table(DOCUMENTS, ["title"])["title"]
+    kept = kept_entities(previous, sentences, units, titles)
+    texts = sentences["text"].slice(kept.sentences if kept else 0).to_pylist()
+    unit_docs = units["docs"].to_pylist()
+    table = unit_entities(sentences["unit"].to_pylist(), find_names(texts), unit_docs, titles, kept)
     mentions, names, labels, display = table.mentions, table.names, table.labels, table.display
     # Only a title or a name found in two sub-chunks or more gets a vector (the rest are zero rows): a
     # name in one passage adds nothing to what that passage's own vector finds, and embedding every

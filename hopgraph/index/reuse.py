@@ -184,10 +184,12 @@ class PreviousVersion:
                 return False
         elif not self.store.has("graphs" if source.graph else "arrays", source.values):
             return False
-        if not self._same_models(source.models):
-            return False
+        return self._same_models(source.models) and self.same_settings(*source.settings)
+
+    def same_settings(self, *settings: str) -> bool:
+        """Whether the edited version was made with today's value of every dotted setting."""
         try:
-            return all(setting(self._stored, s) == setting(self._config, s) for s in source.settings)
+            return all(setting(self._stored, s) == setting(self._config, s) for s in settings)
         except KeyError:  # a setting the edited version's hopgraph did not have
             return False
 
@@ -215,6 +217,19 @@ class PreviousVersion:
             if name not in self._heads:  # read from the rows the cut kept, not from the file again
                 self._heads[name] = source.key(held.select(list(source.key_columns)).to_pydict())
             if self._heads[name][:kept] != list(texts[:kept]):  # not this version's rows: look every text up
+                return 0
+        return kept
+
+    def kept_rows(self, name: str, made: pa.Table) -> int:
+        """How many leading rows of ``made`` (columns of this version's table ``name``) are the rows
+        the cut kept in place, compared column by column (0 where it kept none of that table)."""
+        held = self._kept.get(name)
+        if held is None:
+            return 0
+        kept = min(held.num_rows, made.num_rows)
+        for column in made.column_names:
+            ours = made[column].slice(0, kept)
+            if column not in held.column_names or not held[column].slice(0, kept).cast(ours.type).equals(ours):
                 return 0
         return kept
 
