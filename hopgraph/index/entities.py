@@ -109,9 +109,8 @@ def kept_entities(
         return None  # sentences out of sub-chunk order: no kept block to speak of
     # A kept sub-chunk must hold kept sentences only, here and in the edited version (a re-cut
     # document's first sentence may begin in the last kept sub-chunk).
-    for after in (unit_of, old_unit_of):
-        if kept_sentences < len(after):
-            kept_units = min(kept_units, int(after[kept_sentences]))
+    for after in (unit_of[kept_sentences:], old_unit_of[kept_sentences:]):
+        kept_units = min(kept_units, int(after.min(initial=kept_units)))
     kept_sentences = int(np.searchsorted(unit_of[:kept_sentences], kept_units))
     entities = store.read_table(ENTITIES, ["name", "label", "display"])
     mentions, said = store.read_graph(ENTITY_MENTIONS), store.read_graph(ENTITY_SENTENCES)
