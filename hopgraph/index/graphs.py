@@ -291,6 +291,74 @@ def concept_graph(
     return sp.csr_matrix(both, shape=(n, n))
 
 
+# Above this share of the postings held by keywords an update touched, a fresh concept graph costs
+# about as much as patching the edited version's.
+PATCH_POSTINGS_SHARE = 0.25
+
+
+def patched_concept_graph(
+    keyword_vectors: np.ndarray,
+    keyword_chunk_postings: sp.csr_matrix,
+    same_as: np.ndarray,
+    old_graph: sp.csr_matrix,
+    old_postings: sp.csr_matrix,
+    *,
+    theta_sem: float,
+    theta_co: int,
+) -> sp.csr_matrix | None:
+    """:func:`concept_graph` from the one of the version an update edits, or None where more than
+    :data:`PATCH_POSTINGS_SHARE` of the postings would be counted again.
+
+    ``same_as[i]`` is the edited version's keyword whose vector is bitwise keyword i's (-1: none);
+    ``old_graph`` and ``old_postings`` (keywords × chunks) are that version's. A keyword is touched
+    where it has no such row or its chunks differ from that keyword's there. Two untouched
+    keywords share the same chunks, counts and vectors as before, so their edge (or its absence)
+    is the edited version's; every pair with a touched keyword is counted and scored again, by the
+    same arithmetic as :func:`concept_graph`, so the graph is bitwise the fresh one.
+    """
+    n = keyword_vectors.shape[0]
+    present = (keyword_chunk_postings > 0).astype(np.float32).tocsr()
+    held = np.flatnonzero(same_as >= 0)
+    if old_graph.shape[0] != old_postings.shape[0] or (len(held) and same_as[held].max() >= old_postings.shape[0]):
+        return None
+    touched = np.ones(n, dtype=bool)
+    if len(held):
+        width = max(present.shape[1], old_postings.shape[1])
+        mine, theirs = present[held], (old_postings[same_as[held]] > 0).astype(np.float32).tocsr()
+        mine.resize((len(held), width))
+        theirs.resize((len(held), width))
+        touched[held] = (mine != theirs).getnnz(axis=1) > 0
+    again = np.flatnonzero(touched)
+    sizes = np.diff(present.indptr)
+    if sizes[again].sum() > PATCH_POSTINGS_SHARE * max(present.nnz, 1):
+        return None
+    # Edges of two untouched keywords, in this version's numbers.
+    number = np.full(old_graph.shape[0], -1, dtype=np.int64)
+    number[same_as[~touched]] = np.flatnonzero(~touched)
+    old = old_graph.tocoo()
+    stay = (number[old.row] >= 0) & (number[old.col] >= 0)
+    # Pairs with a touched keyword: shared chunks counted again (a pair of two touched ones once).
+    product = (present[again] @ present.T).tocoo()
+    rows, cols, co = again[product.row], product.col.astype(np.int64), product.data.astype(np.float64)
+    pair = (co >= theta_co) & (rows != cols) & (~touched[cols] | (cols > rows))
+    low, high, co = np.minimum(rows, cols)[pair], np.maximum(rows, cols)[pair], co[pair]
+    cosine = np.einsum("ij,ij->i", keyword_vectors[low], keyword_vectors[high])
+    keep = cosine >= theta_sem
+    low, high, co = low[keep], high[keep], co[keep]
+    chunk_counts = sizes.astype(np.float64)
+    weights = (2.0 * co / (chunk_counts[low] + chunk_counts[high])).astype(np.float32)
+    return sp.csr_matrix(
+        (
+            np.concatenate([old.data[stay].astype(np.float32), weights, weights]),
+            (
+                np.concatenate([number[old.row[stay]], low, high]),
+                np.concatenate([number[old.col[stay]], high, low]),
+            ),
+        ),
+        shape=(n, n),
+    )
+
+
 def node_rank(graph: sp.csr_matrix, damping: float, xp: ModuleType = np) -> np.ndarray:
     """PageRank of every node (isolated nodes keep the teleport share), computed with ``xp``."""
     return to_numpy(pagerank(sparse_on(xp, graph), damping=damping)).astype(np.float64)

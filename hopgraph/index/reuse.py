@@ -76,7 +76,12 @@ def text_models() -> dict[str, str]:
 # The text models (kinds of :func:`text_models`) each stage's results depend on directly: an update
 # takes those results only from a version made by the same models, and a build resumed under
 # others makes the stage (and every stage that reads it) again.
-STAGE_TEXT_MODELS = {"chunks": ("tokens", "sentences"), "cue_graph": ("sentences", "names"), "entities": ("names",)}
+STAGE_TEXT_MODELS = {
+    "chunks": ("tokens", "sentences"),
+    "cue_graph": ("sentences", "names"),
+    "entities": ("names",),
+    "concept_graph": (),
+}
 
 
 def setting(data: dict[str, Any], dotted: str) -> Any:

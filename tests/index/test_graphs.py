@@ -205,3 +205,63 @@ def test_patched_lexical_neighbours_are_exactly_the_fresh_ones(k):
     # Lists that do not fit (another k, or unchanged chunks out of order) are not patched.
     assert patch(same_as, k + 2) is None
     assert patch(same_as[::-1].copy(), k) is None
+
+
+def _edited_keywords(rng: np.random.Generator, chunks_added: int, vectors_changed: int):
+    """An edited version's keyword × chunk postings and vectors, and an edit of them: keywords
+    renumbered (some gone, some new), the last chunks replaced by others, some vectors changed. Returns
+    (old postings, old vectors, new postings, new vectors, same_as) where ``same_as`` is what
+    PreviousVersion.same_rows gives: the old keyword whose vector is bitwise the new one's."""
+    old_keywords, chunks, dim = 400, 600, 3  # few dimensions: many pairs pass θ_sem
+    old_postings = sp.random(old_keywords, chunks, density=0.0125, random_state=rng, format="csr", dtype=np.float32)
+    old_postings.data[:] = 1.0
+    old_vectors = normalize_rows(rng.standard_normal((old_keywords, dim)).astype(np.float32))
+    kept = np.sort(rng.choice(old_keywords, 390, replace=False))
+    new_keywords = len(kept) + 12
+    order = rng.permutation(new_keywords)  # new numbers: a sorted vocabulary shifts them all
+    new_of_kept, fresh = order[: len(kept)], order[len(kept) :]
+    columns = old_postings[kept][:, :-2].toarray()  # the last two chunks cut again (an insert re-cuts the tail)
+    added = (rng.random((new_keywords, chunks_added)) < 0.0125).astype(np.float32)
+    dense = np.zeros((new_keywords, columns.shape[1]), np.float32)
+    dense[new_of_kept] = columns
+    new_postings = sp.csr_matrix(np.concatenate([dense, added], axis=1))
+    new_vectors = np.zeros((new_keywords, dim), np.float32)
+    new_vectors[new_of_kept] = old_vectors[kept]
+    new_vectors[fresh] = normalize_rows(rng.standard_normal((len(fresh), dim)).astype(np.float32))
+    changed = rng.choice(new_of_kept, vectors_changed, replace=False)
+    new_vectors[changed] = normalize_rows(rng.standard_normal((vectors_changed, dim)).astype(np.float32))
+    same_as = np.full(new_keywords, -1, dtype=np.int64)
+    same_as[new_of_kept] = kept
+    same_as[changed] = -1
+    return old_postings, old_vectors, new_postings, new_vectors, same_as
+
+
+def test_a_patched_concept_graph_is_bitwise_the_fresh_one():
+    """An update counts again only the pairs of keywords whose chunks or vectors changed; the rest
+    keep the edited version's edges, renumbered, and the result is the fresh graph bit for bit."""
+    theta = {"theta_sem": 0.5, "theta_co": 2}
+    for seed in range(5):
+        old_postings, old_vectors, postings, vectors, same_as = _edited_keywords(np.random.default_rng(seed), 4, 10)
+        old_graph = graphs.concept_graph(old_vectors, old_postings, **theta)
+        fresh = graphs.concept_graph(vectors, postings, **theta)
+        patched = graphs.patched_concept_graph(vectors, postings, same_as, old_graph, old_postings, **theta)
+        assert patched is not None and fresh.nnz > 50
+        assert patched.shape == fresh.shape and (patched != fresh).nnz == 0
+        patched.sort_indices()
+        fresh.sort_indices()
+        assert patched.indices.tobytes() == fresh.indices.tobytes() and patched.data.tobytes() == fresh.data.tobytes()
+        # Not the edited version's edges renumbered: the edit changed some of them.
+        number = np.full(old_graph.shape[0], -1)
+        number[same_as[same_as >= 0]] = np.flatnonzero(same_as >= 0)
+        old = old_graph.tocoo()
+        carried = {(number[r], number[c]) for r, c in zip(old.row, old.col) if number[r] >= 0 and number[c] >= 0}
+        assert carried != set(zip(*fresh.nonzero()))
+
+
+def test_a_concept_graph_is_made_afresh_when_most_keywords_changed():
+    old_postings, old_vectors, postings, vectors, same_as = _edited_keywords(np.random.default_rng(0), 300, 10)
+    old_graph = graphs.concept_graph(old_vectors, old_postings, theta_sem=0.5, theta_co=2)
+    assert (
+        graphs.patched_concept_graph(vectors, postings, same_as, old_graph, old_postings, theta_sem=0.5, theta_co=2)
+        is None
+    )

@@ -113,8 +113,10 @@ def test_an_appended_document_is_cut_alone_and_the_index_is_bitwise_a_rebuild(up
     assert analysed == [2]  # the inserted document and the one before it in the stream
     stages = live.read_manifest()["stages"]
     assert stages["chunks"]["taken_from_previous"] > 0
-    # Most keywords keep their sentences: their vectors are taken, not summed again.
+    # Most keywords keep their sentences: their vectors are taken, not summed again, and the concept
+    # graph is patched where keywords' chunks or vectors changed.
     assert stages["keyword_vectors"]["taken_from_previous"] > len(live.read_table("keywords")["keyword"]) // 2
+    assert stages["concept_graph"]["taken_from_previous"] > len(live.read_table("keywords")["keyword"]) // 2
     build_index(final, tmp_path / "rebuilt", updated["config"], progress=False)
     assert analysed[-1] == len(final)  # a build analyses every document
     compared, differ = live.differences(IndexStore(tmp_path / "rebuilt"), tolerance=0.0)
