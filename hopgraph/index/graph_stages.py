@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from hopgraph.artifacts import (
     CHUNK_VECTORS,
@@ -130,7 +131,7 @@ def stage_concept_graph(ctx: BuildContext) -> dict[str, int]:
     return {"concept_edges": int(concepts.nnz // 2)}
 
 
-def _patched_concepts(ctx: BuildContext, vectors: np.ndarray, postings: Any) -> Any:
+def _patched_concepts(ctx: BuildContext, vectors: np.ndarray, postings: sp.csr_matrix) -> sp.csr_matrix | None:
     """The edited version's concept graph patched where keywords' chunks or vectors changed
     (:func:`hopgraph.index.graphs.patched_concept_graph`), or None where it has none to patch: a
     fresh graph then costs ~1 s whatever the change, at 10k chunks as at 100k."""
