@@ -69,7 +69,8 @@ def _binary(rows: np.ndarray | list[int], columns: np.ndarray | list[int], shape
 @dataclass(frozen=True)
 class KeptEntities:
     """The entity table of the version an update edits, over the leading sub-chunks and sentences the
-    update keeps (``units`` and ``sentences`` of them: the kept sub-chunks hold only kept sentences).
+    update keeps (``units`` and ``sentences`` of them: no sentence after the kept ones, here or there,
+    lies in a kept sub-chunk; a kept sub-chunk may hold no sentence at all, only its titles).
 
     Entities are numbered in the order a build first meets them: document titles, then the names of
     sentences in order. So the edited version's first ``titles`` entities are its titles, and those
@@ -92,8 +93,10 @@ def kept_entities(
 ) -> KeptEntities | None:
     """The part of the edited version's entity table an update keeps (``sentences``: this version's
     text and unit columns, ``units``: its docs column), or None where it keeps none: the cut kept no
-    sentence, that version's documents are not the leading ones here with the same titles, or its
-    entities were found by other rules (spaCy model, ``graph.entity_phrases``)."""
+    sentence, that version's titles are not the leading ones here, or its entities were found by
+    other rules (spaCy model, noun-phrase rule, ``graph.entity_phrases``). Which sentences and
+    sub-chunks are kept is the cut's to say (:meth:`PreviousVersion.kept_rows`); a kept sub-chunk
+    whose every sentence lies beyond the kept ones leaves the block with only the titles."""
     store = previous.holding(
         ("tables", ENTITIES), ("graphs", ENTITY_MENTIONS), ("graphs", ENTITY_SENTENCES), stage="entities"
     )
@@ -147,7 +150,8 @@ def unit_entities(
     kept: KeptEntities | None = None,
 ) -> EntityTable:
     """The entities of per-sentence names and of document titles, their mentions and co-occurrences;
-    with ``kept``, ``sentence_names`` are those of the sentences after the kept ones.
+    with ``kept``, ``sentence_names`` are those of the sentences after the kept ones only, while
+    ``sentence_units`` and ``unit_docs`` still cover every sentence and sub-chunk.
 
     An entity's label is the first one seen (a title wins: it names the document it heads); its
     display form is the title as written where there is one, else the normalised name.

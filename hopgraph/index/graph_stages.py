@@ -146,11 +146,13 @@ def _patched_concepts(ctx: BuildContext, vectors: np.ndarray, postings: sp.csr_m
     if same_as is None:
         return None
     old_graph, old_postings = store.read_graph(CONCEPTS), store.read_graph(POSTINGS_CHUNKS).T.tocsr()
-    concepts = graphs.patched_concept_graph(
+    patched = graphs.patched_concept_graph(
         vectors, postings, same_as, old_graph, old_postings, theta_sem=cfg.theta_sem, theta_co=cfg.theta_co
     )
-    if concepts is not None:
-        ctx.previous.taken += int((same_as >= 0).sum())
+    if patched is None:
+        return None
+    concepts, counted_again = patched
+    ctx.previous.taken += len(vocabulary) - counted_again  # keywords whose pairs kept their edges
     return concepts
 
 

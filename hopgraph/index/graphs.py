@@ -305,16 +305,19 @@ def patched_concept_graph(
     *,
     theta_sem: float,
     theta_co: int,
-) -> sp.csr_matrix | None:
-    """:func:`concept_graph` from the one of the version an update edits, or None where more than
-    :data:`PATCH_POSTINGS_SHARE` of the postings would be counted again.
+) -> tuple[sp.csr_matrix, int] | None:
+    """:func:`concept_graph` from the one of the version an update edits, with the number of
+    keywords whose pairs were counted again; None where more than :data:`PATCH_POSTINGS_SHARE` of
+    the postings would be counted again.
 
-    ``same_as[i]`` is the edited version's keyword whose vector is bitwise keyword i's (-1: none);
-    ``old_graph`` and ``old_postings`` (keywords × chunks) are that version's. A keyword is touched
-    where it has no such row or its chunks differ from that keyword's there. Two untouched
-    keywords share the same chunks, counts and vectors as before, so their edge (or its absence)
-    is the edited version's; every pair with a touched keyword is counted and scored again, by the
-    same arithmetic as :func:`concept_graph`, so the graph is bitwise the fresh one.
+    ``same_as[i]`` is the edited version's keyword whose vector is bitwise keyword i's (-1: none;
+    no two keywords name one row there); ``old_graph`` is that version's concept graph under the
+    same θs, and ``old_postings`` (keywords × chunks) the postings it was made from. A keyword is
+    touched where it has no such row or its chunks differ from that keyword's there (chunks are
+    compared by number: a chunk removed early shifts every later one, and touches their keywords).
+    Two untouched keywords share the same chunks, counts and vectors as before, so their edge (or
+    its absence) is the edited version's; every pair with a touched keyword is counted and scored
+    again, by the same arithmetic as :func:`concept_graph`, so the graph is bitwise the fresh one.
     """
     n = keyword_vectors.shape[0]
     present = (keyword_chunk_postings > 0).astype(np.float32).tocsr()
@@ -347,7 +350,7 @@ def patched_concept_graph(
     low, high, co = low[keep], high[keep], co[keep]
     chunk_counts = sizes.astype(np.float64)
     weights = (2.0 * co / (chunk_counts[low] + chunk_counts[high])).astype(np.float32)
-    return sp.csr_matrix(
+    graph = sp.csr_matrix(
         (
             np.concatenate([old.data[stay].astype(np.float32), weights, weights]),
             (
@@ -357,6 +360,7 @@ def patched_concept_graph(
         ),
         shape=(n, n),
     )
+    return graph, len(again)
 
 
 def node_rank(graph: sp.csr_matrix, damping: float, xp: ModuleType = np) -> np.ndarray:

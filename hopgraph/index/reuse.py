@@ -58,19 +58,26 @@ EMBEDDING = ("embedding.backend", "embedding.model", "embedding.window_tokens", 
 # ...and the cache: after it moves, an update computes every vector through it once, so a rebuild
 # from that cache finds them there instead of embedding them in other batches.
 VECTOR_SETTINGS = (*EMBEDDING, "chunking.encoding", "embedding.cache")
-# The version of the rules that compute the rows below, recorded in each manifest (``row_rules``):
-# bump it when one of them changes (the keyword tokeniser and its stop words, the units a chunk's
-# sentences make, ...), so no update carries forward rows made by the old rule.
+# The version of the rules that compute the rows below and what an update keeps of its graphs,
+# recorded in each manifest (``row_rules``): bump it when one of them changes (the keyword
+# tokeniser and its stop words, the units a chunk's sentences make, the entity table's rules in
+# hopgraph/index/entities.py: skipped labels, MAX_COOCCURRING, how titles become entities; the
+# concept graph's arithmetic, ...), so no update carries forward rows made by the old rule.
 ROW_RULES = 1
 SAME_BLOCK = 8192  # rows compared at a time by PreviousVersion.same_rows
 
 
 def text_models() -> dict[str, str]:
     """What per-text results depend on besides the text where no setting says so (the sentence
-    splitter's, spaCy's and the tokeniser's versions), recorded in each manifest (``text_models``):
-    an update takes sentence units, their names and the cut of unchanged documents from a version
-    only where these are the same."""
-    return {"sentences": sentence_model_key(), "names": ner_model_key(), "tokens": token_model_key()}
+    splitter's, spaCy's and the tokeniser's versions, and the noun-phrase rule), recorded in each
+    manifest (``text_models``): an update takes sentence units, their names and the cut of
+    unchanged documents from a version only where these are the same."""
+    return {
+        "sentences": sentence_model_key(),
+        "names": ner_model_key(),
+        "phrases": ner_model_key(phrases=True),
+        "tokens": token_model_key(),
+    }
 
 
 # The text models (kinds of :func:`text_models`) each stage's results depend on directly: an update
@@ -79,7 +86,7 @@ def text_models() -> dict[str, str]:
 STAGE_TEXT_MODELS = {
     "chunks": ("tokens", "sentences"),
     "cue_graph": ("sentences", "names"),
-    "entities": ("names",),
+    "entities": ("names", "phrases"),  # the phrase rule counts only with graph.entity_phrases: checked anyway
     "concept_graph": (),
 }
 

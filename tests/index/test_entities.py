@@ -218,7 +218,7 @@ def test_a_build_running_spacy_in_two_processes_equals_the_one_running_it_here(
 TASCH = "Mirela Tasch met Ermengarde of Tours at Lake Orrin in 1974. Anton Vell sailed with Ermengarde of Tours."
 
 
-@pytest.mark.parametrize("edit", ["append", "replace the last"])
+@pytest.mark.parametrize("edit", ["append", "replace the last", "append after a new noun-phrase rule"])
 def test_an_update_at_the_end_keeps_the_entity_table_and_names_only_its_own_sentences(
     edit, tmp_path, sample_documents, monkeypatch
 ):
@@ -238,11 +238,15 @@ def test_an_update_at_the_end_keeps_the_entity_table_and_names_only_its_own_sent
     before = IndexStore(tmp_path / "index").read_table("entities")
     assert before["label"][before["name"].index("mirela tasch")] == "PERSON"  # named in a kept sentence
     last = sample_documents[4]
-    if edit == "append":
+    if edit.startswith("append"):
         added, final = Document(id="tasch", title="Mirela Tasch", text=TASCH), None
     else:
         added = Document(id=last.id, title=last.title, text=TASCH, source=last.source, metadata=last.metadata)
         final = [*sample_documents[:4], added]
+    if edit.endswith("rule"):  # names found by another rule are not kept: every sentence is asked again
+        manifest = IndexStore(tmp_path / "index").read_manifest()
+        manifest["text_models"] = {**manifest["text_models"], "phrases": "another noun-phrase rule"}
+        IndexStore(tmp_path / "index").write_manifest(manifest)
     asked: list[list[str]] = []
     names_of = context.BuildContext.entity_names
 
@@ -255,10 +259,13 @@ def test_an_update_at_the_end_keeps_the_entity_table_and_names_only_its_own_sent
     [job] = versions.run_pending(tmp_path / "index")
     live = IndexStore(version_dir(tmp_path / "index", job["id"]))
     sentences = live.read_table("sentences", ["text"])["text"]
-    assert 2 <= len(asked[0]) < len(sentences) and asked[0] == sentences[-len(asked[0]) :]  # the entity stage's
+    if edit.endswith("rule"):
+        assert asked[0] == sentences
+    else:  # the entity stage's call: the re-cut sentences only
+        assert 2 <= len(asked[0]) < len(sentences) and asked[0] == sentences[-len(asked[0]) :]
     after = live.read_table("entities")
     assert "ermengarde of tours" in after["name"]
-    if edit == "append":
+    if edit.startswith("append"):
         assert after["label"][after["name"].index("mirela tasch")] == TITLE
         assert after["display"][after["name"].index("mirela tasch")] == "Mirela Tasch"
     build_index(final or [*sample_documents[:5], added], tmp_path / "rebuilt", config, progress=False)

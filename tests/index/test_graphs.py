@@ -244,8 +244,10 @@ def test_a_patched_concept_graph_is_bitwise_the_fresh_one():
         old_postings, old_vectors, postings, vectors, same_as = _edited_keywords(np.random.default_rng(seed), 4, 10)
         old_graph = graphs.concept_graph(old_vectors, old_postings, **theta)
         fresh = graphs.concept_graph(vectors, postings, **theta)
-        patched = graphs.patched_concept_graph(vectors, postings, same_as, old_graph, old_postings, **theta)
-        assert patched is not None and fresh.nnz > 50
+        result = graphs.patched_concept_graph(vectors, postings, same_as, old_graph, old_postings, **theta)
+        assert result is not None and fresh.nnz > 50
+        patched, counted_again = result
+        assert 0 < counted_again < len(vectors) // 4
         assert patched.shape == fresh.shape and (patched != fresh).nnz == 0
         patched.sort_indices()
         fresh.sort_indices()
