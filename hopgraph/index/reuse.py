@@ -80,6 +80,15 @@ def text_models() -> dict[str, str]:
     }
 
 
+def _recorded_models(manifest: dict[str, Any]) -> dict[str, str] | None:
+    """The text models a manifest records. One written before they included the noun-phrase rule
+    was made by rule p1, the only one there was then: its phrases key is its names key with p1."""
+    models = manifest.get("text_models")
+    if models and "names" in models and "phrases" not in models:
+        return {**models, "phrases": f"{models['names']}:phrases-p1"}
+    return models
+
+
 # The text models (kinds of :func:`text_models`) each stage's results depend on directly: an update
 # takes those results only from a version made by the same models, and a build resumed under
 # others makes the stage (and every stage that reads it) again.
@@ -173,7 +182,7 @@ class PreviousVersion:
             manifest = store.read_manifest() if store.exists() else {}
             if manifest.get("complete") and manifest.get("row_rules") == ROW_RULES:
                 self._stored = manifest.get("config", {})
-                self._text_models = manifest.get("text_models")
+                self._text_models = _recorded_models(manifest)
 
     def holding(self, *artifacts: tuple[str, str], stage: str) -> IndexStore | None:
         """The edited version's store where it holds every (folder, name) artifact and made the

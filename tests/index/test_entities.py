@@ -218,7 +218,9 @@ def test_a_build_running_spacy_in_two_processes_equals_the_one_running_it_here(
 TASCH = "Mirela Tasch met Ermengarde of Tours at Lake Orrin in 1974. Anton Vell sailed with Ermengarde of Tours."
 
 
-@pytest.mark.parametrize("edit", ["append", "replace the last", "append after a new noun-phrase rule"])
+@pytest.mark.parametrize(
+    "edit", ["append", "replace the last", "append after a new noun-phrase rule", "append to an index of rule p1"]
+)
 def test_an_update_at_the_end_keeps_the_entity_table_and_names_only_its_own_sentences(
     edit, tmp_path, sample_documents, monkeypatch
 ):
@@ -243,10 +245,13 @@ def test_an_update_at_the_end_keeps_the_entity_table_and_names_only_its_own_sent
     else:
         added = Document(id=last.id, title=last.title, text=TASCH, source=last.source, metadata=last.metadata)
         final = [*sample_documents[:4], added]
+    manifest = IndexStore(tmp_path / "index").read_manifest()
     if edit.endswith("rule"):  # names found by another rule are not kept: every sentence is asked again
-        manifest = IndexStore(tmp_path / "index").read_manifest()
         manifest["text_models"] = {**manifest["text_models"], "phrases": "another noun-phrase rule"}
-        IndexStore(tmp_path / "index").write_manifest(manifest)
+    elif edit.endswith("p1"):  # made before manifests recorded the rule, when p1 was the only one
+        assert manifest["text_models"]["phrases"].endswith(":phrases-p1")
+        del manifest["text_models"]["phrases"]
+    IndexStore(tmp_path / "index").write_manifest(manifest)
     asked: list[list[str]] = []
     names_of = context.BuildContext.entity_names
 
