@@ -272,22 +272,33 @@ def concept_graph(
     """
     n = keyword_vectors.shape[0]
     chunk_counts = np.asarray((keyword_chunk_postings > 0).sum(axis=1)).ravel().astype(np.float64)
-    kept_rows, kept_cols, kept_weights = [], [], []
+    edges = []
     for rows, cols, co in iter_cooccurrence_pairs(
         sparse_on(xp, keyword_chunk_postings), min_count=theta_co, ordered=False
     ):
-        rows, cols, co = to_numpy(rows), to_numpy(cols), to_numpy(co).astype(np.float64)
+        rows, cols, co = to_numpy(rows), to_numpy(cols), to_numpy(co)
         upper = cols > rows
-        rows, cols, co = rows[upper], cols[upper], co[upper]
-        cosine = np.einsum("ij,ij->i", keyword_vectors[rows], keyword_vectors[cols])
-        keep = cosine >= theta_sem
-        kept_rows.append(rows[keep])
-        kept_cols.append(cols[keep])
-        kept_weights.append((2.0 * co[keep] / (chunk_counts[rows[keep]] + chunk_counts[cols[keep]])).astype(np.float32))
-    if not kept_rows:
+        edges.append(_concept_edges(keyword_vectors, chunk_counts, rows[upper], cols[upper], co[upper], theta_sem))
+    return _both_ways(edges, n)
+
+
+def _concept_edges(
+    vectors: np.ndarray, chunk_counts: np.ndarray, low: np.ndarray, high: np.ndarray, co: np.ndarray, theta_sem: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pairs (``low`` < ``high``, sharing ``co`` chunks) whose vectors' cosine is ≥ θ_sem, with
+    their Dice weights: the one place this arithmetic is done, so a patched graph is a fresh one."""
+    cosine = np.einsum("ij,ij->i", vectors[low], vectors[high])
+    keep = cosine >= theta_sem
+    low, high, co = low[keep], high[keep], co[keep].astype(np.float64)
+    return low, high, (2.0 * co / (chunk_counts[low] + chunk_counts[high])).astype(np.float32)
+
+
+def _both_ways(edges: list[tuple[np.ndarray, np.ndarray, np.ndarray]], n: int) -> sp.csr_matrix:
+    """The n × n graph of (low, high, weight) edge lists, each edge stored both ways."""
+    if not edges:
         return sp.csr_matrix((n, n), dtype=np.float32)
-    rows, cols, weights = np.concatenate(kept_rows), np.concatenate(kept_cols), np.concatenate(kept_weights)
-    both = (np.concatenate([weights, weights]), (np.concatenate([rows, cols]), np.concatenate([cols, rows])))
+    low, high, weights = (np.concatenate(part) for part in zip(*edges))
+    both = (np.concatenate([weights, weights]), (np.concatenate([low, high]), np.concatenate([high, low])))
     return sp.csr_matrix(both, shape=(n, n))
 
 
@@ -335,32 +346,20 @@ def patched_concept_graph(
     sizes = np.diff(present.indptr)
     if sizes[again].sum() > PATCH_POSTINGS_SHARE * max(present.nnz, 1):
         return None
-    # Edges of two untouched keywords, in this version's numbers.
+    # Edges of two untouched keywords, in this version's numbers (each once: stored both ways there).
     number = np.full(old_graph.shape[0], -1, dtype=np.int64)
     number[same_as[~touched]] = np.flatnonzero(~touched)
-    old = old_graph.tocoo()
-    stay = (number[old.row] >= 0) & (number[old.col] >= 0)
+    old = sp.triu(old_graph, k=1).tocoo()
+    a, b = number[old.row], number[old.col]
+    stay = (a >= 0) & (b >= 0)
+    kept = (np.minimum(a, b)[stay], np.maximum(a, b)[stay], old.data[stay].astype(np.float32))
     # Pairs with a touched keyword: shared chunks counted again (a pair of two touched ones once).
     product = (present[again] @ present.T).tocoo()
-    rows, cols, co = again[product.row], product.col.astype(np.int64), product.data.astype(np.float64)
+    rows, cols, co = again[product.row], product.col.astype(np.int64), product.data
     pair = (co >= theta_co) & (rows != cols) & (~touched[cols] | (cols > rows))
-    low, high, co = np.minimum(rows, cols)[pair], np.maximum(rows, cols)[pair], co[pair]
-    cosine = np.einsum("ij,ij->i", keyword_vectors[low], keyword_vectors[high])
-    keep = cosine >= theta_sem
-    low, high, co = low[keep], high[keep], co[keep]
-    chunk_counts = sizes.astype(np.float64)
-    weights = (2.0 * co / (chunk_counts[low] + chunk_counts[high])).astype(np.float32)
-    graph = sp.csr_matrix(
-        (
-            np.concatenate([old.data[stay].astype(np.float32), weights, weights]),
-            (
-                np.concatenate([number[old.row[stay]], low, high]),
-                np.concatenate([number[old.col[stay]], high, low]),
-            ),
-        ),
-        shape=(n, n),
-    )
-    return graph, len(again)
+    low, high = np.minimum(rows, cols)[pair], np.maximum(rows, cols)[pair]
+    counted = _concept_edges(keyword_vectors, sizes.astype(np.float64), low, high, co[pair], theta_sem)
+    return _both_ways([kept, counted], n), len(again)
 
 
 def node_rank(graph: sp.csr_matrix, damping: float, xp: ModuleType = np) -> np.ndarray:

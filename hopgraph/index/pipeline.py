@@ -48,6 +48,7 @@ from hopgraph.index.reuse import (
     STAGE_TEXT_MODELS,
     UNIT_ROWS,
     PreviousVersion,
+    recorded_text_models,
     setting,
     text_models,
 )
@@ -418,7 +419,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         manifest["stages"].pop(name, None)
     if changed:
         manifest["complete"] = False
-    before, now = manifest.get("text_models", text_models()), text_models()
+    before, now = recorded_text_models(manifest) or text_models(), text_models()
     moved = {kind for kind in now if kind in before and before[kind] != now[kind]}
     for name in _following({stage for stage, kinds in STAGE_TEXT_MODELS.items() if moved & set(kinds)}):
         if manifest["stages"].pop(name, None) is not None:  # made with other models

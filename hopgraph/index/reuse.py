@@ -80,7 +80,7 @@ def text_models() -> dict[str, str]:
     }
 
 
-def _recorded_models(manifest: dict[str, Any]) -> dict[str, str] | None:
+def recorded_text_models(manifest: dict[str, Any]) -> dict[str, str] | None:
     """The text models a manifest records. One written before they included the noun-phrase rule
     was made by rule p1, the only one there was then: its phrases key is its names key with p1."""
     models = manifest.get("text_models")
@@ -182,7 +182,7 @@ class PreviousVersion:
             manifest = store.read_manifest() if store.exists() else {}
             if manifest.get("complete") and manifest.get("row_rules") == ROW_RULES:
                 self._stored = manifest.get("config", {})
-                self._text_models = _recorded_models(manifest)
+                self._text_models = recorded_text_models(manifest)
 
     def holding(self, *artifacts: tuple[str, str], stage: str) -> IndexStore | None:
         """The edited version's store where it holds every (folder, name) artifact and made the

@@ -442,6 +442,26 @@ def test_a_resumed_build_with_other_text_models_makes_what_they_decide_again(upd
     assert list(resumed["stages"]) == ["documents"]  # every other stage reads the cut
 
 
+def test_a_manifest_without_the_noun_phrase_rule_was_made_by_rule_p1(updated, tmp_path, monkeypatch):
+    """A manifest written before text_models named the noun-phrase rule: under p1 its entity layer
+    stands, under any later rule a resumed build makes it again."""
+    from hopgraph import ner
+    from hopgraph.index.pipeline import start_manifest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(updated["work"] / "rebuilt", copy)
+    store = IndexStore(copy)
+    manifest = store.read_manifest()
+    del manifest["text_models"]["phrases"]
+    store.write_manifest(manifest)
+    resumed = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
+    assert "entities" in resumed["stages"] and resumed["complete"]
+    store.write_manifest(manifest)
+    monkeypatch.setattr(ner, "PHRASE_RULE", "p2")
+    resumed = start_manifest(store, updated["config"], manifest["corpus_fingerprint"], overwrite=False)
+    assert "entities" not in resumed["stages"] and "cue_graph" in resumed["stages"] and not resumed["complete"]
+
+
 def test_a_sentence_holding_a_word_the_insert_brings_into_the_vocabulary_is_counted_again(tmp_path):
     """A run of letters longer than a chunk is cut inside: no chunk holds it whole, so it is no
     keyword, but its sentence holds it. An inserted document that holds it whole makes it one, and
