@@ -212,8 +212,10 @@ def test_an_admin_uploads_a_file_and_finds_it_listed_after_the_job(page, site, t
     sign_in(page, site.url, "admin")
     page.wait_for_selector("#stats b")
     assert "documents" in page.inner_text("#stats")
-    # The stats and the document list are fetched apart: the count may come after the stats.
-    page.wait_for_function("document.getElementById('doc-count').textContent.includes(' of ')")
+    # The stats and the document list are fetched apart: the count may come after the stats. A
+    # selector, not wait_for_function: a string predicate that is false at its first check is
+    # polled with eval, which the page's CSP (script-src 'self') refuses.
+    page.wait_for_selector("#doc-count:has-text(' of ')")
     before = int(page.text_content("#doc-count").split(" of ")[1])
     note = tmp_path / "ferry-timetable.md"
     note.write_text("# Ferry timetable\n\nThe Sorvik ferry leaves Tem island at seven every morning.\n")
