@@ -3,10 +3,10 @@ replicas on other machines over shared storage): any of them answers, exactly on
 and each follows the live version on its own.
 
 - **The leader** holds an exclusive non-blocking ``flock`` on ``INDEX/jobs/.leader`` for its whole
-  life and is the only process that runs update jobs and collects old versions. The kernel (or the
-  NFS lock manager) releases the lock when the leader dies; the others try to take it every
-  ``serve.refresh_seconds``, so one of them takes over the job loop. ``serve.jobs`` = ``always`` /
-  ``never`` replace the lock on storage whose locks do not work.
+  life (and names itself in ``INDEX/jobs/leader.json``) and is the only process that runs update jobs
+  and collects old versions. The kernel (or the NFS lock manager) releases the lock when the leader
+  dies; the others try to take it every ``serve.refresh_seconds``, so one of them takes over the job
+  loop. ``serve.jobs`` = ``always`` / ``never`` replace the lock on storage whose locks do not work.
 - **Following**: every process reads ``INDEX/CURRENT`` every ``serve.refresh_seconds`` and loads
   a new version completely before switching to it, so a published version is served everywhere
   within that interval plus one load.
@@ -35,7 +35,8 @@ from hopgraph.serve.state import IndexHolder, JobRunner
 from hopgraph.store import atomic_write
 
 REPLICAS = "replicas"  # INDEX/replicas/<id>.json: one heartbeat per serving process
-LEADER = ".leader"  # INDEX/jobs/.leader: locked by the process that runs update jobs; names it
+LEADER = ".leader"  # INDEX/jobs/.leader: locked by the process that runs update jobs
+LEADER_RECORD = "leader.json"  # INDEX/jobs/leader.json: who took that lock last, replaced whole (never half-written)
 
 
 def _log(message: str) -> None:
@@ -45,7 +46,7 @@ def _log(message: str) -> None:
 def read_leader(root: str | Path) -> dict[str, Any] | None:
     """Who holds (or last held) the leader lock: {id, host, pid, since}; None before anyone did."""
     try:
-        text = (Path(root) / versions.JOBS / LEADER).read_text(encoding="utf-8")
+        text = (Path(root) / versions.JOBS / LEADER_RECORD).read_text(encoding="utf-8")
         return dict(json.loads(text)) if text.strip() else None
     except (FileNotFoundError, ValueError):
         return None
@@ -91,10 +92,13 @@ class LeaderLock:
         except OSError:  # held by another process
             handle.close()
             return False
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({**self.identity, "since": time.time()}))
-        handle.flush()
+        # The record lives in its own file, replaced by rename: rewriting the locked file in place let a
+        # reader catch it empty between truncate and write (and take "no leader" for an answer).
+        text = json.dumps({**self.identity, "since": time.time()})
+        try:
+            atomic_write(self.path.with_name(LEADER_RECORD), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        except OSError as exc:
+            _log(f"cannot write the leader record next to {self.path} ({exc}); leading all the same")
         self._handle = handle
         return True
 

@@ -239,3 +239,38 @@ def test_the_leader_forgets_heartbeats_whose_files_are_gone(index_copy):
     alive.beat({"j000002-bbbbbb"}, leader=False)
     assert leader.protected(60) == {"j000002-bbbbbb"}
     assert set(leader._seen) == {alive.path.name}  # what it remembers stays bounded by the live processes
+
+
+def test_a_reader_never_finds_the_leader_record_half_written(tmp_path):
+    """Another process reads the record while leaders take and give up the lock in a tight loop: it always
+    finds a whole record. Written in place (truncate, then write) it was once found empty, and a replica
+    waiting for a new leader crashed on ``None``."""
+    from hopgraph.serve.replicas import LeaderLock
+
+    first = LeaderLock(tmp_path, {"id": "a", "host": "here", "pid": 1})
+    assert first.try_acquire()
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from hopgraph.serve.replicas import read_leader\n"
+            "end, missing, reads = time.monotonic() + 3, 0, 0\n"
+            "while time.monotonic() < end:\n"
+            f"    missing += read_leader({str(tmp_path)!r}) is None\n"
+            "    reads += 1\n"
+            "print(missing, reads)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    leaders = [first, LeaderLock(tmp_path, {"id": "b", "host": "here", "pid": 2})]
+    turn = 0
+    while reader.poll() is None:
+        leaders[turn % 2].release()
+        turn += 1
+        assert leaders[turn % 2].try_acquire()
+    missing, reads = map(int, reader.communicate()[0].split())
+    assert reads > 100 and turn > 100
+    assert missing == 0, f"{missing} of {reads} reads found no leader"
+    leaders[turn % 2].release()
