@@ -485,29 +485,35 @@ def run_pending(
     return done
 
 
-def forgive_interrupted(root: str | Path, run: str) -> list[dict[str, Any]]:
+def forgive_interrupted(root: str | Path, run: str, patience: float = 0.0) -> list[dict[str, Any]]:
     """Take back the attempt that ``run`` recorded on unfinished jobs, counting it in ``interrupted``
     instead; returns those jobs. For a run ended by a shutdown, not by a failure of its own: restarts
     and deploys must not use up a job's attempts. Call it once that run's process has ended. A job
     whose last attempt another run recorded is left as it is, and so is everything while another
-    process holds the job lock (never waited for: a shutdown must not hang on a long build elsewhere;
-    that process's own run has taken the jobs over)."""
+    process holds the job lock past ``patience`` seconds (a shutdown must not hang on a long build
+    elsewhere; that process's own run has taken the jobs over). Some patience is due after a worker
+    is stopped: the processes it forked (spaCy's pool) share its lock until they notice, within a
+    second, that it is gone."""
     root = Path(root)
     if not run:
         return []
-    try:
-        with _locked(root, ".lock", wait=False):
-            forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
-            for record in forgiven:
-                record.update(
-                    attempts=max(0, record.get("attempts", 0) - 1),
-                    interrupted=record.get("interrupted", 0) + 1,
-                    run=None,
-                )
-                _write_job(root, record)
-    except BlockingIOError:
-        return []
-    return forgiven
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with _locked(root, ".lock", wait=False):
+                forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
+                for record in forgiven:
+                    record.update(
+                        attempts=max(0, record.get("attempts", 0) - 1),
+                        interrupted=record.get("interrupted", 0) + 1,
+                        run=None,
+                    )
+                    _write_job(root, record)
+            return forgiven
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return []
+            time.sleep(0.1)
 
 
 def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:

@@ -37,8 +37,8 @@ class RateLimiter:
         """0 if the request may go ahead, else seconds until it may."""
         if self.rate <= 0:
             return 0.0
-        now = self._clock()
-        with self._lock:
+        with self._lock:  # the clock read inside: a caller that read it earlier must not go back in time
+            now = self._clock()
             if now - self._swept >= self._refill:
                 self._sweep(now)
             tokens, last = self._buckets.get(key, (float(self.burst), now))

@@ -173,6 +173,7 @@ class Replica:
         self.timeout = max(serve.replica_timeout, 3 * serve.refresh_seconds)
         jobs.protect = self._protect
         self._stop = threading.Event()
+        self._beating = threading.Lock()
         self._threads = [
             threading.Thread(target=self._follow, name="hopgraph-follow", daemon=True),
             threading.Thread(target=self._beat_loop, name="hopgraph-beat", daemon=True),
@@ -209,7 +210,10 @@ class Replica:
             _log(f"process {os.getpid()} runs the update jobs of {self.root}")
 
     def _beat(self) -> None:
-        self.heartbeats.beat(self.holder.versions_in_use(), self.leading)
+        # One at a time, from what is in use when the file is written: a heartbeat computed before a
+        # load was announced must not be written after it and drop the version being loaded.
+        with self._beating:
+            self.heartbeats.beat(self.holder.versions_in_use(), self.leading)
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.serve.refresh_seconds):

@@ -172,6 +172,7 @@ class IndexHolder:
 
 
 MAX_WORKER_BUILDS = 100  # builds one worker process runs before a fresh one takes over (bounds what it holds)
+FORGIVE_PATIENCE = 5.0  # seconds a stopped worker's forked helpers may still hold the job lock (they poll every 1 s)
 
 
 class JobRunner:
@@ -232,7 +233,7 @@ class JobRunner:
                     self._child.kill()
                     self._child.wait()
                 if self._child.returncode != 0:  # ended by this shutdown, not by the job
-                    versions.forgive_interrupted(self.root, self._run)
+                    versions.forgive_interrupted(self.root, self._run, patience=FORGIVE_PATIENCE)
         if self._thread.is_alive():
             self._thread.join(timeout=30)  # at most one load or collection in progress
 

@@ -72,7 +72,7 @@ def replicas():
 
 def llm_settings(replicas, **update) -> dict:
     settings = LLMConfig(
-        base_url=replicas[0].base_url, model="smollm2-135m", max_tokens=128, context_tokens=2048, retries=1, timeout=120
+        base_url=replicas[0].base_url, model="smollm2-135m", max_tokens=128, context_tokens=2048, retries=1, timeout=300
     ).model_dump()
     return {**settings, **update}
 

@@ -439,11 +439,13 @@ def test_html_with_thousands_of_unclosed_constructs_is_read_in_linear_time(tail:
         text = read_html(data).text
         took.append(time.perf_counter() - started)
         assert text.startswith("Kept.\n\n" + tail * 3)  # the parser's reading: markup it cannot close is text
-    assert took[1] < 1.5  # 200 KB of "<a b=" took 160 s; each size doubling took four times as long
+    # 200 KB of "<a b=" took 160 s, each doubling four times as long; now ~0.4-0.8 s (the bound is loose
+    # for a busy machine: the quadratic reader would take minutes here)
+    assert took[1] < 10
     comments = ("<p>Kept.</p>" + "<!--x>" * 50_000).encode()  # a ">" after each, but no "-->"
     started = time.perf_counter()
     assert read_html(comments).text.startswith("Kept.\n\n<!--x><!--x>")
-    assert time.perf_counter() - started < 1.5  # took 200 s for 1 MB
+    assert time.perf_counter() - started < 10  # took 200 s for 1 MB; now ~0.3 s
 
 
 def test_html_after_a_second_broken_character_reference_is_not_taken_as_text() -> None:

@@ -19,8 +19,8 @@ from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
 from hopgraph.llm.probe import FALLBACK_CONCURRENCY, server_slots
-from hopgraph.llm.standin import free_port
 from tests.llm.support import ScriptedServer
+from tests.ports import dead_port
 
 
 def ask(text: str, max_tokens: int = 24, schema: dict | None = None) -> ChatRequest:
@@ -71,7 +71,7 @@ def test_a_repeated_batch_is_answered_from_the_cache_which_persists(llm_config):
     assert usage.prompt_tokens == sum(c.prompt_tokens for c in first)  # cached calls still report their size
     # A new cache object on the same file, in front of a backend that cannot answer at all: every
     # completion comes from the file, so no call is attempted.
-    dead = HttpLLM(llm_config.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "retries": 0}))
+    dead = HttpLLM(llm_config.model_copy(update={"base_url": f"http://127.0.0.1:{dead_port()}/v1", "retries": 0}))
     reopened = CachedLLM(dead, CompletionCache(llm_config.cache)).complete(QUESTIONS)
     assert [c.text for c in reopened] == [c.text for c in first]
     # Another parameter is another call.
@@ -80,7 +80,7 @@ def test_a_repeated_batch_is_answered_from_the_cache_which_persists(llm_config):
 
 # ------------------------------------------------------------------ faults
 def test_backend_down_names_the_server_and_says_work_is_kept(tmp_path):
-    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there: a real connection refused
+    url = f"http://127.0.0.1:{dead_port()}/v1"  # nothing listens there: a real connection refused
     llm = open_llm(LLMConfig(base_url=url, model="m", cache=str(tmp_path / "c.sqlite"), retries=1, timeout=5))
     with pytest.raises(LLMUnavailableError) as failure:
         llm.complete(QUESTIONS)
@@ -90,7 +90,7 @@ def test_backend_down_names_the_server_and_says_work_is_kept(tmp_path):
 
 
 def test_a_server_that_is_down_is_called_down_with_the_command_that_starts_it(tmp_path):
-    port = free_port()  # nothing listens there: a real connection refused
+    port = dead_port()  # nothing listens there: a real connection refused
     config = LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", cache="", retries=0, timeout=5)
     with pytest.raises(LLMUnavailableError) as failure:
         HttpLLM(config).complete([QUESTIONS[0]])

@@ -32,7 +32,7 @@ def llm_index(tmp_path_factory, sample_index, sample_documents, sample_config, l
         cache=str(out.parent / "llm.sqlite"),
         max_tokens=160,
         context_tokens=4096,
-        timeout=120,
+        timeout=300,  # one slow call on 2 shared cores must not fail the module
     )
     config = sample_config.model_copy(
         update={

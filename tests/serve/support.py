@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,6 @@ import httpx
 import uvicorn
 
 from hopgraph.config import HopgraphConfig
-from hopgraph.llm.standin import free_port
 from hopgraph.serve.app import create_app
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.connections import uvicorn_options
@@ -78,7 +78,11 @@ class LiveServer:
     """``create_app`` served by uvicorn in a thread on 127.0.0.1: real HTTP, real sockets."""
 
     def __init__(self, root: Path, config: HopgraphConfig, tokens: TokenBook | None = None, app: Any = None):
-        self.port = free_port()
+        # Bound now, listening once started: a port only looked up here could be taken by another
+        # test's server or stand-in while the index loads.
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
         app = app or create_app(root, config, tokens or token_book())
         self.app = app
         self.server = uvicorn.Server(
@@ -86,7 +90,7 @@ class LiveServer:
                 app, host="127.0.0.1", port=self.port, log_level="error", lifespan="on", **uvicorn_options(config.serve)
             )
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -104,6 +108,7 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+        self.socket.close()
 
 
 def wait_for_job(client: httpx.Client, job_id: str, timeout: float = 300) -> dict[str, Any]:
@@ -114,6 +119,15 @@ def wait_for_job(client: httpx.Client, job_id: str, timeout: float = 300) -> dic
             return job
         time.sleep(0.2)
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")
+
+
+def log_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines a server has written to ``path`` so far; a line still being written (no newline
+    yet) is left for the next look, so polling this never trips on half a line."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
 def wait_until(predicate: Any, timeout: float = 60) -> None:

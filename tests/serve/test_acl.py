@@ -41,6 +41,9 @@ def llm_index(tmp_path_factory, acl_documents, serve_config, llm_server):
 @pytest.fixture(scope="module")
 def server(llm_index):
     root, config = llm_index
+    # The stand-in reads a 2,000-token prompt in ~25-30 s on a quiet core: the default 60 s answer
+    # timeout left a busy 2-core machine little room (a 503 counts as an audit error).
+    config = config.model_copy(update={"serve": config.serve.model_copy(update={"answer_timeout": 300.0})})
     with LiveServer(root, config) as live:
         yield live
 

@@ -77,19 +77,25 @@ def test_a_prompt_client_on_a_kept_alive_connection_is_served_again_and_again(se
         assert client.get("/healthz").status_code == 200
 
 
-def closed_at_once(flood: list[socket.socket], started: float) -> int:
-    """How many of ``flood`` the server closed as they came (counted before the read bound)."""
-    time.sleep(0.3)
-    closed = sum(closed_by_server(sock, within=0.01) for sock in flood)
+def closed_at_once(flood: list[socket.socket], started: float, wanted: int) -> int:
+    """How many of ``flood`` the server closed as they came, counted until ``wanted`` are or until
+    half the read bound has passed (a busy machine may take a moment to accept them all); always
+    before the read bound closes any."""
+    closed: set[int] = set()
+    while True:
+        closed |= {n for n, sock in enumerate(flood) if n not in closed and closed_by_server(sock, within=0.01)}
+        if len(closed) >= wanted or time.monotonic() - started > READ_SECONDS / 2:
+            break
+        time.sleep(0.1)
     assert time.monotonic() - started < READ_SECONDS  # counted before the read bound closes any
-    return closed
+    return len(closed)
 
 
 def test_one_client_flooding_connections_takes_none_from_the_others(server) -> None:
     started = time.monotonic()
     flood = [connect(server, client="127.0.0.2") for _ in range(3 * MAX_PER_CLIENT)]
     try:
-        assert closed_at_once(flood, started) >= 2 * MAX_PER_CLIENT  # all beyond its share
+        assert closed_at_once(flood, started, 2 * MAX_PER_CLIENT) >= 2 * MAX_PER_CLIENT  # all beyond its share
         with httpx.Client(base_url=server.url, timeout=30) as client:  # another address: served
             assert client.get("/healthz").status_code == 200
     finally:
@@ -101,7 +107,7 @@ def test_connections_beyond_the_process_cap_are_closed_and_the_server_recovers(s
     started = time.monotonic()
     flood = [connect(server, client=f"127.0.0.{n}") for n in (3, 4, 5) for _ in range(MAX_PER_CLIENT)]
     try:
-        assert closed_at_once(flood, started) >= len(flood) - MAX_CONNECTIONS
+        assert closed_at_once(flood, started, len(flood) - MAX_CONNECTIONS) >= len(flood) - MAX_CONNECTIONS
         time.sleep(READ_SECONDS + 1)  # the rest are disconnected for sending nothing
         assert all(closed_by_server(sock, within=10) for sock in flood)
         with httpx.Client(base_url=server.url, timeout=30) as client:

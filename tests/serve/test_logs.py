@@ -7,7 +7,7 @@ import json
 
 import httpx
 
-from tests.serve.support import USERS, LiveServer, auth, wait_until
+from tests.serve.support import USERS, LiveServer, auth, log_lines, wait_until
 
 QUESTION = "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?"
 
@@ -19,10 +19,6 @@ def served(acl_index, serve_config, log, **settings):
     return LiveServer(acl_index, config)
 
 
-def lines(log) -> list[dict]:
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
-
-
 def test_each_request_writes_one_line_with_ids_and_no_text_or_token(acl_index, serve_config, tmp_path):
     log = tmp_path / "logs" / "requests.jsonl"
     with served(acl_index, serve_config, log) as server, httpx.Client(base_url=server.url, timeout=60) as client:
@@ -30,13 +26,13 @@ def test_each_request_writes_one_line_with_ids_and_no_text_or_token(acl_index, s
             "/v1/retrieve", json={"query": QUESTION, "method": "ppr", "budget": 300}, headers=auth("ops")
         )
         assert response.status_code == 200
-        wait_until(lambda: len(lines(log)) == 1, timeout=10)
+        wait_until(lambda: len(log_lines(log)) == 1, timeout=10)
         refused = client.post("/v1/retrieve", json={"query": QUESTION}, headers={"Authorization": "Bearer not-a-t0ken"})
         assert refused.status_code == 401
         deleted = client.delete("/v1/documents/private%2Fpayroll-2026", headers=auth("ops"))
         assert deleted.status_code == 403
-        wait_until(lambda: len(lines(log)) == 3, timeout=10)
-    first, unknown, forbidden = lines(log)
+        wait_until(lambda: len(log_lines(log)) == 3, timeout=10)
+    first, unknown, forbidden = log_lines(log)
     result = response.json()
     assert first["user"] == "ops" and first["endpoint"] == "/v1/retrieve" and first["http_method"] == "POST"
     assert first["method"] == "ppr" and first["status"] == 200 and first["version"] == result["version"]
@@ -68,8 +64,8 @@ def test_trace_records_seeds_paths_and_chunks(acl_index, serve_config, tmp_path)
             "/v1/retrieve", json={"query": "What is the plan VELLUMTIDE?", "method": "ppr"}, headers=auth("ops")
         )
         assert guess.status_code == 200
-        wait_until(lambda: len(lines(log)) == 2, timeout=10)
-    line, guessed = lines(log)
+        wait_until(lambda: len(log_lines(log)) == 2, timeout=10)
+    line, guessed = log_lines(log)
     assert guessed["trace"]["pieces"] and "vellumtide" not in json.dumps(guessed).lower()
     evidence = response.json()["evidence"]
     trace = line["trace"]
@@ -124,7 +120,7 @@ def test_lines_the_log_drops_are_counted_in_the_metrics(acl_index, serve_config,
         value = re.search(r"^hopgraph_request_log_dropped_total (\S+)$", scraped, re.MULTILINE)
         assert value is not None and before <= float(value.group(1)) <= log.dropped
     # once the log keeps up again, it says how many lines it lost
-    assert sum(line.get("dropped_before", 0) for line in lines(path)) == log.dropped
+    assert sum(line.get("dropped_before", 0) for line in log_lines(path)) == log.dropped
 
 
 def test_a_log_that_cannot_keep_up_drops_lines_counted_instead_of_growing(tmp_path):

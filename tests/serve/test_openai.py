@@ -8,15 +8,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from hopgraph.llm.standin import free_port
-from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS, USERS, LiveServer, auth, wait_until
+from tests.ports import dead_port
+from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS, USERS, LiveServer, auth, log_lines, wait_until
 
 QUESTION = "Who chairs the Orrin Basin Water Board?"
 
@@ -34,7 +33,7 @@ def ask(user: str, question: str = QUESTION, **fields) -> dict:
 def server(acl_index, serve_config, tmp_path_factory):
     """The LLM backend is a closed port: everything before generation works, generation fails."""
     llm = serve_config.llm.model_copy(
-        update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": str(tmp_path_factory.mktemp("llm") / "c")}
+        update={"base_url": f"http://127.0.0.1:{dead_port()}/v1", "cache": str(tmp_path_factory.mktemp("llm") / "c")}
     )
     with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm})) as live:
         yield live
@@ -218,15 +217,11 @@ def test_a_client_hanging_up_while_queued_for_an_answer_slot_leaves_the_queue_at
                     # asyncio keeps no public count of a semaphore's waiters
                     wait_until(lambda: len(slots._waiters or ()) == 1, timeout=10)
                 hung_up = time.monotonic()
-                wait_until(lambda: any(line["status"] == 499 for line in logged(log)), timeout=20)
+                wait_until(lambda: any(line["status"] == 499 for line in log_lines(log)), timeout=20)
                 waited = time.monotonic() - hung_up
                 assert slots.locked() and len(llm.bodies) == 1  # the first answer still runs
     assert waited < 5, f"the request that hung up waited {waited:.1f} s in the queue for an answer slot"
     assert len(llm.bodies) == 1
-
-
-def logged(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
 
 
 def test_a_stream_whose_send_fails_gives_its_slot_back_when_the_response_ends():

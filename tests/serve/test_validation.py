@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from hopgraph.index.ingest import read_corpus
-from hopgraph.llm.standin import free_port
+from tests.ports import dead_port
 from tests.serve.support import USERS, LiveServer, auth, wait_for_job, wait_until
 
 QUESTION = "Who was the first director of the Halvern Harbor Institute?"
@@ -22,7 +22,7 @@ def server(acl_index, serve_config, tmp_path_factory):
     """A server over a private copy of the index (one test inserts and deletes a document)."""
     root = tmp_path_factory.mktemp("validation") / "index"
     shutil.copytree(acl_index, root)
-    llm = serve_config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{free_port()}/v1", "cache": ""})
+    llm = serve_config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{dead_port()}/v1", "cache": ""})
     with LiveServer(root, serve_config.model_copy(update={"llm": llm})) as live:
         yield live
 

@@ -285,7 +285,8 @@ def test_an_answer_from_the_standin_llm_is_shown_with_its_evidence(
     browser, webui_index, serve_config, llm_config, tmp_path
 ):
     """The real stand-in LLM (llama.cpp) answers through the page."""
-    config = serve_config.model_copy(update={"llm": llm_config})
+    serve = serve_config.serve.model_copy(update={"answer_timeout": 300.0})  # the stand-in on a busy machine
+    config = serve_config.model_copy(update={"llm": llm_config, "serve": serve})
     with LiveServer(webui_index, config) as live:
         context, page = ask_as(browser, live.url, "bo", "Who chairs the Orrin Basin Water Board?", "text", 300)
         assert page.is_hidden("#ask-error"), page.text_content("#ask-error")
