@@ -86,3 +86,44 @@ def test_a_built_version_no_server_could_load_is_never_published(index_copy):
         versions.run_pending(index_copy, verify=damaged_then_checked)
     assert versions.live_version(index_copy) == job["id"]  # the good version stays live
     assert versions.read_job(index_copy, second["id"])["status"] == "failed"
+
+
+def test_a_heartbeat_read_before_a_load_was_announced_is_not_written_after_it(index_copy, serve_config):
+    """The beat thread reads what is in use, then a load is announced (its heartbeat names the new
+    version), then the beat thread writes what it read: that dropped the version being loaded from
+    the heartbeat, so the leader could collect it mid-load. Heartbeats are now written one at a time,
+    each from what is in use when it is written. The pause between reading and writing is injected
+    (a wrapper that holds the beat thread's read for up to 2 s): a thread switch there cannot be
+    provoked on demand."""
+    import json
+    import threading
+
+    from hopgraph.serve.replicas import Replica
+    from hopgraph.serve.state import JobRunner
+
+    holder = IndexHolder(index_copy, serve_config)
+    add_version(index_copy, NEW)
+    replica = Replica(index_copy, holder, JobRunner(index_copy, holder, serve_config), serve_config.serve)
+    read, announced = threading.Event(), threading.Event()
+    in_use = holder.versions_in_use
+
+    def slow_read() -> set[str]:
+        found = in_use()
+        if threading.current_thread().name == "beat":
+            read.set()
+            announced.wait(2)  # the announce comes meanwhile, unless it has to wait for this beat
+        return found
+
+    holder.versions_in_use = slow_read  # type: ignore[method-assign]
+    beat = threading.Thread(target=replica._beat, name="beat")
+    beat.start()
+    assert read.wait(10)
+
+    def announce() -> None:
+        replica._beat()
+        announced.set()
+
+    assert holder.refresh(NEW, announce=announce)
+    beat.join()
+    assert NEW in json.loads(replica.heartbeats.path.read_text(encoding="utf-8"))["versions"]
+    replica.heartbeats.remove()
