@@ -10,6 +10,15 @@ from typing import Any, TypeGuard
 
 # C0 control characters and DEL, except tab, line feed and carriage return.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# What no name (a document id, an uploaded file's name) may hold: C0, DEL and C1 (U+0085 breaks lines too).
+NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def name_control(name: str) -> str | None:
+    """The first control character in ``name`` as "U+XXXX", or None. A document id is one field of a
+    listing's line and the argument of --delete; every way in (files, records, inserts, uploads) asks."""
+    found = NAME_CONTROL.search(name)
+    return f"U+{ord(found.group()):04X}" if found else None
 
 
 def timestamp_of(metadata: dict[str, Any]) -> Any:
@@ -94,6 +103,22 @@ def too_deep_at(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
                 return where or "value"
             stack.extend((f"{where}.{key}" if where else str(key), child, depth + 1) for key, child in _children(item))
     return None
+
+
+def more_values_than(value: Any, limit: int) -> bool:
+    """Whether nested JSON data holds more than ``limit`` values (containers, items, scalars); the walk
+    stops as soon as it knows, so asking about a huge body costs no more than ``limit`` steps."""
+    seen, stack = 0, [value]
+    while stack:
+        seen += 1
+        if seen > limit:
+            return True
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
 
 
 def invalid_unicode_at(value: Any) -> str | None:

@@ -29,8 +29,10 @@ from tqdm import tqdm
 
 from hopgraph.documents import (
     MAX_JSON_DEPTH,
+    NAME_CONTROL,
     Document,
     invalid_unicode_at,
+    name_control,
     text_problem,
     too_deep_at,
     unicode_problem,
@@ -44,7 +46,6 @@ _MARKDOWN_HEADING = re.compile(r"^ {0,3}#[ \t]+(.*\S)[ \t]*$", re.MULTILINE)
 _MAX_LISTED = 20
 _IDS_SHOWN = 10
 _KINDS = ", ".join(DOCUMENT_SUFFIXES + (".jsonl",))
-_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -56,7 +57,7 @@ class InputProblem:
     reason: str
 
     def __str__(self) -> str:
-        path = _NAME_CONTROL.sub(lambda m: ascii(m.group())[1:-1], self.path)  # one line on stderr
+        path = NAME_CONTROL.sub(lambda m: ascii(m.group())[1:-1], self.path)  # one line on stderr
         where = path if self.line is None else f"{path}:{self.line}"
         return f"{where}: {self.reason}"
 
@@ -218,9 +219,9 @@ def _name_problem(name: str) -> str | None:
     that a table stores and one line of a listing shows."""
     if unicode_problem(name):
         return "file name is not valid UTF-8 (rename the file to read it)"
-    found = _NAME_CONTROL.search(name)
+    found = name_control(name)
     if found:
-        return f"file name holds the control character U+{ord(found.group()):04X} (rename the file to read it)"
+        return f"file name holds the control character {found} (rename the file to read it)"
     return None
 
 
@@ -467,9 +468,9 @@ class _Reader:
         doc_id = record.get("id", default_id)
         if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
             raise ValueError("'id' must be a non-empty string or an integer")
-        found = _NAME_CONTROL.search(str(doc_id))
-        if found:  # an id is one field of a listing's line and the argument of --delete
-            raise ValueError(f"'id' holds the control character U+{ord(found.group()):04X}")
+        found = name_control(str(doc_id))
+        if found:
+            raise ValueError(f"'id' holds the control character {found}")
         title = record.get("title") or ""
         if not isinstance(title, str):
             raise ValueError("'title' must be a string")

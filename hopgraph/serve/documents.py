@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import ValidationError
 
+from hopgraph.documents import name_control
 from hopgraph.errors import InputError, QueueFullError, listed
 from hopgraph.index.catalog import document_row
 from hopgraph.serve.auth import Principal
@@ -32,7 +33,7 @@ _FORMATS = ".txt .md .pdf .docx .html .jsonl"
 def upload_name(raw: str | None) -> str:
     """The file's own name (a client may send a path; only its last part is used)."""
     name = Path((raw or "").replace("\\", "/")).name
-    if not name or name in (".", "..") or any(ord(c) < 32 for c in name):
+    if not name or name in (".", "..") or name_control(name):
         raise APIError(422, "invalid_file_name", f"file name {shown(raw or '')} is not usable")
     return name
 

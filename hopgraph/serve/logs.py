@@ -49,16 +49,20 @@ class RequestLog:
     Not a ``logging`` handler: logging set-up elsewhere (uvicorn's, for one) closes every handler
     it finds. A file is opened with O_APPEND and each line is one ``write``, so the lines of
     several server processes sharing one file never interleave, however long a line (a trace) is.
+    A file moved away or deleted (logrotate's default: rename, then a fresh file) is noticed at the
+    next line, which opens the path again: a server that runs for months never writes on into a
+    rotated file nobody reads, nor into a deleted one that fills the disk unseen.
     """
 
     def __init__(self, target: str, max_queued: int = 10_000):
         self._fd: int | None = None
+        self._path: Path | None = None
         self.dropped = 0  # lines not logged because the queue was full (a stuck disk or stderr)
         self._reported = 0
         if target != "-":
-            path = Path(target)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            self._path = Path(target)
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = self._open_file(self._path)
         # Bounded: a log that cannot keep up (a stalled disk, a stderr nobody reads) drops lines, counted,
         # instead of holding every request's line in memory.
         self._queue: queue.Queue[tuple[float, dict[str, Any]] | None] = queue.Queue(max_queued)
@@ -69,6 +73,24 @@ class RequestLog:
     def open(cls, target: str) -> RequestLog | None:
         """The log ``serve.request_log`` names, or None when it is empty (no request log)."""
         return cls(target) if target else None
+
+    @staticmethod
+    def _open_file(path: Path) -> int:
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+
+    def _current_fd(self) -> int:
+        """The file descriptor of the log's path, opened again where the file there is not the one open."""
+        assert self._fd is not None and self._path is not None
+        try:
+            there, held = os.stat(self._path), os.fstat(self._fd)
+            moved = (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
+        except FileNotFoundError:
+            moved = True
+        if moved:
+            fresh = self._open_file(self._path)
+            os.close(self._fd)
+            self._fd = fresh
+        return self._fd
 
     def write(self, entry: dict[str, Any]) -> None:
         """Queue one line (the dict must hold no text of documents or questions, and no token); never blocks."""
@@ -103,7 +125,7 @@ class RequestLog:
                     sys.stderr.write(line.decode())
                     sys.stderr.flush()
                 else:
-                    os.write(self._fd, line)
+                    os.write(self._current_fd(), line)
             except (OSError, ValueError) as exc:  # a full disk or a closed stderr must not stop the server
                 print(f"hopgraph serve: cannot write the request log: {exc}", file=sys.stderr, flush=True)
 

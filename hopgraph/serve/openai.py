@@ -34,7 +34,7 @@ from hopgraph.retrieve.answer import Answer
 from hopgraph.retrieve.packing import RetrievalResult, source_names
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, finite_json, problems_of, shown
-from hopgraph.serve.schemas import RetrieveRequest, Strict, bounded_depth
+from hopgraph.serve.schemas import RetrieveRequest, Strict, bounded_question
 from hopgraph.serve.service import (
     Generation,
     Service,
@@ -95,7 +95,7 @@ class ChatCompletionRequest(BaseModel):
     its citations are reproducible: max_tokens, temperature and top_p are accepted and checked only."""
 
     model_config = ConfigDict(extra="ignore")
-    _bounded_depth = model_validator(mode="before")(bounded_depth)  # ignored fields are parsed JSON too
+    _bounded_body = model_validator(mode="before")(bounded_question)  # ignored fields are parsed JSON too
     model: str = Field(min_length=1, max_length=200, description="hopgraph-<method>; GET /v1/models lists them.")
     messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool = False

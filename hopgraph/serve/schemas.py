@@ -6,9 +6,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hopgraph.documents import MAX_JSON_DEPTH, text_problem, too_deep_at, unicode_problem
+from hopgraph.documents import (
+    MAX_JSON_DEPTH,
+    more_values_than,
+    name_control,
+    text_problem,
+    too_deep_at,
+    unicode_problem,
+)
 from hopgraph.errors import cut
 from hopgraph.serve.errors import finite_json
+
+# JSON values in one question body (/v1/retrieve, /v1/answer, /v1/chat/completions), at most. A
+# question, its settings, a filter and a conversation of MAX_MESSAGES need a few hundred; 200,000
+# content parts (2.6 MB, under the body limit) took ~1.4 s of pure-Python validation each, so any
+# reader could keep the server busy with a few requests a second.
+MAX_QUESTION_VALUES = 10_000
 
 
 def bounded_depth(data: Any) -> Any:
@@ -19,13 +32,22 @@ def bounded_depth(data: Any) -> Any:
     return data
 
 
+def bounded_question(data: Any) -> Any:
+    """A question body as it is, unless it holds more than MAX_QUESTION_VALUES JSON values (checked
+    first, in at most that many steps) or nests too deep."""
+    if more_values_than(data, MAX_QUESTION_VALUES):
+        raise ValueError(f"the body holds more than {MAX_QUESTION_VALUES:,} JSON values; a question needs far fewer")
+    return bounded_depth(data)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    _bounded_depth = model_validator(mode="before")(bounded_depth)
+    _bounded_body = model_validator(mode="before")(bounded_depth)
 
 
 class RetrieveRequest(Strict):
+    _bounded_body = model_validator(mode="before")(bounded_question)  # in place of Strict's (same name)
     query: str = Field(min_length=1, description="The question.")
     method: str | None = Field(
         None, description="Retrieval method (GET /v1/index lists those this index offers); default: the server's."
@@ -55,7 +77,7 @@ class RetrieveRequest(Strict):
 
 
 class DocumentIn(Strict):
-    id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
+    id: str = Field(min_length=1, max_length=512, description="One line: no control characters (C0, DEL, C1).")
     text: str = Field(min_length=1)
     title: str = ""
     source: str = ""
@@ -73,6 +95,14 @@ class DocumentIn(Strict):
         return text
 
     _finite_metadata = field_validator("metadata", "acl")(finite_json)
+
+    @field_validator("id")
+    @classmethod
+    def _one_line(cls, doc_id: str) -> str:
+        found = name_control(doc_id)  # the corpus reader's rule for ids
+        if found:
+            raise ValueError(f"holds the control character {found}")
+        return doc_id
 
     @field_validator("id", "title", "source")
     @classmethod

@@ -163,3 +163,22 @@ def test_idle_rate_limit_buckets_are_dropped():
     assert limiter.allow("unknown-token@10.9.9.9") == 0.0
     assert len(limiter) == 1  # every idle bucket was full again, and dropped
     assert limiter.allow("unknown-token@10.9.9.9") == 0.0 and limiter.allow("unknown-token@10.9.9.9") > 0
+
+
+def test_a_rotated_or_deleted_log_file_is_opened_again_at_the_next_line(tmp_path):
+    """logrotate renames the file and leaves a fresh one (or none): the log writes on at its path. It
+    wrote on into the renamed file for the server's life, and into a deleted one nobody could read."""
+    from hopgraph.serve.logs import RequestLog
+
+    path = tmp_path / "requests.jsonl"
+    log = RequestLog(str(path))
+    log.write({"n": 1})
+    wait_until(lambda: len(log_lines(path)) == 1, timeout=10)
+    path.rename(tmp_path / "requests.jsonl.1")  # rotated: renamed, nothing at the path yet
+    log.write({"n": 2})
+    wait_until(lambda: len(log_lines(path)) == 1, timeout=10)
+    path.unlink()  # deleted
+    log.write({"n": 3})
+    log.close()
+    assert [line["n"] for line in log_lines(tmp_path / "requests.jsonl.1")] == [1]
+    assert [line["n"] for line in log_lines(path)] == [3]

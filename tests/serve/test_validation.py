@@ -135,14 +135,18 @@ def test_ids_echoed_in_messages_are_cut(client):
 
 
 def test_filters_are_bounded(client):
-    huge = client.post(
-        "/v1/retrieve", json={"query": QUESTION, "where": {f"k{i}": i for i in range(50_000)}}, headers=auth("guest")
+    many = client.post(
+        "/v1/retrieve", json={"query": QUESTION, "where": {f"k{i}": i for i in range(17)}}, headers=auth("guest")
     )
     assert (
-        huge.status_code == 422
-        and huge.json()["error"]["code"] == "invalid_filter"
-        and "at most 16" in huge.json()["error"]["message"]
+        many.status_code == 422
+        and many.json()["error"]["code"] == "invalid_filter"
+        and "at most 16" in many.json()["error"]["message"]
     )
+    huge = client.post(  # refused by the count of values before the filter is read
+        "/v1/retrieve", json={"query": QUESTION, "where": {f"k{i}": i for i in range(50_000)}}, headers=auth("guest")
+    )
+    assert huge.status_code == 422 and "more than 10,000 JSON values" in huge.json()["error"]["message"]
     nested = client.post(
         "/v1/retrieve", json={"query": QUESTION, "where": {"team": {"$in": ["a"]}}}, headers=auth("guest")
     )
@@ -268,6 +272,28 @@ def test_a_question_body_has_its_own_smaller_limit(client, server):
     assert documents.status_code == 422, documents.text[:300]
 
 
+def test_a_question_body_of_countless_values_is_refused_before_it_is_walked(client):
+    """Under the size limit, 100,000 settings or 200,000 content parts each took a second or more of
+    validation on the event loop, so any reader could stall the server with a few requests a second.
+    Such bodies are refused after counting at most MAX_QUESTION_VALUES of their values."""
+    from hopgraph.serve.schemas import MAX_QUESTION_VALUES
+
+    too_many = f"more than {MAX_QUESTION_VALUES:,} JSON values"
+    settings = {"query": QUESTION, "params": {"ppr": {f"k{i}": [0, 0, 0] for i in range(100_000)}}}
+    parts = [{"type": "text"}] * 100_000  # (1.8 MB)
+    chat = {
+        "model": "hopgraph-text",
+        "messages": [{"role": "assistant", "content": parts}, {"role": "user", "content": "tide"}],
+    }
+    for path, body in (("/v1/retrieve", settings), ("/v1/answer", settings), ("/v1/chat/completions", chat)):
+        response = client.post(path, json=body, headers=auth("guest"))
+        assert response.status_code == 422 and too_many in response.json()["error"]["message"], response.text[:300]
+    # A conversation of the most messages, with a few parts each, is a question like any other.
+    messages = [{"role": "user", "content": [{"type": "text", "text": f"part {n}"}] * 4} for n in range(256)]
+    response = client.post("/v1/chat/completions", json={**chat, "messages": messages}, headers=auth("guest"))
+    assert response.status_code == 503 and response.json()["error"]["code"] == "llm_unavailable", response.text[:300]
+
+
 @pytest.mark.parametrize("setting", ["seed_entities", "bridge_entities"])
 def test_entity_walk_sizes_are_bounded_per_request(client, setting):
     params = {"ppr": {setting: 1000}}
@@ -311,3 +337,25 @@ def test_huge_values_and_names_are_cut_in_every_refusal(client):
             len(response.content),
         )
     assert "more" in upload.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("control", ["\x7f", "\x85", "\x9b"])
+def test_no_way_in_takes_an_id_with_a_del_or_c1_control_character(client, tmp_path, control):
+    """DEL and the C1 controls (U+0085 is a line break to some readers, U+009B starts a terminal
+    escape) passed the server's id rules, which refused only C0: an upload named ``ev\\x7fil.txt``
+    became a document id. Files, records, inserts and uploads now share one rule."""
+    name = f"ev{control}il"
+    code = f"U+{ord(control):04X}"
+    (tmp_path / f"{name}.txt").write_text("A note.", encoding="utf-8")
+    (tmp_path / "records.jsonl").write_text(json.dumps({"id": name, "text": "A note."}) + "\n", encoding="utf-8")
+    (tmp_path / "good.txt").write_text("A note.", encoding="utf-8")
+    read = read_corpus([tmp_path])
+    assert [d.id for d in read.documents] == ["good.txt"] and len(read.problems) == 2
+    assert all(f"control character {code}" in p.reason for p in read.problems)
+    inserted = client.post(
+        "/v1/documents", json={"documents": [{"id": name, "text": "A note."}]}, headers=auth("admin")
+    )
+    assert inserted.status_code == 422 and f"control character {code}" in inserted.text, inserted.text
+    files = [("files", (f"{name}.txt", b"A note.", "text/plain"))]
+    uploaded = client.post("/v1/documents/upload", files=files, headers=auth("admin"))
+    assert uploaded.status_code == 422 and uploaded.json()["error"]["code"] == "invalid_file_name", uploaded.text
