@@ -19,7 +19,7 @@ from hopgraph.serve.errors import finite_json
 
 # JSON values in one question body (/v1/retrieve, /v1/answer, /v1/chat/completions), at most. A
 # question, its settings, a filter and a conversation of MAX_MESSAGES need a few hundred; 200,000
-# content parts (2.6 MB, under the body limit) took ~1.4 s of pure-Python validation each, so any
+# content parts (2.6 MB, under the body limit) took ~1 s of pure-Python validation each, so any
 # reader could keep the server busy with a few requests a second.
 MAX_QUESTION_VALUES = 10_000
 

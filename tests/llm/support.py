@@ -21,6 +21,25 @@ from typing import Any
 Reply = Callable[[dict[str, Any], int], tuple[int, str, float]]
 
 
+class InFlight:
+    """A :data:`Reply` that answers ``text`` after ``seconds`` and counts the calls in flight: ``most``
+    is the most there were at once (set it to 0 to count afresh)."""
+
+    def __init__(self, seconds: float, text: str = "ok"):
+        self.seconds, self.text = seconds, text
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any], n: int) -> tuple[int, str, float]:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.seconds)
+        with self._lock:
+            self.now -= 1
+        return 200, self.text, 0
+
+
 def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:
     """An OpenAI-shaped chat completion response body."""
     return {

@@ -8,7 +8,6 @@ from the stand-in.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
 from hopgraph.llm.probe import FALLBACK_CONCURRENCY, server_slots
-from tests.llm.support import ScriptedServer
+from tests.llm.support import InFlight, ScriptedServer
 from tests.ports import dead_port
 
 
@@ -147,27 +146,16 @@ def test_a_server_that_accepts_but_never_answers_is_not_called_slow(tmp_path):
 
 def test_concurrency_0_follows_the_slots_the_server_reports_and_explicit_values_are_kept(tmp_path):
     # Scripted: a server reporting 3 slots at /props (as llama.cpp does), to count requests in flight.
-    state = {"now": 0, "most": 0}
-    lock = threading.Lock()
-
-    def reply(body, n):
-        with lock:
-            state["now"] += 1
-            state["most"] = max(state["most"], state["now"])
-        time.sleep(0.3)
-        with lock:
-            state["now"] -= 1
-        return 200, "ok", 0
-
+    reply = InFlight(0.3)
     requests = [ask(f"question {i}") for i in range(8)]
     with ScriptedServer(reply, props={"total_slots": 3}) as server:
         auto = HttpLLM(scripted_config(server, tmp_path))
         assert auto.config.concurrency == 0 and auto.concurrency == 3
         auto.complete(requests)
-        assert state["most"] == 3
-        state["most"] = 0
+        assert reply.most == 3
+        reply.most = 0
         HttpLLM(scripted_config(server, tmp_path, concurrency=1)).complete(requests[:3])
-        assert state["most"] == 1
+        assert reply.most == 1
     with ScriptedServer(lambda body, n: (200, "ok", 0)) as other:  # scripted: no /props (vLLM, others)
         assert HttpLLM(scripted_config(other, tmp_path)).concurrency == FALLBACK_CONCURRENCY == 4
 

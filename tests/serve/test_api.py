@@ -389,20 +389,9 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
     import threading
     import time
 
-    from tests.llm.support import ScriptedServer
+    from tests.llm.support import InFlight, ScriptedServer
 
-    calls = {"now": 0, "most": 0}  # LLM calls in flight, and the most at once
-    counting = threading.Lock()
-
-    def slow_answer(body: dict, n: int) -> tuple[int, str, float]:
-        with counting:
-            calls["now"] += 1
-            calls["most"] = max(calls["most"], calls["now"])
-        time.sleep(6.0)
-        with counting:
-            calls["now"] -= 1
-        return 200, "Sela Varro [1]", 0
-
+    slow_answer = InFlight(6.0, "Sela Varro [1]")  # counts the LLM calls in flight
     with ScriptedServer(slow_answer) as llm:
         serve = serve_config.serve.model_copy(update={"answer_concurrency": 2, "answer_timeout": 8.0})
         config = serve_config.model_copy(update={"llm": scripted_llm(serve_config, llm), "serve": serve})
@@ -431,7 +420,7 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
                 t.join()
     print(f"/healthz and /v1/retrieve waits during 40 slow answers: max {max(waits):.3f} s")
     assert max(waits) < 2.0, waits
-    assert calls["most"] == 2  # the slots bound the calls the LLM sees at once (and both were used)
+    assert slow_answer.most == 2  # the slots bound the calls the LLM sees at once (and both were used)
     codes = sorted(r.status_code for r in answers)
     assert len(codes) == 40 and 200 in codes and set(codes) <= {200, 503}
     busy = [r for r in answers if r.status_code == 503]
