@@ -10,8 +10,9 @@ from typing import Any, TypeGuard
 
 # C0 control characters and DEL, except tab, line feed and carriage return.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-# What no name (a document id, an uploaded file's name) may hold: C0, DEL and C1 (U+0085 breaks lines too).
-NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What no name (a document id, an uploaded file's name) may hold: C0, DEL, C1 and the line and paragraph
+# separators (U+0085, U+2028 and U+2029 break lines too, for str.splitlines and some readers).
+NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def name_control(name: str) -> str | None:
@@ -106,8 +107,9 @@ def too_deep_at(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
 
 
 def more_values_than(value: Any, limit: int) -> bool:
-    """Whether nested JSON data holds more than ``limit`` values (containers, items, scalars); the walk
-    stops as soon as it knows, so asking about a huge body costs no more than ``limit`` steps."""
+    """Whether nested JSON data holds more than ``limit`` values (containers, items, scalars). The walk
+    stops as soon as it knows: at most ``limit`` steps in Python, besides copying (in C) the item
+    references of the containers it opened."""
     seen, stack = 0, [value]
     while stack:
         seen += 1

@@ -173,7 +173,11 @@ class ServeConfig(Section):
     )
     max_filter_keys: int = Field(16, ge=1, le=1000, description="Most metadata keys in one request's `where` filter.")
     max_filter_values: int = Field(
-        256, ge=1, le=100_000, description="Most allowed values, summed over keys, in one request's `where` filter."
+        256,
+        ge=1,
+        le=5_000,
+        description="Most allowed values, summed over keys, in one request's `where` filter (at most 5,000: a "
+        "question body holds at most 10,000 JSON values in all).",
     )
     workers: int = Field(
         1,

@@ -33,8 +33,10 @@ _FORMATS = ".txt .md .pdf .docx .html .jsonl"
 def upload_name(raw: str | None) -> str:
     """The file's own name (a client may send a path; only its last part is used)."""
     name = Path((raw or "").replace("\\", "/")).name
-    if not name or name in (".", "..") or name_control(name):
-        raise APIError(422, "invalid_file_name", f"file name {shown(raw or '')} is not usable")
+    control = name_control(name)
+    if not name or name in (".", "..") or control:
+        why = f" (it holds the control character {control})" if control else ""
+        raise APIError(422, "invalid_file_name", f"file name {shown(raw or '')} is not usable{why}")
     return name
 
 

@@ -49,14 +49,18 @@ class RequestLog:
     Not a ``logging`` handler: logging set-up elsewhere (uvicorn's, for one) closes every handler
     it finds. A file is opened with O_APPEND and each line is one ``write``, so the lines of
     several server processes sharing one file never interleave, however long a line (a trace) is.
-    A file moved away or deleted (logrotate's default: rename, then a fresh file) is noticed at the
-    next line, which opens the path again: a server that runs for months never writes on into a
-    rotated file nobody reads, nor into a deleted one that fills the disk unseen.
+    A file moved away or deleted (logrotate's default: rename, then a fresh file) is noticed within
+    ``reopen_seconds`` and the path opened again: a server that runs for months never writes on into
+    a rotated file nobody reads, nor into a deleted one that fills the disk unseen. Where the path
+    cannot be opened (its folder gone, a file this user may not write), lines go on to the old file.
     """
 
-    def __init__(self, target: str, max_queued: int = 10_000):
+    def __init__(self, target: str, max_queued: int = 10_000, reopen_seconds: float = 1.0):
         self._fd: int | None = None
         self._path: Path | None = None
+        self._reopen_seconds = reopen_seconds  # how often the path is compared with the file open (a stat each)
+        self._looked = time.monotonic()
+        self._reopen_failed = False  # said once on stderr, not per line
         self.dropped = 0  # lines not logged because the queue was full (a stuck disk or stderr)
         self._reported = 0
         if target != "-":
@@ -79,17 +83,33 @@ class RequestLog:
         return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
 
     def _current_fd(self) -> int:
-        """The file descriptor of the log's path, opened again where the file there is not the one open."""
+        """The file descriptor to write to: the log's path, opened again where the file there is no
+        longer the one open (looked at every ``reopen_seconds``); the old one while that fails."""
         assert self._fd is not None and self._path is not None
+        now = time.monotonic()
+        if now - self._looked < self._reopen_seconds:
+            return self._fd
+        self._looked = now
         try:
-            there, held = os.stat(self._path), os.fstat(self._fd)
-            moved = (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
-        except FileNotFoundError:
-            moved = True
-        if moved:
+            try:
+                there, held = os.stat(self._path), os.fstat(self._fd)
+                if (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino):
+                    return self._fd
+            except FileNotFoundError:
+                pass
             fresh = self._open_file(self._path)
-            os.close(self._fd)
-            self._fd = fresh
+        except OSError as exc:
+            if not self._reopen_failed:
+                print(
+                    f"hopgraph serve: cannot open the request log {self._path} again ({exc}); "
+                    "writing on to the file open before",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self._reopen_failed = True
+            return self._fd
+        os.close(self._fd)
+        self._fd, self._reopen_failed = fresh, False
         return self._fd
 
     def write(self, entry: dict[str, Any]) -> None:

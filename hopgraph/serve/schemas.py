@@ -77,7 +77,9 @@ class RetrieveRequest(Strict):
 
 
 class DocumentIn(Strict):
-    id: str = Field(min_length=1, max_length=512, description="One line: no control characters (C0, DEL, C1).")
+    id: str = Field(
+        min_length=1, max_length=512, description="One line: no control characters (C0, DEL, C1, U+2028/9)."
+    )
     text: str = Field(min_length=1)
     title: str = ""
     source: str = ""

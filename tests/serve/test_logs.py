@@ -170,8 +170,9 @@ def test_a_rotated_or_deleted_log_file_is_opened_again_at_the_next_line(tmp_path
     wrote on into the renamed file for the server's life, and into a deleted one nobody could read."""
     from hopgraph.serve.logs import RequestLog
 
-    path = tmp_path / "requests.jsonl"
-    log = RequestLog(str(path))
+    folder = tmp_path / "logs"
+    path = folder / "requests.jsonl"
+    log = RequestLog(str(path), reopen_seconds=0)  # (the server looks once a second)
     log.write({"n": 1})
     wait_until(lambda: len(log_lines(path)) == 1, timeout=10)
     path.rename(tmp_path / "requests.jsonl.1")  # rotated: renamed, nothing at the path yet
@@ -179,6 +180,13 @@ def test_a_rotated_or_deleted_log_file_is_opened_again_at_the_next_line(tmp_path
     wait_until(lambda: len(log_lines(path)) == 1, timeout=10)
     path.unlink()  # deleted
     log.write({"n": 3})
+    wait_until(lambda: len(log_lines(path)) == 1, timeout=10)
+    # Where the path cannot be opened again (its folder is gone), lines go on to the file open before.
+    kept = tmp_path / "requests.jsonl.2"
+    path.rename(kept)
+    folder.rmdir()
+    log.write({"n": 4})
+    log.write({"n": 5})
     log.close()
     assert [line["n"] for line in log_lines(tmp_path / "requests.jsonl.1")] == [1]
-    assert [line["n"] for line in log_lines(path)] == [3]
+    assert [line["n"] for line in log_lines(kept)] == [3, 4, 5]

@@ -339,7 +339,7 @@ def test_huge_values_and_names_are_cut_in_every_refusal(client):
     assert "more" in upload.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("control", ["\x7f", "\x85", "\x9b"])
+@pytest.mark.parametrize("control", ["\x7f", "\x85", "\x9b", "\u2028"])
 def test_no_way_in_takes_an_id_with_a_del_or_c1_control_character(client, tmp_path, control):
     """DEL and the C1 controls (U+0085 is a line break to some readers, U+009B starts a terminal
     escape) passed the server's id rules, which refused only C0: an upload named ``ev\\x7fil.txt``
@@ -359,3 +359,4 @@ def test_no_way_in_takes_an_id_with_a_del_or_c1_control_character(client, tmp_pa
     files = [("files", (f"{name}.txt", b"A note.", "text/plain"))]
     uploaded = client.post("/v1/documents/upload", files=files, headers=auth("admin"))
     assert uploaded.status_code == 422 and uploaded.json()["error"]["code"] == "invalid_file_name", uploaded.text
+    assert f"control character {code}" in uploaded.json()["error"]["message"]
