@@ -41,22 +41,30 @@ def upload_name(raw: str | None) -> str:
 
 
 def documents_of(
-    files: list[tuple[str, bytes]], acl: list[str] | None, seconds: float, max_chars: int
+    files: list[tuple[str, bytes]], acl: list[str] | None, seconds: float, max_chars: int, max_documents: int
 ) -> list[DocumentIn]:
     """The uploaded files (name, bytes) read as ``hopgraph index`` reads them, in a child process
     given ``seconds`` (:mod:`hopgraph.serve.parsing`); 422 naming every file or record that cannot
     be used (one bad part refuses the whole upload, as a JSON insert does), or text past
-    ``max_chars`` in all (a 268 kB DOCX unzips to 97 MB: the body bound must hold for the text too).
+    ``max_chars`` in all (a 268 kB DOCX unzips to 97 MB: the body bound must hold for the text too);
+    413 past ``max_documents``, as for a JSON insert, found by the child before the server decodes them.
 
     The form's ``acl``, when given, is set on every document, whatever a JSONL record says: an admin
     who uploads for a group must not have a record widen (``"acl": null``) or move its audience."""
     try:
-        reads = read_files(files, seconds, max_chars)
+        reads = read_files(files, seconds, max_chars, max_documents)
     except InputError as exc:
         raise APIError(422, "unreadable_upload", str(exc)) from None
     problems = [problem for _, found in reads for problem in found]
     if problems:
         raise APIError(422, "unreadable_upload", listed(problems))
+    if sum(len(read) for read, _ in reads) > max_documents:
+        raise APIError(
+            413,
+            "too_many_documents",
+            f"the upload holds more than {max_documents} documents (serve.max_documents); "
+            "index such files with `hopgraph update` instead",
+        )
     documents: list[DocumentIn] = []
     for doc in (doc for read, _ in reads for doc in read):
         metadata = {k: v for k, v in doc.metadata.items() if k != "source_path"}
@@ -109,7 +117,9 @@ def upload(
     try:
         groups = [g.strip() for g in acl.split(",") if g.strip()]
         files_read = [(name, part.file.read()) for name, part in zip(names, files)]
-        documents = documents_of(files_read, groups or None, serve.upload_seconds, serve.max_body_bytes)
+        documents = documents_of(
+            files_read, groups or None, serve.upload_seconds, serve.max_body_bytes, serve.max_documents
+        )
     finally:
         service.upload_slots.release()
     try:

@@ -31,19 +31,25 @@ from hopgraph.errors import InputError
 Read = tuple[list[Document], list[str]]  # one file's documents and its problems, as messages
 
 
-def _read(files: list[tuple[str, bytes]], max_chars: int) -> list[list[object]]:
+def _read(files: list[tuple[str, bytes]], max_chars: int, max_documents: int) -> list[list[object]]:
     """Each file's documents and problems; reading stops at the file whose text passes ``max_chars``
-    in all (that file gets a problem instead), so the answer stays as small as a JSON insert."""
+    in all (that file gets a problem instead), and after the first ``max_documents`` + 1 documents
+    (the server refuses more than ``max_documents``), so the answer stays as small as a JSON insert:
+    761,538 one-letter JSONL records (9.9 MB) came back whole and took the server ~2 GB to decode."""
     from hopgraph.index.ingest import read_upload  # noqa: PLC0415  (the child's work, not the server's)
 
     out: list[list[object]] = []
-    total = 0
+    total, count = 0, 0
     for name, data in files:
+        if count > max_documents:
+            break
         try:
             result = read_upload(name, data)
         except InputError as exc:
             out.append([[], [str(exc)]])
             continue
+        result.documents = result.documents[: max_documents + 1 - count]
+        count += len(result.documents)
         total += sum(len(d.text) for d in result.documents)
         if total > max_chars:
             too_much = f"{name}: the upload's text passes {max_chars:,} characters (serve.max_body_bytes)"
@@ -53,13 +59,14 @@ def _read(files: list[tuple[str, bytes]], max_chars: int) -> list[list[object]]:
     return out
 
 
-def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int) -> list[Read]:
-    """Each uploaded file (name, bytes) read as ``hopgraph index`` reads it, in a child process;
-    InputError where reading takes over ``seconds`` (the child is killed) or the child fails."""
+def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int, max_documents: int) -> list[Read]:
+    """Each uploaded file (name, bytes) read as ``hopgraph index`` reads it, in a child process, up
+    to ``max_documents`` + 1 documents in all; InputError where reading takes over ``seconds`` (the
+    child is killed) or the child fails."""
     payload = json.dumps([[name, base64.b64encode(data).decode("ascii")] for name, data in files])
     try:
         done = subprocess.run(  # -P: the server's working folder does not shadow a module
-            [sys.executable, "-P", "-m", __name__, str(math.ceil(seconds) + 1), str(max_chars)],
+            [sys.executable, "-P", "-m", __name__, str(math.ceil(seconds) + 1), str(max_chars), str(max_documents)],
             input=payload.encode("ascii"),
             capture_output=True,
             timeout=seconds,
@@ -78,12 +85,14 @@ def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int) -
 
 def main() -> int:
     """Read, answer, and end after ``argv[1]`` seconds whatever happens: a server killed while it
-    waits leaves no reader behind. At most ``argv[2]`` characters of text come back. ASCII JSON both
-    ways, whatever the locale."""
+    waits leaves no reader behind. At most ``argv[2]`` characters of text and ``argv[3]`` + 1
+    documents come back. ASCII JSON both ways, whatever the locale."""
     signal.alarm(int(sys.argv[1]) if len(sys.argv) > 1 else 3600)
     max_chars = int(sys.argv[2]) if len(sys.argv) > 2 else ServeConfig.model_fields["max_body_bytes"].default
+    max_documents = int(sys.argv[3]) if len(sys.argv) > 3 else ServeConfig.model_fields["max_documents"].default
     files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin.buffer)]
-    sys.stdout.buffer.write(json.dumps(_read(files, max_chars), ensure_ascii=True, default=str).encode("ascii"))
+    read = _read(files, max_chars, max_documents)
+    sys.stdout.buffer.write(json.dumps(read, ensure_ascii=True, default=str).encode("ascii"))
     return 0
 
 

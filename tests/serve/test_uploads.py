@@ -11,7 +11,9 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
         b'{"id": "moved", "text": "Crane log of Tem.", "acl": "x"}\n'
         b'{"id": "nested", "text": "Pier rota.", "metadata": {"acl": ["press"]}}\n'
     )
-    documents = documents_of([("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], 60, 10_000_000)
+    documents = documents_of(
+        [("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], 60, 10_000_000, 1000
+    )
     assert {d.id: d.metadata["acl"] for d in documents} == {
         "open": ["board"],
         "moved": ["board"],
@@ -20,7 +22,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
     }
     assert all("source_path" not in d.metadata for d in documents)  # no server path
     # Without a form acl, each record keeps its own (a record's null stays open).
-    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, 60, 10_000_000)}
+    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, 60, 10_000_000, 1000)}
     assert kept == {"open": None, "moved": ["x"], "nested": ["press"]}
 
 
@@ -80,7 +82,7 @@ def test_a_long_html_page_is_read_in_linear_time() -> None:
 
     page = b"".join(b"<p>Paragraph %d of the harbour manual.</p>" % n for n in range(90_000))
     started = time.monotonic()
-    (document,) = documents_of([("manual.html", page)], None, 60, 10_000_000)
+    (document,) = documents_of([("manual.html", page)], None, 60, 10_000_000, 1000)
     seconds = time.monotonic() - started
     assert document.text.count("\n\n") == 89_999 and document.text.endswith("Paragraph 89999 of the harbour manual.")
     assert seconds < 30, f"read in {seconds:.1f} s"
@@ -127,7 +129,7 @@ def test_uploads_read_the_same_in_any_locale_and_the_reader_bounds_itself(monkey
     import time
 
     monkeypatch.setenv("PYTHONIOENCODING", "ascii")
-    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, 60, 10_000_000)
+    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, 60, 10_000_000, 1000)
     assert (document.id, document.text) == ("grüße.txt", "Grüße aus Sorvik: 5 €.")
     page = b"<html><body>" + b"<p>word and more words</p>" * 99_000 + b"</body></html>"
     files = json.dumps([[f"m{n}.html", base64.b64encode(page).decode()] for n in range(3)])
@@ -146,11 +148,33 @@ def test_an_upload_whose_text_passes_the_body_bound_is_refused() -> None:
     from hopgraph.serve.errors import APIError
 
     files = [("a.txt", b"x" * 600), ("b.txt", b"y" * 600), ("c.txt", b"z" * 600)]
-    assert len(documents_of(files[:1], None, 60, 1000)) == 1
+    assert len(documents_of(files[:1], None, 60, 1000, 1000)) == 1
     with pytest.raises(APIError) as refused:
-        documents_of(files, None, 60, 1000)
+        documents_of(files, None, 60, 1000, 1000)
     assert refused.value.status == 422
     assert "b.txt: the upload's text passes 1,000 characters (serve.max_body_bytes)" in str(refused.value)
+
+
+def test_an_upload_of_more_documents_than_max_documents_is_refused_by_the_reader() -> None:
+    """761,538 one-letter JSONL records (9.9 MB) came back from the reader whole: the server decoded
+    them into objects (~2 GB) and refused them only then. The reader now stops one document past
+    serve.max_documents, and the upload gets the 413 a JSON insert of as many gets."""
+    import json
+
+    import pytest
+
+    from hopgraph.serve.errors import APIError
+    from hopgraph.serve.parsing import read_files
+
+    records = b"".join(json.dumps({"text": "a", "id": str(n)}).encode() + b"\n" for n in range(50_000))
+    files = [("tiny.jsonl", records), ("after.txt", b"Never read.")]
+    reads = read_files(files, 60, 10_000_000, 1000)
+    assert [len(documents) for documents, _ in reads] == [1001]  # the second file was not even read
+    with pytest.raises(APIError) as refused:
+        documents_of(files, None, 60, 10_000_000, 1000)
+    assert refused.value.status == 413 and refused.value.code == "too_many_documents"
+    assert "more than 1000 documents (serve.max_documents)" in str(refused.value)
+    assert len(documents_of([("few.jsonl", records[: records.index(b"\n") + 1])], None, 60, 10_000_000, 1)) == 1
 
 
 def test_uploads_beyond_max_uploads_get_503_and_never_take_the_threads_healthz_needs(acl_index, serve_config) -> None:
