@@ -1,4 +1,5 @@
-"""A deadline for one unit of work (one retrieval), carried in a context variable.
+"""A deadline for one unit of work (one retrieval), carried in a context variable; and a time
+limit for work whose loops are in libraries (one build), kept by a timer signal.
 
 The server (or a library caller) opens :func:`deadline_after` around a request; the long loops of
 the searches, the reranker and the PageRank kernel call :func:`check_deadline`, which raises
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import signal
+import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 
 from hopgraph.errors import DeadlineExceeded
 
@@ -45,3 +49,25 @@ def check_deadline() -> None:
     current = _DEADLINE.get()
     if current is not None and time.monotonic() > current[0]:
         raise DeadlineExceeded(f"{current[2]} stopped after its deadline of {current[1]:g} s")
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str, setting: str) -> Iterator[None]:
+    """Stop the work inside after ``seconds`` (0 = no limit) by raising DeadlineExceeded from a timer
+    signal: a build spends its time in libraries that never call :func:`check_deadline`. Only on the
+    main thread (where Python delivers signals); elsewhere the work runs unlimited. The exception
+    comes at the next Python instruction, so a long call inside a C extension finishes first."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise DeadlineExceeded(f"{what} stopped after its time limit of {seconds:g} s ({setting})")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

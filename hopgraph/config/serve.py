@@ -149,6 +149,13 @@ class ServeConfig(Section):
         le=10_000,
         description="Update jobs queued or running at most; a submit beyond it gets 429 with Retry-After.",
     )
+    job_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="Longest one build of update jobs may run, in seconds (0: no limit); a build past it fails "
+        "its jobs (those of a batch then run alone, each within the limit), so one huge document cannot hold "
+        "the queue. Builds with an LLM tier may take hours: set it from what yours take.",
+    )
     job_attempts: int = Field(
         3,
         ge=1,

@@ -59,6 +59,7 @@ from hopgraph.config import (
     ServeConfig,
     validate_config,
 )
+from hopgraph.deadline import time_limit
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.pipeline import build_index
@@ -308,9 +309,11 @@ def _run(
     cluster: ClusterConfig | None = None,
     run: str | None = None,
     verify: Callable[[Path], None] | None = None,
+    seconds: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Run (or resume) one batch of jobs as one build; the caller holds the job lock. ``run`` names
-    this attempt in the records, so one ended by a shutdown can be taken back (:func:`forgive_interrupted`)."""
+    this attempt in the records, so one ended by a shutdown can be taken back (:func:`forgive_interrupted`).
+    A build (with its check) past ``seconds`` (0 = no limit) fails as any build does."""
     leader, live = batch[-1]["id"], live_version(root)
     if live == leader:  # killed after switching CURRENT, before recording every member
         return _finish(root, batch, leader, None)
@@ -342,21 +345,22 @@ def _run(
         target = version_dir(root, leader)
         if target.exists() and not IndexStore(target).exists():
             shutil.rmtree(target)  # killed before its first manifest: only temporary files inside
-        if not build_index(
-            documents,
-            target,
-            rebuild_config(root, manifest["config"], llm, cluster),
-            progress=progress,
-            stop_after=stop_after,
-            previous=version_dir(root, base),
-        )["complete"]:
-            return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
-        if verify is not None:
-            try:
-                verify(target)
-            except Exception as exc:
-                why = f"version {leader} was built but cannot be served, so it is not live: {exc}"
-                raise IndexFormatError(why) from exc
+        with time_limit(seconds, f"the build of update job {leader}", "serve.job_seconds"):
+            if not build_index(
+                documents,
+                target,
+                rebuild_config(root, manifest["config"], llm, cluster),
+                progress=progress,
+                stop_after=stop_after,
+                previous=version_dir(root, base),
+            )["complete"]:
+                return batch  # stopped after ``stop_after`` on request: left exactly as a killed job leaves it
+            if verify is not None:
+                try:
+                    verify(target)
+                except Exception as exc:
+                    why = f"version {leader} was built but cannot be served, so it is not live: {exc}"
+                    raise IndexFormatError(why) from exc
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
         if building and len(batch) > 1:
@@ -460,12 +464,14 @@ def run_pending(
     batches: int | None = None,
     run: str | None = None,
     verify: Callable[[Path], None] | None = None,
+    seconds: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Run every queued job, and every job left 'running' by a process that died, oldest first,
     as few builds as possible (at most ``batches`` builds when given); returns their records.
     ``run`` names these attempts in the records (see :func:`forgive_interrupted`). ``verify`` is
     given each built version before it goes live; where it raises, the batch fails and the live
-    version stays (the server's worker loads it and asks it a question per method).
+    version stays (the server's worker loads it and asks it a question per method). A build that
+    takes over ``seconds`` (0 = no limit; only on the main thread) fails likewise.
 
     Holding the lock proves that no live process is running any of them. A failed batch of several
     jobs is not the failure of each: its jobs run again one build each, and the first failure of a
@@ -478,7 +484,7 @@ def run_pending(
             batch = _next_batch(list_jobs(root))
             if not batch:
                 break
-            ran = _run(root, batch, llm, progress, cluster=cluster, run=run, verify=verify)
+            ran = _run(root, batch, llm, progress, cluster=cluster, run=run, verify=verify, seconds=seconds)
             if ran:  # (nothing where the batch failed and its jobs were queued to run alone)
                 done += ran
                 batches = None if batches is None else batches - 1

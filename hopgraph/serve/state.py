@@ -325,6 +325,8 @@ class JobRunner:
             str(self.config.serve.refresh_seconds),
             "--parent",
             str(os.getpid()),
+            "--job-seconds",
+            str(self.config.serve.job_seconds),
         ]
         with self._lock:
             if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)

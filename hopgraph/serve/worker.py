@@ -28,18 +28,20 @@ def work(
     poll: float,
     run: str | None,
     parent: int | None = None,
+    job_seconds: float = 0.0,
 ) -> int:
     """Build batch after batch while jobs are pending; wait up to ``linger`` seconds (looking every
     ``poll``) for more; stop after ``batches`` builds. Returns the number of builds.
 
     A worker whose server (``parent``, a pid) died starts no further build: the server that takes
-    over the jobs runs its own worker, which this one must not outlive unwatched.
+    over the jobs runs its own worker, which this one must not outlive unwatched. A build past
+    ``job_seconds`` (0 = no limit) fails its jobs.
     """
     built = 0
     parent = os.getppid() if parent is None else parent
     idle_since = time.monotonic()
     while (batches is None or built < batches) and os.getppid() == parent:
-        if versions.run_pending(index, llm=llm, batches=1, run=run, verify=check_servable):
+        if versions.run_pending(index, llm=llm, batches=1, run=run, verify=check_servable, seconds=job_seconds):
             built += 1
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since >= linger:
@@ -70,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         help="pid of the server that started this worker: no new build once it has gone",
     )
     parser.add_argument("--run", default=None, help="a name for this run, recorded with the attempts it starts")
+    parser.add_argument(
+        "--job-seconds", type=float, default=0.0, help="fail a build that runs longer than this (0: no limit)"
+    )
     args = parser.parse_args(argv)
     if args.nice and hasattr(os, "nice"):
         os.nice(args.nice)
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             poll=max(0.05, args.poll),
             run=args.run,
             parent=args.parent,
+            job_seconds=max(0.0, args.job_seconds),
         )
     except HopgraphError as exc:  # the job record holds the message too
         print(f"hopgraph worker: {exc}", file=sys.stderr)

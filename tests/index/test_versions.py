@@ -568,3 +568,20 @@ def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_docum
     )
     build_index(sample_documents[:5], tmp_path / "c", config, progress=False)  # one more document: only its new units
     assert 0 < sum(texts_seen) < first["counts"]["cue_units"]
+
+
+def test_a_build_past_its_time_limit_fails_its_jobs_and_publishes_nothing(index):
+    """serve.job_seconds: one build may run so long (a 9.6 MB upload held the only worker for over
+    seven minutes, every job behind it waiting). Past the limit the build fails like any failed
+    build: a batch runs its jobs alone, the first failure alone is raised, the live version stays."""
+    tem, lismore, _ = new_documents()
+    first, second = (versions.submit_update(index, [doc], []) for doc in (tem, lismore))
+    live = versions.live_version(index)
+    with pytest.raises(HopgraphError, match=r"stopped after its time limit of 0\.01 s \(serve\.job_seconds\)"):
+        versions.run_pending(index, seconds=0.01)  # no build takes 10 ms
+    records = {j["id"]: j for j in versions.list_jobs(index)}
+    assert records[first["id"]]["status"] == "failed" and "serve.job_seconds" in records[first["id"]]["error"]
+    assert records[second["id"]]["status"] == "queued" and "time limit" in records[second["id"]]["alone"]
+    assert versions.live_version(index) == live
+    (done,) = versions.run_pending(index)  # no limit: the other job is built and published
+    assert done["id"] == second["id"] and done["status"] == "done"
