@@ -77,6 +77,9 @@ from hopgraph.store import (
 
 UNFINISHED = ("queued", "running")
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
+# Failed jobs whose documents stay on disk (to look at, or to submit again), newest first. Each may hold
+# an insert's whole body (10 MB); kept for every one of KEEP_JOB_RECORDS records, that was up to ~10 GB.
+KEEP_FAILED_PAYLOADS = 20
 _JOB_ID = JOB_ID
 
 
@@ -543,6 +546,7 @@ def collect_garbage(
     keep: int = 2,
     protect: Callable[[], Iterable[str]] = tuple,
     keep_jobs: int = KEEP_JOB_RECORDS,
+    keep_failed_payloads: int = KEEP_FAILED_PAYLOADS,
 ) -> list[str]:
     """Delete version directories that are not live, not among the newest ``keep`` published ones,
     not used by an unfinished job and not named by ``protect()`` (versions readers still use,
@@ -550,7 +554,8 @@ def collect_garbage(
     still holding a removed version should reopen the index (``keep`` ≥ 1 spares the previous live
     version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job numbers keep
     growing) are deleted too, unless their version is still on disk: every look at the queue reads
-    every record, and a server runs for months."""
+    every record, and a server runs for months. Of failed jobs, only the newest
+    ``keep_failed_payloads`` keep their documents."""
     root = Path(root)
     folder = root / VERSIONS
     with _locked(root, ".lock"):
@@ -573,6 +578,9 @@ def collect_garbage(
         for name in removed:
             shutil.rmtree(folder / name)
         for job_id in done:  # their documents now live in the version's own table
+            _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+        failed = [j["id"] for j in jobs if j["status"] == "failed"]
+        for job_id in failed[: max(0, len(failed) - keep_failed_payloads)]:  # the record stays, saying why
             _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
         finished = [j for j in jobs if j["status"] not in UNFINISHED]
         for job in finished[: max(0, len(finished) - max(keep_jobs, 1))]:

@@ -585,3 +585,18 @@ def test_a_build_past_its_time_limit_fails_its_jobs_and_publishes_nothing(index)
     assert versions.live_version(index) == live
     (done,) = versions.run_pending(index)  # no limit: the other job is built and published
     assert done["id"] == second["id"] and done["status"] == "done"
+
+
+def test_only_the_newest_failed_jobs_keep_their_documents_on_disk(index):
+    """A failed job's documents (up to an insert's 10 MB) stayed until its record was pruned, one of
+    the newest serve.keep_jobs (1000): gigabytes. Now only the newest failed ones keep them; every
+    record stays, saying why its job failed."""
+    jobs = [versions.submit_update(index, [doc], []) for doc in new_documents()]
+    for _ in jobs:  # each fails alone: no build takes 10 ms
+        with pytest.raises(HopgraphError, match="serve.job_seconds"):
+            versions.run_pending(index, seconds=0.01)
+    payloads = [index / versions.JOBS / f"{job['id']}.documents.jsonl" for job in jobs]
+    assert all(path.is_file() for path in payloads)
+    versions.collect_garbage(index, keep_failed_payloads=1)
+    assert [path.is_file() for path in payloads] == [False, False, True]
+    assert [versions.read_job(index, job["id"])["status"] for job in jobs] == ["failed"] * 3
