@@ -55,10 +55,10 @@ def documents_of(
         reads = read_files(files, seconds, max_chars, max_documents)
     except InputError as exc:
         raise APIError(422, "unreadable_upload", str(exc)) from None
-    problems = [problem for _, found in reads for problem in found]
+    problems = [problem for _, found, _ in reads for problem in found]
     if problems:
-        raise APIError(422, "unreadable_upload", listed(problems))
-    if sum(len(read) for read, _ in reads) > max_documents:
+        raise APIError(422, "unreadable_upload", listed(problems, total=sum(count for _, _, count in reads)))
+    if sum(len(read) for read, _, _ in reads) > max_documents:
         raise APIError(
             413,
             "too_many_documents",
@@ -66,7 +66,7 @@ def documents_of(
             "index such files with `hopgraph update` instead",
         )
     documents: list[DocumentIn] = []
-    for doc in (doc for read, _ in reads for doc in read):
+    for doc in (doc for read, _, _ in reads for doc in read):
         metadata = {k: v for k, v in doc.metadata.items() if k != "source_path"}
         if acl:
             metadata["acl"] = acl

@@ -26,16 +26,19 @@ from dataclasses import asdict
 
 from hopgraph.config import ServeConfig
 from hopgraph.documents import Document
-from hopgraph.errors import InputError
+from hopgraph.errors import SHOWN_PROBLEMS, InputError
 
-Read = tuple[list[Document], list[str]]  # one file's documents and its problems, as messages
+# One file's documents, the first SHOWN_PROBLEMS of its problems (as messages), and how many it had.
+Read = tuple[list[Document], list[str], int]
 
 
 def _read(files: list[tuple[str, bytes]], max_chars: int, max_documents: int) -> list[list[object]]:
     """Each file's documents and problems; reading stops at the file whose text passes ``max_chars``
     in all (that file gets a problem instead), and after the first ``max_documents`` + 1 documents
     (the server refuses more than ``max_documents``), so the answer stays as small as a JSON insert:
-    761,538 one-letter JSONL records (9.9 MB) came back whole and took the server ~2 GB to decode."""
+    761,538 one-letter JSONL records (9.9 MB) came back whole and took the server ~2 GB to decode.
+    Of a file's problems only the first SHOWN_PROBLEMS come back, with their count (100,000 empty
+    records after a good one came back as 5.7 MB of messages, of which a refusal shows 20)."""
     from hopgraph.index.ingest import read_upload  # noqa: PLC0415  (the child's work, not the server's)
 
     out: list[list[object]] = []
@@ -46,16 +49,17 @@ def _read(files: list[tuple[str, bytes]], max_chars: int, max_documents: int) ->
         try:
             result = read_upload(name, data)
         except InputError as exc:
-            out.append([[], [str(exc)]])
+            out.append([[], [str(exc)], 1])
             continue
         result.documents = result.documents[: max_documents + 1 - count]
         count += len(result.documents)
         total += sum(len(d.text) for d in result.documents)
         if total > max_chars:
             too_much = f"{name}: the upload's text passes {max_chars:,} characters (serve.max_body_bytes)"
-            out.append([[], [f"{too_much}; index such files with `hopgraph update` instead"]])
+            out.append([[], [f"{too_much}; index such files with `hopgraph update` instead"], 1])
             break
-        out.append([[asdict(d) for d in result.documents], [str(p) for p in result.problems]])
+        shown = [str(p) for p in result.problems[:SHOWN_PROBLEMS]]
+        out.append([[asdict(d) for d in result.documents], shown, len(result.problems)])
     return out
 
 
@@ -80,7 +84,10 @@ def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int, m
     if done.returncode != 0:
         last = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
         raise InputError(f"the upload could not be read: {last[:500]}")
-    return [([Document(**fields) for fields in documents], problems) for documents, problems in json.loads(done.stdout)]
+    return [
+        ([Document(**fields) for fields in documents], problems, count)
+        for documents, problems, count in json.loads(done.stdout)
+    ]
 
 
 def main() -> int:

@@ -169,12 +169,29 @@ def test_an_upload_of_more_documents_than_max_documents_is_refused_by_the_reader
     records = b"".join(json.dumps({"text": "a", "id": str(n)}).encode() + b"\n" for n in range(50_000))
     files = [("tiny.jsonl", records), ("after.txt", b"Never read.")]
     reads = read_files(files, 60, 10_000_000, 1000)
-    assert [len(documents) for documents, _ in reads] == [1001]  # the second file was not even read
+    assert [len(documents) for documents, _, _ in reads] == [1001]  # the second file was not even read
     with pytest.raises(APIError) as refused:
         documents_of(files, None, 60, 10_000_000, 1000)
     assert refused.value.status == 413 and refused.value.code == "too_many_documents"
     assert "more than 1000 documents (serve.max_documents)" in str(refused.value)
     assert len(documents_of([("few.jsonl", records[: records.index(b"\n") + 1])], None, 60, 10_000_000, 1)) == 1
+
+
+def test_of_an_uploads_many_problems_the_first_come_back_with_their_count() -> None:
+    """100,000 empty records after a good one came back as 5.7 MB of messages for the server to
+    decode, of which its refusal shows 20: now the first 20 come back, with the count."""
+    import pytest
+
+    from hopgraph.errors import SHOWN_PROBLEMS
+    from hopgraph.serve.errors import APIError
+    from hopgraph.serve.parsing import read_files
+
+    records = b'{"text": "A note."}\n' + b'{"text": ""}\n' * 100_000
+    ((documents, problems, count),) = read_files([("mixed.jsonl", records)], 60, 10_000_000, 1000)
+    assert (len(documents), len(problems), count) == (1, SHOWN_PROBLEMS, 100_000)
+    with pytest.raises(APIError) as refused:
+        documents_of([("mixed.jsonl", records)], None, 60, 10_000_000, 1000)
+    assert refused.value.status == 422 and str(refused.value).endswith(f"; and {100_000 - SHOWN_PROBLEMS} more")
 
 
 def test_uploads_beyond_max_uploads_get_503_and_never_take_the_threads_healthz_needs(acl_index, serve_config) -> None:
