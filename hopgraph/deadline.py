@@ -51,6 +51,12 @@ def check_deadline() -> None:
         raise DeadlineExceeded(f"{current[2]} stopped after its deadline of {current[1]:g} s")
 
 
+class _TimeUp(BaseException):  # noqa: N818 - not an error to catch: it only unwinds to time_limit
+    """Raised by the timer signal. Not an Exception, so no ``except Exception`` on the way (a cache
+    read's, a library's) swallows it and lets the work run on unlimited; time_limit turns it into
+    DeadlineExceeded."""
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str, setting: str) -> Iterator[None]:
     """Stop the work inside after ``seconds`` (0 = no limit) by raising DeadlineExceeded from a timer
@@ -62,12 +68,14 @@ def time_limit(seconds: float, what: str, setting: str) -> Iterator[None]:
         return
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        raise DeadlineExceeded(f"{what} stopped after its time limit of {seconds:g} s ({setting})")
+        raise _TimeUp
 
     previous = signal.signal(signal.SIGALRM, stop)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+    except _TimeUp:
+        raise DeadlineExceeded(f"{what} stopped after its time limit of {seconds:g} s ({setting})") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

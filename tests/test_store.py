@@ -117,3 +117,27 @@ def test_an_unreadable_manifest_is_told_apart(tmp_path):
     store.manifest_path.write_text("[1]")
     with pytest.raises(CorruptManifestError, match="not a hopgraph manifest"):
         store.read_manifest()
+
+
+def test_a_damaged_update_version_is_not_sent_to_a_command_that_never_built_it(sample_index, tmp_path):
+    """A truncated file in the root index: rerun its `hopgraph index`. In a version an update job
+    built (versions/<job id>), no command rebuilds it, so the advice is another version or a rebuild."""
+    import shutil
+
+    import pytest
+
+    from hopgraph.errors import IndexFormatError
+    from hopgraph.store import VERSIONS, IndexStore
+
+    root = tmp_path / "index"
+    shutil.copytree(sample_index, root)
+    version = root / VERSIONS / "j000001-abcdef"
+    shutil.copytree(sample_index, version)
+    for where in (root, version):
+        with open(where / "arrays" / "unit_vectors.npy", "r+b") as handle:
+            handle.truncate(100)
+    with pytest.raises(IndexFormatError, match="run the `hopgraph index` command that built"):
+        IndexStore(root).require_complete()
+    with pytest.raises(IndexFormatError, match="an earlier complete version under versions/") as failure:
+        IndexStore(version).require_complete()
+    assert "`hopgraph index` command" not in str(failure.value) and "--overwrite" in str(failure.value)

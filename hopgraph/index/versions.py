@@ -344,6 +344,7 @@ def _run(
             )
             _write_job(root, record)
         manifest = IndexStore(version_dir(root, base)).require_complete()
+        base_damage = IndexStore(version_dir(root, base)).start_hash_check(manifest)  # beside the build
         documents = _compose(root, base, batch)
         target = version_dir(root, leader)
         if target.exists() and not IndexStore(target).exists():
@@ -364,6 +365,13 @@ def _run(
                 except Exception as exc:
                     why = f"version {leader} was built but cannot be served, so it is not live: {exc}"
                     raise IndexFormatError(why) from exc
+        damage = base_damage()
+        if damage:
+            raise IndexFormatError(
+                f"{damage}: the version this update edits ({base or 'root'}) is damaged, and the update would "
+                "have copied its rows into a new version unseen; rebuild the index from the documents "
+                "(`hopgraph index ... --overwrite`)"
+            )
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
         if building and len(batch) > 1:

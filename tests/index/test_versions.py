@@ -600,3 +600,22 @@ def test_only_the_newest_failed_jobs_keep_their_documents_on_disk(index):
     versions.collect_garbage(index, keep_failed_payloads=1)
     assert [path.is_file() for path in payloads] == [False, False, True]
     assert [versions.read_job(index, job["id"])["status"] for job in jobs] == ["failed"] * 3
+
+
+def test_an_update_of_a_version_with_a_flipped_byte_fails_instead_of_copying_it(index):
+    """Opening an index compares file sizes only, so 40 bytes overwritten in the live version's unit
+    vectors went unseen: an update copied the damaged rows into its new version and recorded fresh
+    hashes of them, and no later check could find the damage. The update now hashes the version it
+    edits (beside the build) and fails, publishing nothing."""
+    path = index / "arrays" / "unit_vectors.npy"
+    data = bytearray(path.read_bytes())
+    data[200:240] = b"\xff" * 40  # same size: only the hash tells
+    path.write_bytes(bytes(data))
+    job = versions.submit_update(index, [new_documents()[0]], [])
+    with pytest.raises(
+        IndexFormatError, match=r"unit_vectors\.npy: contents differ .* \(written by stage embed_units\)"
+    ):
+        versions.run_pending(index)
+    record = versions.read_job(index, job["id"])
+    assert record["status"] == "failed" and "is damaged" in record["error"] and "--overwrite" in record["error"]
+    assert versions.live_version(index) == ""  # the root index stays live
