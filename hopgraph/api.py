@@ -247,7 +247,9 @@ class Index:
         for record in versions.run_pending(self.path, llm=llm, progress=progress):
             if job is not None and record["id"] == job.id and record["status"] != "done":
                 return Job.from_record(record)
-        versions.collect_garbage(self.path, keep=keep)
+        from hopgraph.index import garbage  # noqa: PLC0415
+
+        garbage.collect_garbage(self.path, keep=keep)
         return type(self)(self.path, self.config, skipped=problems)
 
     def jobs(self) -> list[Job]:

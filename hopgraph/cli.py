@@ -224,7 +224,9 @@ def update(
             f"{counts}; {seconds})"
         )
         echo_llm_usage(job.get("llm", {}))
-    removed = versions.collect_garbage(index_dir, keep=keep)
+    from hopgraph.index import garbage  # noqa: PLC0415
+
+    removed = garbage.collect_garbage(index_dir, keep=keep)
     if removed and not as_json:
         click.echo(f"removed old versions: {', '.join(removed)}")
 

@@ -45,7 +45,7 @@ import secrets
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +56,6 @@ from hopgraph.config import (
     ClusterConfig,
     HopgraphConfig,
     LLMConfig,
-    ServeConfig,
     validate_config,
 )
 from hopgraph.deadline import time_limit
@@ -76,10 +75,6 @@ from hopgraph.store import (
 )
 
 UNFINISHED = ("queued", "running")
-KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
-# Failed jobs whose documents stay on disk (to look at, or to submit again), newest first. Each may hold
-# an insert's whole body (10 MB); kept for every one of KEEP_JOB_RECORDS records, that was up to ~10 GB.
-KEEP_FAILED_PAYLOADS = 20
 _JOB_ID = JOB_ID
 
 
@@ -547,55 +542,6 @@ def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:
         else:
             _mark_failed(root, batch, reason)
     return batch
-
-
-def collect_garbage(
-    root: str | Path,
-    keep: int = 2,
-    protect: Callable[[], Iterable[str]] = tuple,
-    keep_jobs: int = KEEP_JOB_RECORDS,
-    keep_failed_payloads: int = KEEP_FAILED_PAYLOADS,
-) -> list[str]:
-    """Delete version directories that are not live, not among the newest ``keep`` published ones,
-    not used by an unfinished job and not named by ``protect()`` (versions readers still use,
-    asked for under the job lock, so no job can publish in between); returns their names. Readers
-    still holding a removed version should reopen the index (``keep`` ≥ 1 spares the previous live
-    version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job numbers keep
-    growing) are deleted too, unless their version is still on disk: every look at the queue reads
-    every record, and a server runs for months. Of failed jobs, only the newest
-    ``keep_failed_payloads`` keep their documents."""
-    root = Path(root)
-    folder = root / VERSIONS
-    with _locked(root, ".lock"):
-        jobs = list_jobs(root)
-        done = [j["id"] for j in jobs if j["status"] == "done"]
-        published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
-        protected = {live_version(root), *(published[-keep:] if keep > 0 else []), *protect()}
-        protected |= {
-            name
-            for j in jobs
-            if j["status"] in UNFINISHED
-            for name in (j["id"], j["base"], *(j.get("batch") or []))
-            if name
-        }
-        removed = (
-            sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name not in protected)
-            if folder.is_dir()
-            else []
-        )
-        for name in removed:
-            shutil.rmtree(folder / name)
-        for job_id in done:  # their documents now live in the version's own table
-            _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
-        failed = [j["id"] for j in jobs if j["status"] == "failed"]
-        for job_id in failed[: max(0, len(failed) - keep_failed_payloads)]:  # the record stays, saying why
-            _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
-        finished = [j for j in jobs if j["status"] not in UNFINISHED]
-        for job in finished[: max(0, len(finished) - max(keep_jobs, 1))]:
-            if not (job.get("version") and (folder / job["version"]).is_dir()):
-                _job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's payload
-                _job_path(root, job["id"]).unlink(missing_ok=True)
-    return removed
 
 
 def reset_to_root(root: str | Path) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.index import versions
+from hopgraph.index import garbage, versions
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
 from hopgraph.retrieve.partitioned import PartitionedIndex, open_index
@@ -296,7 +296,7 @@ class JobRunner:
             return
         if self._stop.is_set():
             return
-        removed = versions.collect_garbage(
+        removed = garbage.collect_garbage(
             self.root,
             keep=self.config.serve.keep_versions,
             protect=self.protect,

@@ -21,7 +21,7 @@ from hopgraph.cli import main
 from hopgraph.config import ExtractionConfig
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
-from hopgraph.index import versions
+from hopgraph.index import garbage, versions
 from hopgraph.index.chunking import searchable
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -166,7 +166,7 @@ def test_interrupted_job_keeps_old_version_and_resumes_to_same_result(index, sam
     assert LoadedIndex(index).version == second["id"] and "press-2023" not in LoadedIndex(index).documents["id"]
     assert evidence(versions.version_dir(index, job["id"])) == rebuild["evidence"]
     # Garbage collection keeps the live version and the one before it.
-    assert versions.collect_garbage(index, keep=1) == [job["id"]]
+    assert garbage.collect_garbage(index, keep=1) == [job["id"]]
     assert LoadedIndex(index).version == second["id"]
 
 
@@ -311,7 +311,7 @@ def test_queued_jobs_are_coalesced_into_one_build(index, sample_documents):
     expected = [d.id for d in sample_documents[:5] if d.id != "press-2023"] + ["lismore-point"]
     assert LoadedIndex(index).version == delete["id"] and LoadedIndex(index).documents["id"] == expected
     # Garbage collection counts published versions, not jobs: the live one stays with keep=1.
-    assert versions.collect_garbage(index, keep=1) == [] and LoadedIndex(index).version == delete["id"]
+    assert garbage.collect_garbage(index, keep=1) == [] and LoadedIndex(index).version == delete["id"]
 
 
 def test_a_failed_batch_runs_its_jobs_alone_so_one_bad_job_fails_no_other(index, sample_documents):
@@ -449,7 +449,7 @@ def test_old_finished_job_records_are_pruned(index):
     versions.run_pending(index)  # one batch: both published as the second's version
     third = versions.submit_update(index, [], [new_documents()[0].id])
     versions.run_pending(index)
-    assert versions.collect_garbage(index, keep=1, keep_jobs=1) == [second["id"]]
+    assert garbage.collect_garbage(index, keep=1, keep_jobs=1) == [second["id"]]
     assert [j["id"] for j in versions.list_jobs(index)] == [third["id"]]
     assert sorted(p.name for p in (index / "jobs").glob("j*")) == [f"{third['id']}.json"]
     with pytest.raises(InputError, match="no update job"):
@@ -568,54 +568,3 @@ def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_docum
     )
     build_index(sample_documents[:5], tmp_path / "c", config, progress=False)  # one more document: only its new units
     assert 0 < sum(texts_seen) < first["counts"]["cue_units"]
-
-
-def test_a_build_past_its_time_limit_fails_its_jobs_and_publishes_nothing(index):
-    """serve.job_seconds: one build may run so long (a 9.6 MB upload held the only worker for over
-    seven minutes, every job behind it waiting). Past the limit the build fails like any failed
-    build: a batch runs its jobs alone, the first failure alone is raised, the live version stays."""
-    tem, lismore, _ = new_documents()
-    first, second = (versions.submit_update(index, [doc], []) for doc in (tem, lismore))
-    live = versions.live_version(index)
-    with pytest.raises(HopgraphError, match=r"stopped after its time limit of 0\.01 s \(serve\.job_seconds\)"):
-        versions.run_pending(index, seconds=0.01)  # no build takes 10 ms
-    records = {j["id"]: j for j in versions.list_jobs(index)}
-    assert records[first["id"]]["status"] == "failed" and "serve.job_seconds" in records[first["id"]]["error"]
-    assert records[second["id"]]["status"] == "queued" and "time limit" in records[second["id"]]["alone"]
-    assert versions.live_version(index) == live
-    (done,) = versions.run_pending(index)  # no limit: the other job is built and published
-    assert done["id"] == second["id"] and done["status"] == "done"
-
-
-def test_only_the_newest_failed_jobs_keep_their_documents_on_disk(index):
-    """A failed job's documents (up to an insert's 10 MB) stayed until its record was pruned, one of
-    the newest serve.keep_jobs (1000): gigabytes. Now only the newest failed ones keep them; every
-    record stays, saying why its job failed."""
-    jobs = [versions.submit_update(index, [doc], []) for doc in new_documents()]
-    for _ in jobs:  # each fails alone: no build takes 10 ms
-        with pytest.raises(HopgraphError, match="serve.job_seconds"):
-            versions.run_pending(index, seconds=0.01)
-    payloads = [index / versions.JOBS / f"{job['id']}.documents.jsonl" for job in jobs]
-    assert all(path.is_file() for path in payloads)
-    versions.collect_garbage(index, keep_failed_payloads=1)
-    assert [path.is_file() for path in payloads] == [False, False, True]
-    assert [versions.read_job(index, job["id"])["status"] for job in jobs] == ["failed"] * 3
-
-
-def test_an_update_of_a_version_with_a_flipped_byte_fails_instead_of_copying_it(index):
-    """Opening an index compares file sizes only, so 40 bytes overwritten in the live version's unit
-    vectors went unseen: an update copied the damaged rows into its new version and recorded fresh
-    hashes of them, and no later check could find the damage. The update now hashes the version it
-    edits (beside the build) and fails, publishing nothing."""
-    path = index / "arrays" / "unit_vectors.npy"
-    data = bytearray(path.read_bytes())
-    data[200:240] = b"\xff" * 40  # same size: only the hash tells
-    path.write_bytes(bytes(data))
-    job = versions.submit_update(index, [new_documents()[0]], [])
-    with pytest.raises(
-        IndexFormatError, match=r"unit_vectors\.npy: contents differ .* \(written by stage embed_units\)"
-    ):
-        versions.run_pending(index)
-    record = versions.read_job(index, job["id"])
-    assert record["status"] == "failed" and "is damaged" in record["error"] and "--overwrite" in record["error"]
-    assert versions.live_version(index) == ""  # the root index stays live

@@ -19,7 +19,7 @@ import numpy as np
 import psutil
 import pytest
 
-from hopgraph.index import versions
+from hopgraph.index import garbage, versions
 from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.serve.replicas import REPLICAS, Heartbeats, read_heartbeats, read_leader
@@ -200,11 +200,11 @@ def test_garbage_collection_spares_versions_another_replica_serves_until_its_hea
     leader = Heartbeats(index_copy, {"id": "here-2-def", "host": "here", "pid": 2})
     timeout = 0.5
 
-    removed = versions.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(timeout))
+    removed = garbage.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(timeout))
     assert removed == ["j000002-bbbbbb"]  # the other replica still serves j000001
 
     time.sleep(timeout + 0.2)  # its heartbeat stops changing: that replica counts as gone
-    removed = versions.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(timeout))
+    removed = garbage.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(timeout))
     assert removed == ["j000001-aaaaaa"]
     assert not list((index_copy / REPLICAS).glob("*.json"))  # the dead replica's heartbeat is removed
 
@@ -215,7 +215,7 @@ def test_a_heartbeat_that_keeps_changing_keeps_its_versions(index_copy):
     leader = Heartbeats(index_copy, {"id": "here-2-def", "host": "here", "pid": 2})
     for _ in range(4):  # alive longer than the timeout, beating more often than it
         other.beat({"j000001-aaaaaa"}, leader=False)
-        assert versions.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(0.5)) == []
+        assert garbage.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(0.5)) == []
         time.sleep(0.2)
 
 

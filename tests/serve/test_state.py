@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hopgraph.index import versions
+from hopgraph.index import garbage, versions
 from hopgraph.serve.replicas import Heartbeats
 from hopgraph.serve.state import IndexHolder
 
@@ -39,7 +39,7 @@ def test_the_version_being_loaded_is_in_use_and_spared_by_garbage_collection(ind
     def announce() -> None:  # the load has begun, no file of OLD read yet: the leader collects now
         seen["in_use"] = holder.versions_in_use()
         here.beat(holder.versions_in_use(), leader=False)  # any heartbeat written meanwhile names it
-        seen["removed"] = versions.collect_garbage(index_copy, keep=0, protect=lambda: leader.protected(60))
+        seen["removed"] = garbage.collect_garbage(index_copy, keep=0, protect=lambda: leader.protected(60))
 
     assert holder.refresh(OLD, announce=announce)
     assert seen["in_use"] == {"", OLD} and seen["removed"] == []
