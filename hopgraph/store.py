@@ -178,15 +178,28 @@ class IndexStore:
         """Hash every file ``manifest`` records, in a thread beside the caller's work; the returned
         function waits for it and gives the first damaged file with its stage, or None. Opening an
         index compares sizes only: a flipped byte is found by its hash, before an update copies the
-        damaged rows into a new version and records fresh hashes of them."""
+        damaged rows into a new version and records fresh hashes of them. An isolated index's
+        partitions (``access.isolation``) are indexes of their own, each with its own manifest: their
+        files are hashed too (the top manifest's stage records sum theirs and list no files)."""
         found: list[str | None] = [None]
 
-        def check() -> None:
+        def first_damage(store: IndexStore, manifest: dict[str, Any]) -> str | None:
             for name, record in manifest.get("stages", {}).items():
-                problem = self.damaged(record.get("files", {}), hashes=True)
+                problem = store.damaged(record.get("files", {}), hashes=True)
                 if problem:
-                    found[0] = f"{problem} (written by stage {name})"
-                    return
+                    return f"{problem} (written by stage {name})"
+            for part in manifest.get("partitions", []):
+                inner = IndexStore(store.root / PARTITIONS / part["name"])
+                try:
+                    problem = first_damage(inner, inner.read_manifest())
+                except IndexFormatError as exc:
+                    problem = str(exc)
+                if problem:
+                    return problem
+            return None
+
+        def check() -> None:
+            found[0] = first_damage(self, manifest)
 
         thread = threading.Thread(target=check, name="hopgraph-hash-check", daemon=True)
         thread.start()

@@ -19,7 +19,7 @@ from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError
 from hopgraph.index.llm_stages import write_kg
 from hopgraph.index.pipeline import build_index
-from hopgraph.index.versions import run_job, submit_update
+from hopgraph.index.versions import live_version, read_job, run_job, submit_update
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
@@ -223,6 +223,23 @@ def test_isolation_survives_an_update(isolated, tmp_path):
         p.acl for p in updated.index.partitions
     ]
     assert compare(updated, Retriever(root / "public"), GUEST) == []
+
+
+def test_an_update_of_an_isolated_index_hashes_its_partitions(isolated, tmp_path):
+    """The update's hash check read the top manifest only, whose stage records list no files for
+    an isolated index: a flipped byte in a partition's vectors was copied into the new version with
+    fresh hashes. Each partition's files are hashed now, and the update fails, publishing nothing."""
+    root, _, _ = isolated
+    path = tmp_path / "full"
+    shutil.copytree(root / "full", path)
+    vectors = path / "partitions" / "public" / "arrays" / "unit_vectors.npy"
+    data = bytearray(vectors.read_bytes())
+    data[200:240] = b"\xff" * 40  # same size: only the hash tells
+    vectors.write_bytes(bytes(data))
+    job = submit_update(path, [], ["secret-ops"])
+    with pytest.raises(IndexFormatError, match=r"public/arrays/unit_vectors\.npy: contents differ .* \(written by"):
+        run_job(path, job["id"])
+    assert read_job(path, job["id"])["status"] == "failed" and live_version(path) == ""
 
 
 def test_isolated_index_is_served_over_http(isolated, tmp_path):
