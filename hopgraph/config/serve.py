@@ -101,6 +101,13 @@ class ServeConfig(Section):
         description="Seconds an upload's files may take to read (in a child process, so a slow file never holds the "
         "server); a slower upload is refused with 422.",
     )
+    upload_memory_mb: int = Field(
+        1024,
+        ge=0,
+        description="MiB of memory the child process reading an upload may allocate (its data segment, RLIMIT_DATA; "
+        "a 9 MB JSONL of 300,000 records needs ~215); a file needing more is refused with 422, so no file can "
+        "take the machine's memory. 0 = no limit.",
+    )
     max_uploads: int = Field(
         2,
         ge=1,

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import ValidationError
 
+from hopgraph.config import ServeConfig
 from hopgraph.documents import name_control
 from hopgraph.errors import InputError, QueueFullError, listed
 from hopgraph.index.catalog import document_row
@@ -40,29 +41,28 @@ def upload_name(raw: str | None) -> str:
     return name
 
 
-def documents_of(
-    files: list[tuple[str, bytes]], acl: list[str] | None, seconds: float, max_chars: int, max_documents: int
-) -> list[DocumentIn]:
+def documents_of(files: list[tuple[str, bytes]], acl: list[str] | None, serve: ServeConfig) -> list[DocumentIn]:
     """The uploaded files (name, bytes) read as ``hopgraph index`` reads them, in a child process
-    given ``seconds`` (:mod:`hopgraph.serve.parsing`); 422 naming every file or record that cannot
+    bounded by ``serve`` (:mod:`hopgraph.serve.parsing`); 422 naming every file or record that cannot
     be used (one bad part refuses the whole upload, as a JSON insert does), or text past
-    ``max_chars`` in all (a 268 kB DOCX unzips to 97 MB: the body bound must hold for the text too);
-    413 past ``max_documents``, as for a JSON insert, found by the child before the server decodes them.
+    ``serve.max_body_bytes`` in all (a 268 kB DOCX unzips to 97 MB: the body bound must hold for the
+    text too); 413 past ``serve.max_documents``, as for a JSON insert, found by the child before the
+    server decodes them.
 
     The form's ``acl``, when given, is set on every document, whatever a JSONL record says: an admin
     who uploads for a group must not have a record widen (``"acl": null``) or move its audience."""
     try:
-        reads = read_files(files, seconds, max_chars, max_documents)
+        reads = read_files(files, serve)
     except InputError as exc:
         raise APIError(422, "unreadable_upload", str(exc)) from None
     problems = [problem for _, found, _ in reads for problem in found]
     if problems:
         raise APIError(422, "unreadable_upload", listed(problems, total=sum(count for _, _, count in reads)))
-    if sum(len(read) for read, _, _ in reads) > max_documents:
+    if sum(len(read) for read, _, _ in reads) > serve.max_documents:
         raise APIError(
             413,
             "too_many_documents",
-            f"the upload holds more than {max_documents} documents (serve.max_documents); "
+            f"the upload holds more than {serve.max_documents} documents (serve.max_documents); "
             "index such files with `hopgraph update` instead",
         )
     documents: list[DocumentIn] = []
@@ -117,9 +117,7 @@ def upload(
     try:
         groups = [g.strip() for g in acl.split(",") if g.strip()]
         files_read = [(name, part.file.read()) for name, part in zip(names, files)]
-        documents = documents_of(
-            files_read, groups or None, serve.upload_seconds, serve.max_body_bytes, serve.max_documents
-        )
+        documents = documents_of(files_read, groups or None, serve)
     finally:
         service.upload_slots.release()
     try:

@@ -4,14 +4,15 @@ PDF, DOCX and HTML readers are pure Python: a file that is slow to read holds th
 lock of the process reading it, and every reader's request in that process waits (a 6 KB PDF
 once took 53 s and moved retrieval p50 from 23 to 352 ms). The known ways to make a file slow
 are refused by the readers' own bounds (:mod:`hopgraph.index.formats`); this bounds the ones not
-known yet: the child is killed after ``serve.upload_seconds`` and the upload refused, and the
-server only ever waits on a pipe.
+known yet: the child is killed after ``serve.upload_seconds`` and the upload refused, may allocate
+no more than ``serve.upload_memory_mb``, and the server only ever waits on a pipe.
 
 The child is a fresh interpreter (``python -m hopgraph.serve.parsing``, ~0.15 s to start, as the
 readers import their libraries only when a file needs them): it shares nothing with the server,
 neither threads nor memory, and gives its documents back as JSON, never as pickles.
 
-    python -m hopgraph.serve.parsing SECONDS MAX_CHARS < files.json  # [[name, base64]] -> [[documents, problems]]
+    # [[name, base64]] -> [[documents, problems, problem count]]
+    python -m hopgraph.serve.parsing SECONDS MAX_CHARS MAX_DOCUMENTS MEMORY_MB < files.json
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import resource
 import signal
 import subprocess
 import sys
@@ -63,14 +65,16 @@ def _read(files: list[tuple[str, bytes]], max_chars: int, max_documents: int) ->
     return out
 
 
-def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int, max_documents: int) -> list[Read]:
+def read_files(files: list[tuple[str, bytes]], serve: ServeConfig) -> list[Read]:
     """Each uploaded file (name, bytes) read as ``hopgraph index`` reads it, in a child process, up
-    to ``max_documents`` + 1 documents in all; InputError where reading takes over ``seconds`` (the
-    child is killed) or the child fails."""
+    to ``serve.max_documents`` + 1 documents in all; InputError where reading takes over
+    ``serve.upload_seconds`` (the child is killed), more than ``serve.upload_memory_mb``, or fails."""
     payload = json.dumps([[name, base64.b64encode(data).decode("ascii")] for name, data in files])
+    seconds = serve.upload_seconds
+    limits = [math.ceil(seconds) + 1, serve.max_body_bytes, serve.max_documents, serve.upload_memory_mb]
     try:
         done = subprocess.run(  # -P: the server's working folder does not shadow a module
-            [sys.executable, "-P", "-m", __name__, str(math.ceil(seconds) + 1), str(max_chars), str(max_documents)],
+            [sys.executable, "-P", "-m", __name__, *map(str, limits)],
             input=payload.encode("ascii"),
             capture_output=True,
             timeout=seconds,
@@ -93,13 +97,25 @@ def read_files(files: list[tuple[str, bytes]], seconds: float, max_chars: int, m
 def main() -> int:
     """Read, answer, and end after ``argv[1]`` seconds whatever happens: a server killed while it
     waits leaves no reader behind. At most ``argv[2]`` characters of text and ``argv[3]`` + 1
-    documents come back. ASCII JSON both ways, whatever the locale."""
+    documents come back, and at most ``argv[4]`` MiB are allocated (0: no limit; a MemoryError past
+    it is the one line the server shows). ASCII JSON both ways, whatever the locale."""
+    defaults = ServeConfig.model_fields
     signal.alarm(int(sys.argv[1]) if len(sys.argv) > 1 else 3600)
-    max_chars = int(sys.argv[2]) if len(sys.argv) > 2 else ServeConfig.model_fields["max_body_bytes"].default
-    max_documents = int(sys.argv[3]) if len(sys.argv) > 3 else ServeConfig.model_fields["max_documents"].default
-    files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin.buffer)]
-    read = _read(files, max_chars, max_documents)
-    sys.stdout.buffer.write(json.dumps(read, ensure_ascii=True, default=str).encode("ascii"))
+    max_chars = int(sys.argv[2]) if len(sys.argv) > 2 else defaults["max_body_bytes"].default
+    max_documents = int(sys.argv[3]) if len(sys.argv) > 3 else defaults["max_documents"].default
+    memory_mb = int(sys.argv[4]) if len(sys.argv) > 4 else defaults["upload_memory_mb"].default
+    if memory_mb:
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_mb << 20, memory_mb << 20))
+    try:
+        files = [(name, base64.b64decode(data)) for name, data in json.load(sys.stdin.buffer)]
+        answer = json.dumps(_read(files, max_chars, max_documents), ensure_ascii=True, default=str).encode("ascii")
+    except MemoryError:
+        sys.stderr.write(
+            f"reading it needs more than {memory_mb:,} MiB of memory (serve.upload_memory_mb); "
+            "index such files with `hopgraph update` instead\n"
+        )
+        return 3
+    sys.stdout.buffer.write(answer)
     return 0
 
 

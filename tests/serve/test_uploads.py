@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from hopgraph.config import ServeConfig
 from hopgraph.serve.documents import documents_of
+
+SERVE = ServeConfig()  # the defaults: 60 s, 10 MB of text, 1000 documents, 1024 MiB
 
 
 def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says() -> None:
@@ -11,9 +14,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
         b'{"id": "moved", "text": "Crane log of Tem.", "acl": "x"}\n'
         b'{"id": "nested", "text": "Pier rota.", "metadata": {"acl": ["press"]}}\n'
     )
-    documents = documents_of(
-        [("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], 60, 10_000_000, 1000
-    )
+    documents = documents_of([("batch.jsonl", records), ("note.txt", b"Harbour note.")], ["board"], SERVE)
     assert {d.id: d.metadata["acl"] for d in documents} == {
         "open": ["board"],
         "moved": ["board"],
@@ -22,7 +23,7 @@ def test_the_forms_acl_is_set_on_every_uploaded_document_whatever_a_record_says(
     }
     assert all("source_path" not in d.metadata for d in documents)  # no server path
     # Without a form acl, each record keeps its own (a record's null stays open).
-    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, 60, 10_000_000, 1000)}
+    kept = {d.id: d.metadata.get("acl") for d in documents_of([("batch.jsonl", records)], None, SERVE)}
     assert kept == {"open": None, "moved": ["x"], "nested": ["press"]}
 
 
@@ -82,7 +83,7 @@ def test_a_long_html_page_is_read_in_linear_time() -> None:
 
     page = b"".join(b"<p>Paragraph %d of the harbour manual.</p>" % n for n in range(90_000))
     started = time.monotonic()
-    (document,) = documents_of([("manual.html", page)], None, 60, 10_000_000, 1000)
+    (document,) = documents_of([("manual.html", page)], None, SERVE)
     seconds = time.monotonic() - started
     assert document.text.count("\n\n") == 89_999 and document.text.endswith("Paragraph 89999 of the harbour manual.")
     assert seconds < 30, f"read in {seconds:.1f} s"
@@ -129,7 +130,7 @@ def test_uploads_read_the_same_in_any_locale_and_the_reader_bounds_itself(monkey
     import time
 
     monkeypatch.setenv("PYTHONIOENCODING", "ascii")
-    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, 60, 10_000_000, 1000)
+    (document,) = documents_of([("grüße.txt", "Grüße aus Sorvik: 5 €.".encode())], None, SERVE)
     assert (document.id, document.text) == ("grüße.txt", "Grüße aus Sorvik: 5 €.")
     page = b"<html><body>" + b"<p>word and more words</p>" * 99_000 + b"</body></html>"
     files = json.dumps([[f"m{n}.html", base64.b64encode(page).decode()] for n in range(3)])
@@ -148,11 +149,12 @@ def test_an_upload_whose_text_passes_the_body_bound_is_refused() -> None:
     from hopgraph.serve.errors import APIError
 
     files = [("a.txt", b"x" * 600), ("b.txt", b"y" * 600), ("c.txt", b"z" * 600)]
-    assert len(documents_of(files[:1], None, 60, 1000, 1000)) == 1
+    small = SERVE.model_copy(update={"max_body_bytes": 1024})
+    assert len(documents_of(files[:1], None, small)) == 1
     with pytest.raises(APIError) as refused:
-        documents_of(files, None, 60, 1000, 1000)
+        documents_of(files, None, small)
     assert refused.value.status == 422
-    assert "b.txt: the upload's text passes 1,000 characters (serve.max_body_bytes)" in str(refused.value)
+    assert "b.txt: the upload's text passes 1,024 characters (serve.max_body_bytes)" in str(refused.value)
 
 
 def test_an_upload_of_more_documents_than_max_documents_is_refused_by_the_reader() -> None:
@@ -168,13 +170,33 @@ def test_an_upload_of_more_documents_than_max_documents_is_refused_by_the_reader
 
     records = b"".join(json.dumps({"text": "a", "id": str(n)}).encode() + b"\n" for n in range(50_000))
     files = [("tiny.jsonl", records), ("after.txt", b"Never read.")]
-    reads = read_files(files, 60, 10_000_000, 1000)
+    reads = read_files(files, SERVE)
     assert [len(documents) for documents, _, _ in reads] == [1001]  # the second file was not even read
     with pytest.raises(APIError) as refused:
-        documents_of(files, None, 60, 10_000_000, 1000)
+        documents_of(files, None, SERVE)
     assert refused.value.status == 413 and refused.value.code == "too_many_documents"
     assert "more than 1000 documents (serve.max_documents)" in str(refused.value)
-    assert len(documents_of([("few.jsonl", records[: records.index(b"\n") + 1])], None, 60, 10_000_000, 1)) == 1
+    one = SERVE.model_copy(update={"max_documents": 1})
+    assert len(documents_of([("few.jsonl", records[: records.index(b"\n") + 1])], None, one)) == 1
+
+
+def test_a_file_that_needs_more_memory_to_read_than_upload_memory_mb_is_refused() -> None:
+    """The reader's memory had no bound: a 9 MB JSONL of 300,000 records takes it ~215 MB, and a
+    reader bug or a larger max_body_bytes could take the machine's. Past serve.upload_memory_mb its
+    allocation fails and the upload is refused (422), saying which setting; with the default it is read."""
+    import json
+
+    import pytest
+
+    from hopgraph.serve.errors import APIError
+
+    records = b"".join(json.dumps({"text": "a", "id": str(n)}).encode() + b"\n" for n in range(300_000))
+    with pytest.raises(APIError) as refused:
+        documents_of([("many.jsonl", records)], None, SERVE.model_copy(update={"upload_memory_mb": 64}))
+    assert refused.value.status == 422 and refused.value.code == "unreadable_upload"
+    assert "more than 64 MiB of memory (serve.upload_memory_mb)" in str(refused.value)
+    with pytest.raises(APIError, match="more than 1000 documents"):  # read whole, then refused for its count
+        documents_of([("many.jsonl", records)], None, SERVE)
 
 
 def test_of_an_uploads_many_problems_the_first_come_back_with_their_count() -> None:
@@ -187,10 +209,10 @@ def test_of_an_uploads_many_problems_the_first_come_back_with_their_count() -> N
     from hopgraph.serve.parsing import read_files
 
     records = b'{"text": "A note."}\n' + b'{"text": ""}\n' * 100_000
-    ((documents, problems, count),) = read_files([("mixed.jsonl", records)], 60, 10_000_000, 1000)
+    ((documents, problems, count),) = read_files([("mixed.jsonl", records)], SERVE)
     assert (len(documents), len(problems), count) == (1, SHOWN_PROBLEMS, 100_000)
     with pytest.raises(APIError) as refused:
-        documents_of([("mixed.jsonl", records)], None, 60, 10_000_000, 1000)
+        documents_of([("mixed.jsonl", records)], None, SERVE)
     assert refused.value.status == 422 and str(refused.value).endswith(f"; and {100_000 - SHOWN_PROBLEMS} more")
 
 
