@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hopgraph.config import ServeConfig
-from hopgraph.index.versions import UNFINISHED, _job_path, _locked, list_jobs
+from hopgraph.index.versions import UNFINISHED, job_lock, job_path, list_jobs
 from hopgraph.store import VERSIONS, live_version
 
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
@@ -34,7 +34,7 @@ def collect_garbage(
     ``keep_failed_payloads`` keep their documents."""
     root = Path(root)
     folder = root / VERSIONS
-    with _locked(root, ".lock"):
+    with job_lock(root, ".lock"):
         jobs = list_jobs(root)
         done = [j["id"] for j in jobs if j["status"] == "done"]
         published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
@@ -54,13 +54,13 @@ def collect_garbage(
         for name in removed:
             shutil.rmtree(folder / name)
         for job_id in done:  # their documents now live in the version's own table
-            _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+            job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
         failed = [j["id"] for j in jobs if j["status"] == "failed"]
         for job_id in failed[: max(0, len(failed) - keep_failed_payloads)]:  # the record stays, saying why
-            _job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+            job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
         finished = [j for j in jobs if j["status"] not in UNFINISHED]
         for job in finished[: max(0, len(finished) - max(keep_jobs, 1))]:
             if not (job.get("version") and (folder / job["version"]).is_dir()):
-                _job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's payload
-                _job_path(root, job["id"]).unlink(missing_ok=True)
+                job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's payload
+                job_path(root, job["id"]).unlink(missing_ok=True)
     return removed

@@ -108,17 +108,18 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _job_path(root: Path, job_id: str, suffix: str = ".json") -> Path:
+def job_path(root: Path, job_id: str, suffix: str = ".json") -> Path:
+    """INDEX/jobs/<job id><suffix>: the record (.json), or a payload such as .documents.jsonl."""
     return root / JOBS / f"{job_id}{suffix}"
 
 
 def _write_job(root: Path, record: dict[str, Any]) -> None:
     text = json.dumps(record, indent=2, default=str)
-    atomic_write(_job_path(root, record["id"]), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write(job_path(root, record["id"]), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
-    path = _job_path(Path(root), job_id)
+    path = job_path(Path(root), job_id)
     missing = InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
     if not _JOB_ID.fullmatch(job_id):
         raise missing
@@ -143,7 +144,7 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _locked(root: Path, name: str, wait: bool = True) -> Iterator[None]:
+def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
     """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies.
     ``wait=False`` raises BlockingIOError at once when another process holds it."""
     IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
@@ -215,7 +216,7 @@ def submit_update(
     if repeated:
         raise InputError(f"document id(s) added more than once: {', '.join(map(repr, repeated[:20]))}")
     IndexStore(live_root(root)).require_complete()
-    with _locked(root, ".submit.lock"):
+    with job_lock(root, ".submit.lock"):
         jobs = list_jobs(root)  # before the live version: a job finishing now is then counted twice, never lost
         check_room(root, max_queued, jobs)
         ids = IndexStore(live_root(root)).read_table("documents", ["id"])["id"]
@@ -228,7 +229,7 @@ def submit_update(
         sequence = 1 + max((int(job["id"][1:7]) for job in jobs), default=0)
         job_id = f"j{sequence:06d}-{secrets.token_hex(3)}"
         lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
-        atomic_write(_job_path(root, job_id, ".documents.jsonl"), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
+        atomic_write(job_path(root, job_id, ".documents.jsonl"), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
         record = {
             "id": job_id,
             "kind": "update",
@@ -251,7 +252,7 @@ def submit_update(
 
 
 def _job_documents(root: Path, job_id: str) -> list[Document]:
-    text = _job_path(root, job_id, ".documents.jsonl").read_text(encoding="utf-8")
+    text = job_path(root, job_id, ".documents.jsonl").read_text(encoding="utf-8")
     return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
@@ -439,7 +440,7 @@ def run_job(
     pipeline stage) ends the run there with the job still 'running', as a killed job is left.
     """
     root = Path(root)
-    with _locked(root, ".lock"):
+    with job_lock(root, ".lock"):
         record = read_job(root, job_id)
         if record["status"] == "done":
             return record
@@ -485,7 +486,7 @@ def run_pending(
     """
     root = Path(root)
     done: list[dict[str, Any]] = []
-    with _locked(root, ".lock"):
+    with job_lock(root, ".lock"):
         while batches is None or batches > 0:
             batch = _next_batch(list_jobs(root))
             if not batch:
@@ -512,7 +513,7 @@ def forgive_interrupted(root: str | Path, run: str, patience: float = 0.0) -> li
     deadline = time.monotonic() + patience
     while True:
         try:
-            with _locked(root, ".lock", wait=False):
+            with job_lock(root, ".lock", wait=False):
                 forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
                 for record in forgiven:
                     record.update(
@@ -535,7 +536,7 @@ def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:
 
     Waits for the job lock, so it never touches a batch a live process is running."""
     root = Path(root)
-    with _locked(root, ".lock"):
+    with job_lock(root, ".lock"):
         batch = _next_batch(list_jobs(root))
         if len(batch) > 1:
             _split(root, batch, batch[-1]["id"], reason, attempts=0)

@@ -462,7 +462,7 @@ def test_a_record_pruned_while_it_is_read_is_no_job_not_a_crash(index, monkeypat
     """Pruning (collect_garbage) can delete a record between listing the folder and reading it.
     That window cannot be hit on purpose, so the read is made to find the file gone (a mock)."""
     job = versions.submit_update(index, [new_documents()[0]], [])
-    record = versions._job_path(index, job["id"])
+    record = versions.job_path(index, job["id"])
     read_text = Path.read_text
 
     def vanished(path: Path, *args, **kwargs) -> str:
@@ -507,7 +507,7 @@ def test_an_attempt_ended_by_a_shutdown_is_taken_back_and_counted_apart(index):
     held, release = threading.Event(), threading.Event()
 
     def hold_the_lock() -> None:  # another process's build, as far as flock is concerned (its own open file)
-        with versions._locked(index, ".lock"):
+        with versions.job_lock(index, ".lock"):
             held.set()
             release.wait(30)
 

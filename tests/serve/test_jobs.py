@@ -41,7 +41,7 @@ def test_queue_bound_answers_429_and_queued_jobs_are_one_build(index_copy, serve
         LiveServer(index_copy, configured(serve_config, max_queued_jobs=2)) as server,
         httpx.Client(base_url=server.url, timeout=60) as client,
     ):
-        with versions._locked(index_copy, ".lock"):  # a job is running: the worker waits, the queue fills
+        with versions.job_lock(index_copy, ".lock"):  # a job is running: the worker waits, the queue fills
             first = insert(
                 client, "tem-observatory", "The Tem Observatory opened in 1994 on the highest hill of Tem island."
             )
