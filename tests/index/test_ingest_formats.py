@@ -399,6 +399,35 @@ def test_xml_elements_are_bounded_in_every_part_python_docx_parses(tmp_path: Pat
     assert read_docx(photo).text == read_docx(path.read_bytes()).text  # binary parts' "<" bytes count for nothing
 
 
+def test_a_docx_of_expanding_xml_entities_is_refused_in_milliseconds(tmp_path: Path) -> None:
+    """A 37 KB DOCX whose text part declares nested entities ("billion laughs": 3 GB of text) or one
+    50 kB entity named 2,000 times (100 MB) is refused by libxml2's amplification bound, which
+    python-docx's parser keeps. A guard: this held when it was first tried, and a parser setting
+    that lifted the bound (huge_tree, or a libxml2 without it) would make one upload take the machine."""
+    path = tmp_path / "handbook.docx"
+    write_docx(path)
+    nested = "".join(f'<!ENTITY a{i} "{f"&a{i - 1};" * 10}">' for i in range(1, 10))
+    bombs = {
+        "laughs": ('<!ENTITY a0 "lollollollollollollollollollol">' + nested, "&a9;"),
+        "quadratic": (f'<!ENTITY big "{"x" * 50_000}">', "&big;" * 2000),
+    }
+    for name, (entities, use) in bombs.items():
+
+        def swollen(part_name: str, part: bytes, entities: str = entities, use: str = use) -> list[tuple[str, bytes]]:
+            if part_name != "word/document.xml":
+                return [(part_name, part)]
+            head, body = part.decode().split("?>", 1)
+            body = body.replace("Tomas Reyes", use + "Tomas Reyes", 1)
+            return [(part_name, f"{head}?><!DOCTYPE w:document [{entities}]>{body}".encode())]
+
+        data = _docx_with(path, tmp_path / f"{name}.docx", swollen)
+        assert len(data) < 100_000
+        started = time.perf_counter()
+        with pytest.raises(Unreadable, match="DOCX could not be read .*amplification"):
+            read_docx(data)
+        assert time.perf_counter() - started < 5  # about 0.01 and 0.1 s
+
+
 def test_a_docx_with_an_encrypted_or_corrupt_part_is_unreadable_not_a_crash(tmp_path: Path) -> None:
     path = tmp_path / "handbook.docx"
     write_docx(path)
