@@ -4,6 +4,8 @@ runs for months deletes after each job so that neither the disk nor the queue gr
 from __future__ import annotations
 
 import shutil
+import sys
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -31,7 +33,10 @@ def collect_garbage(
     version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job numbers keep
     growing) are deleted too, unless their version is still on disk: every look at the queue reads
     every record, and a server runs for months. Of failed jobs, only the newest
-    ``keep_failed_payloads`` keep their documents."""
+    ``keep_failed_payloads`` keep their documents. A version that cannot be removed whole (a file
+    a shared file system keeps while another machine has it open) is left with a RuntimeWarning
+    and tried again next time; it stopped the whole collection, and a server's job loop retried it
+    with a traceback at every pass, never pruning a record."""
     root = Path(root)
     folder = root / VERSIONS
     with job_lock(root, ".lock"):
@@ -51,8 +56,15 @@ def collect_garbage(
             if folder.is_dir()
             else []
         )
-        for name in removed:
-            shutil.rmtree(folder / name)
+        for name in list(removed):
+            problem = _remove_tree(folder / name)
+            if problem:  # the rest is still collected; this version is tried again next time
+                removed.remove(name)
+                warnings.warn(
+                    f"could not remove old index version {name} ({problem}); it is tried again at the next collection",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         for job_id in done:  # their documents now live in the version's own table
             job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
         failed = [j["id"] for j in jobs if j["status"] == "failed"]
@@ -64,3 +76,13 @@ def collect_garbage(
                 job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's payload
                 job_path(root, job["id"]).unlink(missing_ok=True)
     return removed
+
+
+def _remove_tree(path: Path) -> str | None:
+    """Remove ``path`` and all in it, going on past what cannot be removed; the first problem, or None."""
+    problems: list[str] = []
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=lambda _, where, exc: problems.append(f"{where}: {exc}"))
+    else:
+        shutil.rmtree(path, onerror=lambda _, where, exc: problems.append(f"{where}: {exc[1]}"))
+    return problems[0] if problems else None
