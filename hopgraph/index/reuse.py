@@ -437,7 +437,9 @@ class PreviousVersion:
         )
         if len(values) == 0:  # nothing stored (no rows, or an empty (0, 0) array): nothing to take
             return np.asarray(compute(list(texts)))
-        out = np.empty((len(texts), *values.shape[1:]), dtype=values.dtype)
+        # Zeros, not np.empty: rows left to compute are read by the all-zero test below, and reused
+        # memory can hold signalling NaNs there ("invalid value encountered in reduce" on every update).
+        out = np.zeros((len(texts), *values.shape[1:]), dtype=values.dtype)
         # Rows kept in place (text i at row i) are one slice of the (memory-mapped) array, copied
         # once; the rest is one gather.
         moved = np.flatnonzero(rows != np.arange(len(rows)))
@@ -447,7 +449,7 @@ class PreviousVersion:
         out[elsewhere] = values[rows[elsewhere]]
         held = rows >= 0
         if values.ndim == 2:  # an all-zero row holds no vector (nothing was embedded)
-            held &= out.any(axis=1)  # rows not filled are read too, but they are not held anyway
+            held &= out.any(axis=1)  # rows not filled are zeros, and not held anyway
         fresh = np.flatnonzero(~held)
         if len(fresh):
             out[fresh] = np.asarray(compute([texts[i] for i in fresh.tolist()]))
