@@ -35,12 +35,17 @@ Source = str | Path | Document
 
 @dataclass(frozen=True)
 class Job:
-    """An update job: ``status`` is queued, running, done (``version`` is then live) or failed (``error`` says why)."""
+    """An update job: ``status`` is queued, running, done (``version`` is then live) or failed (``error`` says why).
+
+    ``add`` and ``delete`` are the first ids the job adds and deletes (up to 20, all of a small job);
+    ``added`` and ``deleted`` count them all."""
 
     id: str
     status: str
     add: tuple[str, ...]
     delete: tuple[str, ...]
+    added: int = 0
+    deleted: int = 0
     version: str | None = None
     error: str | None = None
     record: Mapping[str, Any] = field(default_factory=dict, repr=False)  # the full record as stored
@@ -52,6 +57,8 @@ class Job:
             record["status"],
             tuple(record.get("add", ())),
             tuple(record.get("delete", ())),
+            record.get("add_count", len(record.get("add", ()))),
+            record.get("delete_count", len(record.get("delete", ()))),
             record.get("version"),
             record.get("error"),
             dict(record),
@@ -254,9 +261,9 @@ class Index:
 
     def jobs(self) -> list[Job]:
         """Every update job of this index directory, oldest first."""
-        from hopgraph.index import versions  # noqa: PLC0415
+        from hopgraph.index.jobs import list_jobs  # noqa: PLC0415
 
-        return [Job.from_record(r) for r in versions.list_jobs(self.path)]
+        return [Job.from_record(r) for r in list_jobs(self.path)]
 
     def __repr__(self) -> str:
         return f"Index({str(self.path)!r}, version={self.version or 'root'!r})"

@@ -237,10 +237,11 @@ def update(
 def jobs(index_dir: str, as_json: bool) -> None:
     """List the update jobs of INDEX, oldest first, and the live version."""
     from hopgraph.index import versions  # noqa: PLC0415
+    from hopgraph.index.jobs import list_jobs  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415
 
     IndexStore(index_dir).read_manifest()  # a clear error where INDEX is no index
-    records = versions.list_jobs(index_dir)
+    records = list_jobs(index_dir)
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
@@ -249,8 +250,8 @@ def jobs(index_dir: str, as_json: bool) -> None:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
         click.echo(
-            f"{job['id']}  {job['status']:<8} created {job['created']}  +{len(job['add'])} "
-            f"-{len(job['delete'])}{took}{error}"
+            f"{job['id']}  {job['status']:<8} created {job['created']}  +{job.get('add_count', len(job['add']))} "
+            f"-{job.get('delete_count', len(job['delete']))}{took}{error}"
         )
 
 

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hopgraph.config import ServeConfig
-from hopgraph.index.versions import UNFINISHED, job_lock, job_path, list_jobs
-from hopgraph.store import VERSIONS, live_version
+from hopgraph.index.jobs import DOCUMENTS, IDS, UNFINISHED, job_lock, job_path, list_jobs
+from hopgraph.store import JOB_ID, JOBS, VERSIONS, live_version
 
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
 # Failed jobs whose documents stay on disk (to look at, or to submit again), newest first. Each may hold
 # an insert's whole body (10 MB); kept for every one of KEEP_JOB_RECORDS records, that was up to ~10 GB.
 KEEP_FAILED_PAYLOADS = 20
+# A payload without a record (a submit killed between the two) or a temporary file of a killed
+# write in INDEX/jobs/ is deleted once this old: nothing else ever would (up to an insert's 10 MB
+# each), and no submit or write takes an hour.
+STALE_SECONDS = 3600.0
 
 
 def collect_garbage(
@@ -33,7 +38,8 @@ def collect_garbage(
     version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job numbers keep
     growing) are deleted too, unless their version is still on disk: every look at the queue reads
     every record, and a server runs for months. Of failed jobs, only the newest
-    ``keep_failed_payloads`` keep their documents. A version that cannot be removed whole (a file
+    ``keep_failed_payloads`` keep their documents. Payloads without a record and temporary files
+    in INDEX/jobs/ are deleted once :data:`STALE_SECONDS` old (left by a killed submit or write). A version that cannot be removed whole (a file
     a shared file system keeps while another machine has it open) is left with a RuntimeWarning
     and tried again next time; it stopped the whole collection, and a server's job loop retried it
     with a traceback at every pass, never pruning a record."""
@@ -66,16 +72,41 @@ def collect_garbage(
                     stacklevel=2,
                 )
         for job_id in done:  # their documents now live in the version's own table
-            job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+            _drop_payload(root, job_id)
         failed = [j["id"] for j in jobs if j["status"] == "failed"]
         for job_id in failed[: max(0, len(failed) - keep_failed_payloads)]:  # the record stays, saying why
-            job_path(root, job_id, ".documents.jsonl").unlink(missing_ok=True)
+            _drop_payload(root, job_id)
         finished = [j for j in jobs if j["status"] not in UNFINISHED]
         for job in finished[: max(0, len(finished) - max(keep_jobs, 1))]:
             if not (job.get("version") and (folder / job["version"]).is_dir()):
-                job_path(root, job["id"], ".documents.jsonl").unlink(missing_ok=True)  # a failed job's payload
+                _drop_payload(root, job["id"])  # a failed job's
                 job_path(root, job["id"]).unlink(missing_ok=True)
+        _drop_stale(root / JOBS)
     return removed
+
+
+def _drop_payload(root: Path, job_id: str) -> None:
+    for suffix in (DOCUMENTS, IDS):
+        job_path(root, job_id, suffix).unlink(missing_ok=True)
+
+
+def _drop_stale(folder: Path) -> None:
+    """Delete payloads without a record and temporary files, once :data:`STALE_SECONDS` old."""
+    if not folder.is_dir():
+        return
+    old = time.time() - STALE_SECONDS
+    for path in folder.iterdir():
+        name = path.name
+        job_id = name.split(".", 1)[0]
+        orphan = (
+            name.endswith((DOCUMENTS, IDS)) and JOB_ID.fullmatch(job_id) and not (folder / f"{job_id}.json").exists()
+        )
+        if orphan or (name.startswith(".") and name.endswith(".tmp")):
+            try:
+                if path.stat().st_mtime < old:
+                    path.unlink()
+            except FileNotFoundError:  # renamed or deleted meanwhile
+                continue
 
 
 def _remove_tree(path: Path) -> str | None:

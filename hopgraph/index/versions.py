@@ -16,9 +16,9 @@ version ""):
 
     INDEX/CURRENT                       "versions/<job id>": the live version (absent: the root)
     INDEX/versions/<job id>/            a complete index built by an update job
-    INDEX/jobs/<job id>.json            the job record (status queued|running|done|failed)
-    INDEX/jobs/<job id>.documents.jsonl the documents the job adds, written before the record
-    INDEX/jobs/.lock                    held while a job runs, so jobs run one at a time, in order
+    INDEX/jobs/                         job records and what each job adds and deletes
+                                        (:mod:`hopgraph.index.jobs`); jobs/.lock is held while a job
+                                        runs, so jobs run one at a time, in order
     INDEX/cache/                        vector / completion caches when the index was built without
 
 Every file is written atomically and CURRENT only ever names a complete version, so readers open
@@ -37,17 +37,14 @@ pack_documents=false every document has its own chunks and a delete costs almost
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import itertools
 import json
 import secrets
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +58,21 @@ from hopgraph.config import (
 from hopgraph.deadline import time_limit
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
+from hopgraph.index.jobs import (
+    DOCUMENTS,
+    UNFINISHED,
+    job_ids,
+    job_lock,
+    job_path,
+    list_jobs,
+    new_record,
+    now,
+    read_job,
+    write_job,
+)
 from hopgraph.index.pipeline import build_index
 from hopgraph.store import (
     CURRENT,
-    JOB_ID,
-    JOBS,
     VERSIONS,
     IndexStore,
     atomic_write,
@@ -73,9 +80,6 @@ from hopgraph.store import (
     live_version,
     version_dir,
 )
-
-UNFINISHED = ("queued", "running")
-_JOB_ID = JOB_ID
 
 
 def read_documents(index_dir: str | Path) -> list[Document]:
@@ -101,61 +105,6 @@ def rebuild_config(
     if not llm_config.cache:
         llm_config = llm_config.model_copy(update={"cache": str(cache / "llm.sqlite")})
     return config.model_copy(update={"embedding": embedding, "llm": llm_config, "cluster": cluster or ClusterConfig()})
-
-
-# ------------------------------------------------------------------------------------ job records
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def job_path(root: Path, job_id: str, suffix: str = ".json") -> Path:
-    """INDEX/jobs/<job id><suffix>: the record (.json), or a payload such as .documents.jsonl."""
-    return root / JOBS / f"{job_id}{suffix}"
-
-
-def _write_job(root: Path, record: dict[str, Any]) -> None:
-    text = json.dumps(record, indent=2, default=str)
-    atomic_write(job_path(root, record["id"]), lambda tmp: tmp.write_text(text, encoding="utf-8"))
-
-
-def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
-    path = job_path(Path(root), job_id)
-    missing = InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
-    if not _JOB_ID.fullmatch(job_id):
-        raise missing
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:  # never submitted, or pruned (collect_garbage), even while being read
-        raise missing from None
-
-
-def list_jobs(root: str | Path) -> list[dict[str, Any]]:
-    """Every job record, oldest first (ids start with a sequence number); one pruned meanwhile
-    (:func:`collect_garbage`) is left out."""
-    folder = Path(root) / JOBS
-    names = sorted(p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else []
-    records = []
-    for name in names:
-        try:
-            records.append(read_job(root, name))
-        except InputError:  # not a job id, or pruned since the listing
-            continue
-    return records
-
-
-@contextlib.contextmanager
-def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
-    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies.
-    ``wait=False`` raises BlockingIOError at once when another process holds it."""
-    IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
-    path = root / JOBS / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _apply(ids: list[str], add: Sequence[str], delete: Sequence[str]) -> list[str]:
@@ -222,37 +171,21 @@ def submit_update(
         ids = IndexStore(live_root(root)).read_table("documents", ["id"])["id"]
         for job in jobs:
             if job["status"] in UNFINISHED:
-                ids = _apply(ids, job["add"], job["delete"])
+                ids = _apply(ids, *job_ids(root, job))
         _check_deletes(ids, delete, f"{root} (live version {live_version(root) or 'root'} and queued jobs)")
         if not _apply(ids, add_ids, delete):
             raise InputError("the update would leave the index without documents")
         sequence = 1 + max((int(job["id"][1:7]) for job in jobs), default=0)
         job_id = f"j{sequence:06d}-{secrets.token_hex(3)}"
         lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
-        atomic_write(job_path(root, job_id, ".documents.jsonl"), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
-        record = {
-            "id": job_id,
-            "kind": "update",
-            "status": "queued",
-            "created": _now(),
-            "started": None,
-            "finished": None,
-            "add": add_ids,
-            "delete": delete,
-            "base": None,
-            "batch": None,
-            "attempts": 0,  # runs that started and did not end by a shutdown (serve.job_attempts bounds them)
-            "interrupted": 0,  # runs ended by a shutdown of the server running them (never counted as attempts)
-            "run": None,  # the run that recorded the last attempt (see forgive_interrupted)
-            "version": None,
-            "error": None,
-        }
-        _write_job(root, record)
+        atomic_write(job_path(root, job_id, DOCUMENTS), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
+        record = new_record(root, job_id, add_ids, delete)
+        write_job(root, record)
     return record
 
 
 def _job_documents(root: Path, job_id: str) -> list[Document]:
-    text = job_path(root, job_id, ".documents.jsonl").read_text(encoding="utf-8")
+    text = job_path(root, job_id, DOCUMENTS).read_text(encoding="utf-8")
     return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
@@ -263,7 +196,7 @@ def _finish(root: Path, batch: list[dict[str, Any]], leader: str, seconds: float
     for record in batch:
         record.update(
             status="done",
-            finished=_now(),
+            finished=now(),
             version=leader,
             error=None,
             counts=manifest["counts"],
@@ -272,7 +205,7 @@ def _finish(root: Path, batch: list[dict[str, Any]], leader: str, seconds: float
         )
         if seconds is not None:
             record["seconds"] = round(seconds, 3)
-        _write_job(root, record)
+        write_job(root, record)
     return batch
 
 
@@ -283,14 +216,15 @@ def _compose(root: Path, base: str, batch: list[dict[str, Any]]) -> list[Documen
     by_id = {d.id: d for d in base_docs}
     ids = [d.id for d in base_docs]
     for record in batch:
-        _check_deletes(ids, record["delete"], f"version {base or 'root'!r} with the jobs before {record['id']} applied")
+        add, delete = job_ids(root, record)
+        _check_deletes(ids, delete, f"version {base or 'root'!r} with the jobs before {record['id']} applied")
         added = _job_documents(root, record["id"])
-        replaced = set(record["add"]) - set(record["delete"])
-        after = _apply(ids, record["add"], record["delete"])
+        replaced = set(add) - set(delete)
+        after = _apply(ids, add, delete)
         record["documents"] = {
             "before": len(ids),
             "added": len(added),
-            "deleted": len(record["delete"]),
+            "deleted": len(delete),
             "replaced": sum(i in replaced for i in ids),
             "after": len(after),
         }
@@ -331,14 +265,14 @@ def _run(
         for record in batch:
             record.update(
                 status="running",
-                started=_now(),
+                started=now(),
                 error=None,
                 base=base,
                 batch=[r["id"] for r in batch],
                 attempts=record.get("attempts", 0) + 1,
                 run=run,
             )
-            _write_job(root, record)
+            write_job(root, record)
         manifest = IndexStore(version_dir(root, base)).require_complete()
         base_damage = IndexStore(version_dir(root, base)).start_hash_check(manifest)  # beside the build
         documents = _compose(root, base, batch)
@@ -399,14 +333,14 @@ def _split(
             run=None,
             error=None,
         )
-        _write_job(root, record)
+        write_job(root, record)
     return []
 
 
 def _mark_failed(root: Path, batch: list[dict[str, Any]], reason: str) -> None:
     for record in batch:
-        record.update(status="failed", finished=_now(), error=reason)
-        _write_job(root, record)
+        record.update(status="failed", finished=now(), error=reason)
+        write_job(root, record)
 
 
 def _next_batch(jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -521,7 +455,7 @@ def forgive_interrupted(root: str | Path, run: str, patience: float = 0.0) -> li
                         interrupted=record.get("interrupted", 0) + 1,
                         run=None,
                     )
-                    _write_job(root, record)
+                    write_job(root, record)
             return forgiven
         except BlockingIOError:
             if time.monotonic() >= deadline:

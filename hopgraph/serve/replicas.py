@@ -32,7 +32,7 @@ from typing import IO, Any
 from hopgraph.config import ServeConfig
 from hopgraph.index import versions
 from hopgraph.serve.state import IndexHolder, JobRunner
-from hopgraph.store import atomic_write
+from hopgraph.store import JOBS, atomic_write
 
 REPLICAS = "replicas"  # INDEX/replicas/<id>.json: one heartbeat per serving process
 LEADER = ".leader"  # INDEX/jobs/.leader: locked by the process that runs update jobs
@@ -46,7 +46,7 @@ def _log(message: str) -> None:
 def read_leader(root: str | Path) -> dict[str, Any] | None:
     """Who holds (or last held) the leader lock: {id, host, pid, since}; None before anyone did."""
     try:
-        text = (Path(root) / versions.JOBS / LEADER_RECORD).read_text(encoding="utf-8")
+        text = (Path(root) / JOBS / LEADER_RECORD).read_text(encoding="utf-8")
         return dict(json.loads(text)) if text.strip() else None
     except (FileNotFoundError, ValueError):
         return None
@@ -67,7 +67,7 @@ class LeaderLock:
     """The non-blocking exclusive lock on INDEX/jobs/.leader, held until :meth:`release` or death."""
 
     def __init__(self, root: Path, identity: dict[str, Any]):
-        self.path = root / versions.JOBS / LEADER
+        self.path = root / JOBS / LEADER
         self.identity = identity
         self._handle: IO[str] | None = None
         self._warned = False

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.index import garbage, versions
+from hopgraph.index import garbage, jobs, versions
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
 from hopgraph.retrieve.partitioned import PartitionedIndex, open_index
@@ -246,7 +246,7 @@ class JobRunner:
     def job(self, job_id: str) -> dict[str, Any]:
         """The job record; 'done' only once the server answers from its version (before that,
         'publishing'). InputError for an id that is not one (ids are checked against a pattern)."""
-        record = versions.read_job(self.root, job_id)
+        record = jobs.read_job(self.root, job_id)
         if record["status"] == "done" and (record.get("version") or "") > self.holder.current.version:
             record = {**record, "status": "publishing"}
         return record
@@ -256,7 +256,7 @@ class JobRunner:
         versions.check_room(self.root, self.config.serve.max_queued_jobs)
 
     def queue_depth(self) -> int:
-        return versions.unfinished_count(versions.list_jobs(self.root))
+        return versions.unfinished_count(jobs.list_jobs(self.root))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -354,7 +354,7 @@ class JobRunner:
         if code == 0:
             self._crashes = 0
             return exited
-        running = [j for j in versions.list_jobs(self.root) if j["status"] == "running"]
+        running = [j for j in jobs.list_jobs(self.root) if j["status"] == "running"]
         reason = f"the update worker exited with {code}" + (f" (killed by signal {-code})" if code < 0 else "")
         print(f"hopgraph serve: {reason} after {exited - started:.1f} s", file=sys.stderr, flush=True)
         if code == 1 and not running:  # the worker recorded the jobs' failure itself

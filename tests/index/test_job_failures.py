@@ -7,6 +7,7 @@ import pytest
 
 from hopgraph.errors import HopgraphError, IndexFormatError
 from hopgraph.index import garbage, versions
+from hopgraph.store import JOBS
 from tests.index.test_versions import built, index, new_documents  # noqa: F401 - fixtures and data
 
 
@@ -35,7 +36,7 @@ def test_only_the_newest_failed_jobs_keep_their_documents_on_disk(index):  # noq
     for _ in jobs:  # each fails alone: no build takes 10 ms
         with pytest.raises(HopgraphError, match="serve.job_seconds"):
             versions.run_pending(index, seconds=0.01)
-    payloads = [index / versions.JOBS / f"{job['id']}.documents.jsonl" for job in jobs]
+    payloads = [index / JOBS / f"{job['id']}.documents.jsonl" for job in jobs]
     assert all(path.is_file() for path in payloads)
     garbage.collect_garbage(index, keep_failed_payloads=1)
     assert [path.is_file() for path in payloads] == [False, False, True]

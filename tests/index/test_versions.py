@@ -351,7 +351,7 @@ def test_a_split_killed_midway_resumes_as_the_batch_and_splits_again(index, monk
         if "lismore-point" in IndexStore(version).read_table("documents", ["id"])["id"]:
             raise IndexFormatError("a document of this version cannot be served")
 
-    write_job = versions._write_job
+    write_job = versions.write_job
     split_writes = []
 
     def killed_midway(root: Path, record: dict) -> None:
@@ -361,10 +361,10 @@ def test_a_split_killed_midway_resumes_as_the_batch_and_splits_again(index, monk
                 raise KeyboardInterrupt  # not an Exception: nothing in the job code catches it
         write_job(root, record)
 
-    monkeypatch.setattr(versions, "_write_job", killed_midway)
+    monkeypatch.setattr(versions, "write_job", killed_midway)
     with pytest.raises(KeyboardInterrupt):
         versions.run_pending(index, verify=refuse_lismore)
-    monkeypatch.setattr(versions, "_write_job", write_job)
+    monkeypatch.setattr(versions, "write_job", write_job)
     with pytest.raises(IndexFormatError, match="cannot be served"):
         versions.run_pending(index, verify=refuse_lismore)
     versions.run_pending(index, verify=refuse_lismore)

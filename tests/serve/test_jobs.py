@@ -16,6 +16,7 @@ import pytest
 
 from hopgraph.index import versions
 from hopgraph.retrieve.methods import LLM_FREE
+from hopgraph.store import JOBS
 from tests.serve.support import LiveServer, auth, wait_for_job, wait_until
 
 pytestmark = pytest.mark.slow  # every test runs real update jobs (index builds) through a live server
@@ -175,7 +176,7 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
         runner = server.app.state.jobs
         runner.backoff = 0.2
         # A corrupt job record makes the job loop's own queue check fail: the loop logs it and goes on.
-        corrupt = index_copy / versions.JOBS / "j000099-abcdef.json"
+        corrupt = index_copy / JOBS / "j000099-abcdef.json"
         corrupt.parent.mkdir(exist_ok=True)
         corrupt.write_text("{not json")
         runner._wake.set()

@@ -230,7 +230,8 @@ async function upload(event) {
   try {
     const job = await api("/v1/documents/upload", { method: "POST", form });
     $("upload").reset();
-    const more = job.add.length > 3 ? ` and ${job.add.length - 3} more` : "";
+    const count = job.add_count ?? job.add.length; // a record names only its first ids
+    const more = count > 3 ? ` and ${count - 3} more` : "";
     await follow(job, `upload of ${job.add.slice(0, 3).join(", ")}${more}`);
   } catch (error) {
     show($("admin-error"), error.message);

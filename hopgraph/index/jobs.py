@@ -1,0 +1,148 @@
+"""Update job records on disk: what is read on every look at the queue, kept small.
+
+    INDEX/jobs/<job id>.json            the record (status queued|running|done|failed, timings, counts)
+    INDEX/jobs/<job id>.ids.json        every id the job adds and deletes
+    INDEX/jobs/<job id>.documents.jsonl the documents it adds
+    INDEX/jobs/.lock, .submit.lock      flocks: a job runs, a job is being submitted
+
+A server reads every record each time it looks at the queue (every ``serve.refresh_seconds``, on
+each submit and upload), and keeps up to ``serve.keep_jobs`` of them. A record therefore names
+only the first of its ids (:data:`LISTED_IDS`, at most :data:`LISTED_CHARS` characters) with their
+counts; the whole lists live beside it, read only to compose a build or check a submission, and go
+with the documents when a job's payload is collected. One record of 1,000 long ids used to hold
+them all (6.1 MB, pretty-printed and escaped), and with a thousand such records kept an idle server
+spent most of a core re-reading them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import warnings
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hopgraph.errors import IndexFormatError, InputError
+from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write
+
+UNFINISHED = ("queued", "running")
+LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
+LISTED_CHARS = 1000  # ...and their characters in all (at least one id is named)
+IDS, DOCUMENTS = ".ids.json", ".documents.jsonl"  # the payload beside a record
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def job_path(root: Path, job_id: str, suffix: str = ".json") -> Path:
+    """INDEX/jobs/<job id><suffix>: the record (.json), or a payload (:data:`IDS`, :data:`DOCUMENTS`)."""
+    return root / JOBS / f"{job_id}{suffix}"
+
+
+def listed(ids: Sequence[str]) -> list[str]:
+    """The first ids a record names (see the module docstring)."""
+    shown: list[str] = []
+    chars = 0
+    for i in ids[:LISTED_IDS]:
+        chars += len(i)
+        if shown and chars > LISTED_CHARS:
+            break
+        shown.append(i)
+    return shown
+
+
+def new_record(root: Path, job_id: str, add: Sequence[str], delete: Sequence[str]) -> dict[str, Any]:
+    """The record of a job being submitted; its whole id lists are written beside it first."""
+    text = json.dumps({"add": list(add), "delete": list(delete)}, ensure_ascii=False)
+    atomic_write(job_path(root, job_id, IDS), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return {
+        "id": job_id,
+        "kind": "update",
+        "status": "queued",
+        "created": now(),
+        "started": None,
+        "finished": None,
+        "add": listed(add),
+        "add_count": len(add),
+        "delete": listed(delete),
+        "delete_count": len(delete),
+        "base": None,
+        "batch": None,
+        "attempts": 0,  # runs that started and did not end by a shutdown (serve.job_attempts bounds them)
+        "interrupted": 0,  # runs ended by a shutdown of the server running them (never counted as attempts)
+        "run": None,  # the run that recorded the last attempt (see forgive_interrupted)
+        "version": None,
+        "error": None,
+    }
+
+
+def job_ids(root: Path, record: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Every id a job adds and deletes (a record written before the lists moved beside it holds them)."""
+    if "add_count" not in record:
+        return list(record["add"]), list(record["delete"])
+    path = job_path(root, record["id"], IDS)
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise IndexFormatError(f"{path}: missing, so job {record['id']} cannot be run; submit it again") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexFormatError(f"{path}: damaged ({exc}), so job {record['id']} cannot be run") from None
+    return list(ids["add"]), list(ids["delete"])
+
+
+def write_job(root: Path, record: dict[str, Any]) -> None:
+    text = json.dumps(record, ensure_ascii=False, default=str)
+    atomic_write(job_path(root, record["id"]), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
+    """The record; InputError where there is none, IndexFormatError where it cannot be read."""
+    path = job_path(Path(root), job_id)
+    missing = InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
+    if not JOB_ID.fullmatch(job_id):
+        raise missing
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:  # never submitted, or pruned (collect_garbage), even while being read
+        raise missing from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IndexFormatError(f"{path}: damaged job record ({exc}); move it out of {path.parent}") from None
+    if not isinstance(record, dict) or record.get("id") != job_id:
+        raise IndexFormatError(f"{path}: not the record of job {job_id}; move it out of {path.parent}")
+    return record
+
+
+def list_jobs(root: str | Path) -> list[dict[str, Any]]:
+    """Every job record, oldest first (ids start with a sequence number); one pruned meanwhile
+    (:func:`~hopgraph.index.garbage.collect_garbage`) is left out, and so is a damaged one, with a
+    warning: it stopped every look at the queue (submits, job pages, the job loop, collection)."""
+    folder = Path(root) / JOBS
+    names = sorted(p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else []
+    records = []
+    for name in names:
+        try:
+            records.append(read_job(root, name))
+        except InputError:  # not a job id, or pruned since the listing
+            continue
+        except IndexFormatError as exc:
+            warnings.warn(f"{exc}; the queue goes on without it", RuntimeWarning, stacklevel=2)
+    return records
+
+
+@contextlib.contextmanager
+def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
+    """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies.
+    ``wait=False`` raises BlockingIOError at once when another process holds it."""
+    IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
+    path = root / JOBS / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
