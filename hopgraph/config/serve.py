@@ -120,7 +120,11 @@ class ServeConfig(Section):
     )
     rate_burst: int = Field(40, ge=1, description="Requests a token may send at once before the rate limit applies.")
     answer_timeout: float = Field(
-        60.0, gt=0, description="Seconds /v1/answer waits for the LLM before answering 503 (retrieval is unaffected)."
+        60.0,
+        gt=0,
+        description="Seconds an answer may take, whole (/v1/answer, /v1/chat/completions) or streamed, once it has "
+        "an answer slot; a whole answer is then 503, a stream ends with an llm_unavailable error event (retrieval "
+        "is unaffected).",
     )
     job_niceness: int = Field(
         10,

@@ -31,18 +31,19 @@ def collect_garbage(
     keep_jobs: int = KEEP_JOB_RECORDS,
     keep_failed_payloads: int = KEEP_FAILED_PAYLOADS,
 ) -> list[str]:
-    """Delete version directories that are not live, not among the newest ``keep`` published ones,
-    not used by an unfinished job and not named by ``protect()`` (versions readers still use,
-    asked for under the job lock, so no job can publish in between); returns their names. Readers
-    still holding a removed version should reopen the index (``keep`` ≥ 1 spares the previous live
-    version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job numbers keep
-    growing) are deleted too, unless their version is still on disk: every look at the queue reads
-    every record, and a server runs for months. Of failed jobs, only the newest
+    """Delete version directories that are not live, not among the newest ``keep`` published
+    ones, not used by an unfinished job and not named by ``protect()`` (versions readers still
+    use, asked for under the job lock, so no job can publish in between); returns their names.
+    Readers still holding a removed version should reopen the index (``keep`` ≥ 1 spares the
+    previous live version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job
+    numbers keep growing) are deleted too, unless their version is still on disk: every look at
+    the queue reads every record, and a server runs for months. Of failed jobs, only the newest
     ``keep_failed_payloads`` keep their documents. Payloads without a record and temporary files
-    in INDEX/jobs/ are deleted once :data:`STALE_SECONDS` old (left by a killed submit or write). A version that cannot be removed whole (a file
-    a shared file system keeps while another machine has it open) is left with a RuntimeWarning
-    and tried again next time; it stopped the whole collection, and a server's job loop retried it
-    with a traceback at every pass, never pruning a record."""
+    in INDEX/jobs/ are deleted once :data:`STALE_SECONDS` old (left by a killed submit or
+    write). A version that cannot be removed whole (a file a shared file system keeps while
+    another machine has it open) is left with a RuntimeWarning and tried again next time; it
+    stopped the whole collection, and a server's job loop retried it with a traceback at every
+    pass, never pruning a record."""
     root = Path(root)
     folder = root / VERSIONS
     with job_lock(root, ".lock"):

@@ -240,7 +240,7 @@ async def answer_events(
         yield head.chunk({"role": "assistant", "content": ""})
         try:
             trimmed = Trimmed()
-            async with aclosing(generation.texts()) as texts:
+            async with aclosing(service.in_time(generation.texts())) as texts:
                 async for piece in texts:  # closed at once when the reader hangs up
                     text = trimmed.feed(piece)
                     if text:

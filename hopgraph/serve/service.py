@@ -249,13 +249,25 @@ class Service:
 
     async def _written(self, generation: Generation) -> None:
         async with self.answer_slot():
-            try:
-                async with asyncio.timeout(self.serve.answer_timeout):  # the whole answer, not between pieces
-                    await drained(generation.texts())
-            except TimeoutError:
-                raise LLMUnavailableError(
-                    f"the LLM took longer than serve.answer_timeout ({self.serve.answer_timeout:g} s) to answer"
-                ) from None
+            await drained(self.in_time(generation.texts()))
+
+    async def in_time(self, texts: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+        """The pieces of an answer while serve.answer_timeout has not passed since the first was
+        asked for: the whole answer, streamed or not, not the gap between pieces (a model that
+        writes a token every few seconds, forever, held a stream's answer slot for good)."""
+        deadline = asyncio.get_running_loop().time() + self.serve.answer_timeout
+        async with aclosing(texts):
+            while True:
+                try:
+                    async with asyncio.timeout_at(deadline):  # around the wait only, never a yield
+                        piece = await anext(texts)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise LLMUnavailableError(
+                        f"the LLM took longer than serve.answer_timeout ({self.serve.answer_timeout:g} s) to answer"
+                    ) from None
+                yield piece
 
     def count_tokens(self, usage: Usage) -> None:
         self.metrics.llm_tokens.labels("prompt").inc(usage.prompt_tokens)

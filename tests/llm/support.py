@@ -17,8 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 # reply(body, n) -> (status, content, delay_seconds): ``content`` is the assistant text for a 200
-# (wrapped into an OpenAI chat completion) or the raw error body otherwise; ``n`` counts requests from 0.
-Reply = Callable[[dict[str, Any], int], tuple[int, str, float]]
+# (wrapped into an OpenAI chat completion; a Trickle is streamed) or the raw error body otherwise;
+# ``n`` counts requests from 0.
+Reply = Callable[[dict[str, Any], int], tuple[int, "str | Trickle", float]]
 
 
 class InFlight:
@@ -38,6 +39,15 @@ class InFlight:
         with self._lock:
             self.now -= 1
         return 200, self.text, 0
+
+
+class Trickle:
+    """A :data:`Reply` content that is streamed as server-sent chunks of ``piece``, one every
+    ``every`` seconds, ``count`` of them (None: until the client hangs up): a model that writes
+    slowly, or forever."""
+
+    def __init__(self, piece: str, every: float, count: int | None = None):
+        self.piece, self.every, self.count = piece, every, count
 
 
 def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:
@@ -84,6 +94,9 @@ class ScriptedServer:
                 headers = extra[0] if extra else {}
                 if delay:
                     time.sleep(delay)
+                if isinstance(content, Trickle):
+                    self._trickle(content)
+                    return
                 payload = json.dumps(chat_completion(content)) if status == 200 and not owner.raw else content
                 data = payload.encode("utf-8")
                 try:
@@ -95,6 +108,22 @@ class ScriptedServer:
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (timeout tests)
+                    pass
+
+            def _trickle(self, trickle: Trickle) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                chunk = {"choices": [{"index": 0, "delta": {"content": trickle.piece}}]}
+                sent = 0
+                try:
+                    while trickle.count is None or sent < trickle.count:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                        sent += 1
+                        time.sleep(trickle.every)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):  # the client hung up
                     pass
 
             def do_GET(self) -> None:  # noqa: N802 (http.server naming)

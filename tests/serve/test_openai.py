@@ -148,6 +148,30 @@ def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_c
     assert waited < 5, f"the second stream waited {waited:.1f} s for the slot"
 
 
+def test_a_stream_ends_at_the_answer_timeout_however_steadily_the_model_writes(acl_index, serve_config):
+    # Scripted: a model that writes a word every 0.5 s, forever (the stand-in cannot be made to).
+    # serve.answer_timeout bounded a whole answer, but a stream only the gap between its pieces, so
+    # such a model held a stream's answer slot for good and every other answer got 503.
+    from tests.llm.support import ScriptedServer, Trickle
+
+    with ScriptedServer(lambda body, n: (200, Trickle("tide ", every=0.5), 0)) as llm:
+        config = one_slot_and_a_silent_llm(serve_config, llm, answer_timeout=3.0)
+        with LiveServer(acl_index, config) as live:
+            started, events = time.monotonic(), []
+            body = ask("guest", stream=True)
+            with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
+                for line in r.iter_lines():
+                    events.append(line)
+                    if "error" in line or time.monotonic() - started > 30:
+                        break
+            took = time.monotonic() - started
+            error = json.loads(events[-1].removeprefix("data: "))["error"]
+            assert error["code"] == "llm_unavailable"
+            assert any('"tide' in e for e in events)  # the words written in time were relayed
+            assert took < 15, took  # the time limit plus retrieval, not the 30 s this test would wait
+            wait_until(lambda: not live.app.state.service.answer_slots.locked(), timeout=5)
+
+
 def one_slot_and_a_silent_llm(serve_config, llm, **serve):
     """``serve_config`` with one answer slot and, as LLM, ``llm`` (a ScriptedServer)."""
     serve = serve_config.serve.model_copy(update={"answer_concurrency": 1, "answer_timeout": 20.0, **serve})
