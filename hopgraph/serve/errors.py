@@ -110,11 +110,15 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # FastAPI's own refusals: a body that is not UTF-8 JSON (400), unknown path (404), wrong verb (405).
-        code = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}.get(
-            exc.status_code, f"http_{exc.status_code}"
-        )
-        message = "the request body is not valid UTF-8 JSON" if exc.status_code == 400 else str(exc.detail)
+        # FastAPI's own refusals: a body that is not UTF-8 JSON or a form that cannot be read (400),
+        # unknown path (404), wrong verb (405). A form's reason is the multipart reader's own ("Too
+        # many files. Maximum number of files is 1000."); it was reported as JSON that is not JSON.
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
+        message = str(exc.detail)
+        if exc.status_code == 400 and request.headers.get("content-type", "").startswith("multipart/"):
+            code, message = "malformed_form", f"the upload form could not be read: {shown(message)}"
+        elif exc.status_code == 400:
+            code, message = "malformed_json", "the request body is not valid UTF-8 JSON"
         return JSONResponse(error_body(code, message), exc.status_code, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)

@@ -360,3 +360,15 @@ def test_no_way_in_takes_an_id_with_a_del_or_c1_control_character(client, tmp_pa
     uploaded = client.post("/v1/documents/upload", files=files, headers=auth("admin"))
     assert uploaded.status_code == 422 and uploaded.json()["error"]["code"] == "invalid_file_name", uploaded.text
     assert f"control character {code}" in uploaded.json()["error"]["message"]
+
+
+def test_an_upload_of_too_many_files_is_named_as_such_not_as_bad_json(client):
+    """The multipart reader refuses more than 1,000 files (a 400); every 400 was reported as "the
+    request body is not valid UTF-8 JSON", which sent an admin looking for JSON in a form."""
+    files = [("files", (f"n{i}.txt", b"x", "text/plain")) for i in range(1001)]
+    refused = client.post("/v1/documents/upload", files=files, headers=auth("admin"))
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "malformed_form" and "Too many files" in error["message"], error
+    broken = post_raw(client, "/v1/retrieve", "{nope")
+    assert broken.status_code == 400 and broken.json()["error"]["code"] == "malformed_json"
