@@ -237,19 +237,42 @@ class MetadataFilter:
     where: dict[str, Any] = field(default_factory=dict)
 
     def document_mask(self, index: LoadedIndex) -> np.ndarray:
+        """Documents the reader may read that match ``where``."""
+        return self.readable_mask(index) & self.matching_mask(index)
+
+    def readable_mask(self, index: LoadedIndex) -> np.ndarray:
+        """Documents the reader's groups may read."""
         docs = index.documents
         count = len(docs["id"])
-        mask = np.ones(count, dtype=bool)
-        if self.groups is not None:
-            groups = self.groups
-            mask &= np.fromiter(
-                (self.allow_unrestricted if acl is None else not groups.isdisjoint(acl) for acl in docs["acl"]),
-                dtype=bool,
-                count=count,
-            )
+        if self.groups is None:
+            return np.ones(count, dtype=bool)
+        groups = self.groups
+        return np.fromiter(
+            (self.allow_unrestricted if acl is None else not groups.isdisjoint(acl) for acl in docs["acl"]),
+            dtype=bool,
+            count=count,
+        )
+
+    def matching_mask(self, index: LoadedIndex) -> np.ndarray:
+        """Documents that match ``where``, readable or not."""
+        mask = np.ones(len(index.documents["id"]), dtype=bool)
         for key, condition in self.where.items():
-            mask &= condition_mask(_column(docs, key), condition)
+            mask &= condition_mask(_column(index.documents, key), condition)
         return mask
+
+    def piece_scope(self, index: LoadedIndex, piece_docs: Sequence[Sequence[int]]) -> np.ndarray:
+        """Pieces (by the documents each holds) a retrieval may use: every one of its documents
+        readable, and one of them at least matching ``where``. A chunk packs several documents
+        (``chunking.pack_documents``), and a filter that all of them had to match found nothing
+        where the document asked for shares its chunks (``{"id": "press-2023"}`` gave no evidence)."""
+        readable = self.readable_mask(index)
+        scope = np.fromiter((all(readable[d] for d in docs) for docs in piece_docs), dtype=bool, count=len(piece_docs))
+        if self.where:
+            matching = self.matching_mask(index)
+            scope &= np.fromiter(
+                (any(matching[d] for d in docs) for docs in piece_docs), dtype=bool, count=len(piece_docs)
+            )
+        return scope
 
     @property
     def is_open(self) -> bool:
@@ -273,7 +296,3 @@ def reader_filter(
     flt = MetadataFilter(groups=groups, allow_unrestricted=allow_unrestricted, where=where)
     check_fields(where, index, flt, hidden)
     return flt
-
-
-def piece_mask(doc_mask: np.ndarray, piece_docs: Sequence[Sequence[int]]) -> np.ndarray:
-    return np.fromiter((all(doc_mask[d] for d in docs) for docs in piece_docs), dtype=bool, count=len(piece_docs))

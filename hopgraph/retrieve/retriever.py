@@ -14,7 +14,7 @@ import numpy as np
 from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
 from hopgraph.deadline import deadline_after
 from hopgraph.models import load_embedder
-from hopgraph.retrieve.filters import MetadataFilter, piece_mask
+from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import METHODS, check_method
 from hopgraph.retrieve.packing import RetrievalResult, pack
@@ -83,8 +83,10 @@ class Retriever:
             if key in self._scopes:
                 self._scopes.move_to_end(key)
                 return self._scopes[key]
-        docs = metadata_filter.document_mask(self.index)
-        scope = Scope(piece_mask(docs, self.index.units["docs"]), piece_mask(docs, self.index.chunks["docs"]))
+        scope = Scope(
+            metadata_filter.piece_scope(self.index, self.index.units["docs"]),
+            metadata_filter.piece_scope(self.index, self.index.chunks["docs"]),
+        )
         with self._scopes_lock:
             # A reader's concurrent first requests share one scope (and what it caches).
             scope = self._scopes.setdefault(key, scope)

@@ -139,3 +139,29 @@ def test_the_python_api_applies_the_same_filter(sample_index):
         index.retrieve("tide gauges", where={"titel": "x"})
     result = index.retrieve("Sorvik budget", method="text", where={"id": {"in": ["budget-2025"]}})
     assert {d for ev in result.evidence for d in ev.doc_ids} == {"budget-2025"}
+
+
+def test_a_filter_keeps_the_pieces_a_matching_document_shares_with_others(index, sample_index):
+    """Chunks pack several documents (chunking.pack_documents), and a piece was kept only where every
+    one of its documents matched ``where``: asking for press-2023, which shares its chunks, found no
+    evidence at all. A piece is kept where one of its documents matches (and the reader may read
+    them all: the ACL still needs every one)."""
+    from hopgraph.retrieve.retriever import Retriever
+
+    press = index.documents["id"].index("press-2023")
+    shared = [docs for docs in index.chunks["docs"] if press in docs and len(docs) > 1]
+    assert shared  # the case at hand: press-2023 shares a chunk with another document
+    retriever = Retriever(sample_index)
+    for method in ("text", "ppr"):
+        result = retriever.retrieve(
+            "When were the new tide gauges installed?",
+            method=method,
+            budget=400,
+            metadata_filter=MetadataFilter(where={"id": "press-2023"}),
+        )
+        assert result.evidence, method
+        assert all("press-2023" in ev.doc_ids for ev in result.evidence), method
+    other = index.documents["id"][next(d for d in shared[0] if d != press)]
+    acl = MetadataFilter(groups=frozenset(), where={"id": "press-2023"})
+    readable = acl.readable_mask(index)
+    assert acl.piece_scope(index, shared).tolist() == [all(readable[d] for d in docs) for docs in shared], other
