@@ -78,7 +78,10 @@ class RetrieveRequest(Strict):
 
 class DocumentIn(Strict):
     id: str = Field(
-        min_length=1, max_length=512, description="One line: no control characters (C0, DEL, C1, U+2028/9)."
+        min_length=1,
+        max_length=512,
+        description="One line: no control or invisible characters (C0, DEL, C1, U+2028/9, bidi controls, U+200B, "
+        "U+FEFF).",
     )
     text: str = Field(min_length=1)
     title: str = ""

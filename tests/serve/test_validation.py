@@ -339,11 +339,13 @@ def test_huge_values_and_names_are_cut_in_every_refusal(client):
     assert "more" in upload.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("control", ["\x7f", "\x85", "\x9b", "\u2028"])
-def test_no_way_in_takes_an_id_with_a_del_or_c1_control_character(client, tmp_path, control):
+@pytest.mark.parametrize("control", ["\x7f", "\x85", "\x9b", "\u2028", "\u202e", "\u2066", "\u200b", "\ufeff"])
+def test_no_way_in_takes_an_id_with_a_control_or_invisible_character(client, tmp_path, control):
     """DEL and the C1 controls (U+0085 is a line break to some readers, U+009B starts a terminal
     escape) passed the server's id rules, which refused only C0: an upload named ``ev\\x7fil.txt``
-    became a document id. Files, records, inserts and uploads now share one rule."""
+    became a document id. Files, records, inserts and uploads now share one rule, which also refuses
+    what makes one id show as another: bidirectional controls ("memo\\u202e3202-sserp" listed as
+    "memopress-2023"), the zero-width space and U+FEFF."""
     name = f"ev{control}il"
     code = f"U+{ord(control):04X}"
     (tmp_path / f"{name}.txt").write_text("A note.", encoding="utf-8")
