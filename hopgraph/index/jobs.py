@@ -121,12 +121,13 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
     (:func:`~hopgraph.index.garbage.collect_garbage`) is left out, and so is a damaged one, with a
     warning: it stopped every look at the queue (submits, job pages, the job loop, collection)."""
     folder = Path(root) / JOBS
-    names = sorted(p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else []
+    found = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
+    names = sorted(name for name in found if JOB_ID.fullmatch(name))  # not the .ids.json beside each
     records = []
     for name in names:
         try:
             records.append(read_job(root, name))
-        except InputError:  # not a job id, or pruned since the listing
+        except InputError:  # pruned since the listing
             continue
         except IndexFormatError as exc:
             warnings.warn(f"{exc}; the queue goes on without it", RuntimeWarning, stacklevel=2)
