@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
 from hopgraph.documents import Document
 from hopgraph.errors import ConfigError, InputError
+from hopgraph.index.jobs import first_ids, id_counts
 from hopgraph.retrieve.filters import MetadataFilter, reader_filter
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
 from hopgraph.retrieve.partitioned import open_index
@@ -52,13 +53,14 @@ class Job:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Job:
+        (add, delete), (added, deleted) = first_ids(record), id_counts(record)
         return cls(
             record["id"],
             record["status"],
-            tuple(record.get("add", ())),
-            tuple(record.get("delete", ())),
-            record.get("add_count", len(record.get("add", ()))),
-            record.get("delete_count", len(record.get("delete", ()))),
+            tuple(add),
+            tuple(delete),
+            added,
+            deleted,
             record.get("version"),
             record.get("error"),
             dict(record),

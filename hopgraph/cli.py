@@ -177,6 +177,7 @@ def update(
     """
     from hopgraph.config import ClusterConfig, LLMConfig, validate_section  # noqa: PLC0415
     from hopgraph.index import versions  # noqa: PLC0415
+    from hopgraph.index.jobs import id_counts  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415
 
     if resume and (add_paths or delete_ids):
@@ -206,7 +207,8 @@ def update(
             documents = corpus.documents
         job = versions.submit_update(index_dir, documents, delete_ids)
         if not as_json:
-            click.echo(f"submitted job {job['id']}: add {len(job['add'])}, delete {len(job['delete'])}")
+            added, deleted = id_counts(job)
+            click.echo(f"submitted job {job['id']}: add {added}, delete {deleted}")
             for line in corpus.describe(verbose=verbose) if corpus else ():
                 click.echo(line)
     done = versions.run_pending(index_dir, llm=llm, cluster=cluster, progress=not quiet)
@@ -237,7 +239,7 @@ def update(
 def jobs(index_dir: str, as_json: bool) -> None:
     """List the update jobs of INDEX, oldest first, and the live version."""
     from hopgraph.index import versions  # noqa: PLC0415
-    from hopgraph.index.jobs import list_jobs  # noqa: PLC0415
+    from hopgraph.index.jobs import id_counts, list_jobs  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415
 
     IndexStore(index_dir).read_manifest()  # a clear error where INDEX is no index
@@ -250,8 +252,8 @@ def jobs(index_dir: str, as_json: bool) -> None:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
         click.echo(
-            f"{job['id']}  {job['status']:<8} created {job['created']}  +{job.get('add_count', len(job['add']))} "
-            f"-{job.get('delete_count', len(job['delete']))}{took}{error}"
+            f"{job['id']}  {job['status']:<8} created {job['created']}  +{id_counts(job)[0]} "
+            f"-{id_counts(job)[1]}{took}{error}"
         )
 
 

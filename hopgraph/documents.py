@@ -12,10 +12,11 @@ from typing import Any, TypeGuard
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # What no name (a document id, an uploaded file's name) may hold: C0, DEL, C1 and the line and paragraph
 # separators (U+0085, U+2028 and U+2029 break lines too, for str.splitlines and some readers), and the
-# invisible characters that make one name show as another: the bidirectional embeddings, overrides
-# and isolates (U+202A-U+202E, U+2066-U+2069: "memo\u202e3202-sserp" shows as "memopress-2023"),
-# the zero-width space U+200B and U+FEFF ("press-2023\u200b" listed as press-2023 twice).
-NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b\u2028-\u202e\u2066-\u2069\ufeff]")
+# invisible characters that make one name show as another: Unicode's bidirectional controls (U+061C,
+# U+200E, U+200F, U+202A-U+202E, U+2066-U+2069: "memo\u202e3202-sserp" shows as "memopress-2023"),
+# the zero-width space U+200B, the word joiner and invisible operators U+2060-U+2064, and U+FEFF
+# ("press-2023\u200b" listed as press-2023 twice). ZWNJ and ZWJ (U+200C, U+200D) stay: scripts need them.
+NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 def name_control(name: str) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hopgraph.config.base import Section
 
@@ -105,8 +105,9 @@ class ServeConfig(Section):
         1024,
         ge=0,
         description="MiB of memory the child process reading an upload may allocate (its data segment, RLIMIT_DATA; "
-        "a 9 MB JSONL of 300,000 records needs ~215); a file needing more is refused with 422, so no file can "
-        "take the machine's memory. 0 = no limit.",
+        "a 9 MB JSONL of 300,000 one-letter records needs 129-192); a file needing more is refused with 422, so no "
+        "file can take the machine's memory. 0 = no limit; else at least 64 plus 4 per MB of max_body_bytes (the "
+        "upload itself is held three to four times over before it is read).",
     )
     max_uploads: int = Field(
         2,
@@ -261,3 +262,13 @@ class ServeConfig(Section):
         "graph path, chunk and documents (needs request_log).",
     )
     request_limits: RequestLimits = RequestLimits()
+
+    @model_validator(mode="after")
+    def _room_to_read_an_upload(self) -> ServeConfig:
+        least = 64 + 4 * self.max_body_bytes // 2**20
+        if 0 < self.upload_memory_mb < least:
+            raise ValueError(
+                f"upload_memory_mb {self.upload_memory_mb} leaves an upload no room to be read: 0 (no limit) or at "
+                f"least {least} (64 plus 4 per MB of max_body_bytes {self.max_body_bytes:,})"
+            )
+        return self

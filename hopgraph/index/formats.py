@@ -173,6 +173,8 @@ def read_pdf(data: bytes) -> Extracted:
         title = str(info.title).strip() if info is not None and info.title else ""
     except Unreadable:
         raise
+    except MemoryError:  # the reader's own memory bound (serve.upload_memory_mb), not the file's fault
+        raise
     except Exception as error:  # a parser's failure on a malformed file is that file's problem, not the run's
         raise Unreadable(f"PDF could not be read ({type(error).__name__}: {error})") from None
     if not any(texts):
@@ -253,6 +255,8 @@ def read_docx(data: bytes) -> Extracted:
         raise Unreadable(f"DOCX could not be read (not a zip archive: {error})") from None
     except Unreadable:
         raise
+    except MemoryError:  # the reader's own memory bound (serve.upload_memory_mb), not the file's fault
+        raise
     except Exception as error:  # an encrypted part, an unknown compression method, a corrupt deflate stream
         raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
     if elements > MAX_DOCX_ELEMENTS:
@@ -269,6 +273,8 @@ def read_docx(data: bytes) -> Extracted:
             level = 1 if style == "Title" else int(style[8:]) if re.fullmatch(r"Heading [1-9]", style) else 0
             blocks.append((level, item.text))
         given_title = (document.core_properties.title or "").strip()
+    except MemoryError:  # the reader's own memory bound (serve.upload_memory_mb), not the file's fault
+        raise
     except Exception as error:  # as for PDF: a malformed file is skipped with the parser's reason
         raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
     text, sections = _with_sections(blocks)

@@ -3,15 +3,15 @@ runs for months deletes after each job so that neither the disk nor the queue gr
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hopgraph.config import ServeConfig
-from hopgraph.index.jobs import DOCUMENTS, IDS, UNFINISHED, job_lock, job_path, list_jobs
+from hopgraph.index.jobs import PAYLOAD, UNFINISHED, job_lock, job_path, list_jobs
 from hopgraph.store import JOB_ID, JOBS, VERSIONS, live_version
 
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
@@ -87,21 +87,24 @@ def collect_garbage(
 
 
 def _drop_payload(root: Path, job_id: str) -> None:
-    for suffix in (DOCUMENTS, IDS):
+    for suffix in PAYLOAD:
         job_path(root, job_id, suffix).unlink(missing_ok=True)
 
 
 def _drop_stale(folder: Path) -> None:
-    """Delete payloads without a record and temporary files, once :data:`STALE_SECONDS` old."""
+    """Delete payloads without a record and temporary files, once :data:`STALE_SECONDS` old by the
+    clock of the storage that holds them (replicas' own clocks need not agree with it): "now" is
+    the time the lock file, just touched, was given there."""
     if not folder.is_dir():
         return
-    old = time.time() - STALE_SECONDS
+    clock = folder / ".lock"  # held by the caller, so it exists
+    os.utime(clock)
+    old = clock.stat().st_mtime - STALE_SECONDS
     for path in folder.iterdir():
         name = path.name
         job_id = name.split(".", 1)[0]
-        orphan = (
-            name.endswith((DOCUMENTS, IDS)) and JOB_ID.fullmatch(job_id) and not (folder / f"{job_id}.json").exists()
-        )
+        payload = name.endswith(PAYLOAD) and JOB_ID.fullmatch(job_id)
+        orphan = payload and not (folder / f"{job_id}.json").exists()
         if orphan or (name.startswith(".") and name.endswith(".tmp")):
             try:
                 if path.stat().st_mtime < old:

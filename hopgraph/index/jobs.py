@@ -4,14 +4,18 @@
     INDEX/jobs/<job id>.ids.json        every id the job adds and deletes
     INDEX/jobs/<job id>.documents.jsonl the documents it adds
     INDEX/jobs/.lock, .submit.lock      flocks: a job runs, a job is being submitted
+    INDEX/jobs/.leader, leader.json     the server replica that runs jobs (hopgraph/serve/replicas.py)
 
 A server reads every record each time it looks at the queue (every ``serve.refresh_seconds``, on
 each submit and upload), and keeps up to ``serve.keep_jobs`` of them. A record therefore names
-only the first of its ids (:data:`LISTED_IDS`, at most :data:`LISTED_CHARS` characters) with their
-counts; the whole lists live beside it, read only to compose a build or check a submission, and go
-with the documents when a job's payload is collected. One record of 1,000 long ids used to hold
-them all (6.1 MB, pretty-printed and escaped), and with a thousand such records kept an idle server
-spent most of a core re-reading them.
+only the first of its ids (``add_first``, ``delete_first``: :data:`LISTED_IDS`, at most
+:data:`LISTED_CHARS` characters) with their counts; the whole lists live beside it, read only to
+compose a build or check a submission, and go with the documents when a job's payload is
+collected. One record of 1,000 long ids used to hold them all (6.1 MB, pretty-printed and
+escaped), and with a thousand such records kept an idle server spent most of a core re-reading
+them. Records of older code hold the whole lists as ``add`` and ``delete`` and are read as such;
+the new keys are new names so that older code, meeting a new record (replicas upgraded one at a
+time), fails on it instead of building a corpus from the first 20 ids.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import contextlib
 import fcntl
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,7 @@ UNFINISHED = ("queued", "running")
 LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
 LISTED_CHARS = 1000  # ...and their characters in all (at least one id is named)
 IDS, DOCUMENTS = ".ids.json", ".documents.jsonl"  # the payload beside a record
+PAYLOAD = (DOCUMENTS, IDS)
 
 
 def now() -> str:
@@ -66,9 +71,9 @@ def new_record(root: Path, job_id: str, add: Sequence[str], delete: Sequence[str
         "created": now(),
         "started": None,
         "finished": None,
-        "add": listed(add),
+        "add_first": listed(add),
         "add_count": len(add),
-        "delete": listed(delete),
+        "delete_first": listed(delete),
         "delete_count": len(delete),
         "base": None,
         "batch": None,
@@ -78,6 +83,26 @@ def new_record(root: Path, job_id: str, add: Sequence[str], delete: Sequence[str
         "version": None,
         "error": None,
     }
+
+
+def first_ids(record: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The ids a record names of those its job adds and deletes (all of them in an older record)."""
+    add = record.get("add_first", record.get("add", []))
+    return list(add), list(record.get("delete_first", record.get("delete", [])))
+
+
+def id_counts(record: Mapping[str, Any]) -> tuple[int, int]:
+    """How many ids the job adds and deletes."""
+    add, delete = first_ids(record)
+    return int(record.get("add_count", len(add))), int(record.get("delete_count", len(delete)))
+
+
+def next_sequence(root: Path) -> int:
+    """The next job's number: one past the highest of every record's name, read or not (a damaged
+    record, left out of :func:`list_jobs`, must not have its number given again)."""
+    folder = root / JOBS
+    names = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
+    return 1 + max((int(name[1:7]) for name in names if JOB_ID.fullmatch(name)), default=0)
 
 
 def job_ids(root: Path, record: dict[str, Any]) -> tuple[list[str], list[str]]:

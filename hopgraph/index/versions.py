@@ -66,6 +66,7 @@ from hopgraph.index.jobs import (
     job_path,
     list_jobs,
     new_record,
+    next_sequence,
     now,
     read_job,
     write_job,
@@ -175,8 +176,7 @@ def submit_update(
         _check_deletes(ids, delete, f"{root} (live version {live_version(root) or 'root'} and queued jobs)")
         if not _apply(ids, add_ids, delete):
             raise InputError("the update would leave the index without documents")
-        sequence = 1 + max((int(job["id"][1:7]) for job in jobs), default=0)
-        job_id = f"j{sequence:06d}-{secrets.token_hex(3)}"
+        job_id = f"j{next_sequence(root):06d}-{secrets.token_hex(3)}"
         lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
         atomic_write(job_path(root, job_id, DOCUMENTS), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
         record = new_record(root, job_id, add_ids, delete)

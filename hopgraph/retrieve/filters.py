@@ -99,11 +99,10 @@ def check_where(where: dict[str, Any], max_keys: int, max_values: int) -> None:
 def field_kinds(index: Any, reader: MetadataFilter | None = None) -> dict[str, set[str]]:
     """Filterable field → kinds of value it holds among the documents ``reader`` may read (its
     groups; its ``where`` is ignored), so no field of a forbidden document is ever named."""
-    access = reader and MetadataFilter(groups=reader.groups, allow_unrestricted=reader.allow_unrestricted)
 
     def make() -> dict[str, set[str]]:
         docs = index.documents
-        readable = access.document_mask(index) if access else np.ones(len(docs["id"]), dtype=bool)
+        readable = reader.readable_mask(index) if reader else np.ones(len(docs["id"]), dtype=bool)
         kinds: dict[str, set[str]] = {name: {"string"} for name in COLUMNS}
         for meta in compress(docs["metadata"], readable):
             for key, value in meta.items():
@@ -115,7 +114,7 @@ def field_kinds(index: Any, reader: MetadataFilter | None = None) -> dict[str, s
     memo = getattr(index, "memo", None)
     if memo is None:
         return make()
-    who = "" if not access or access.groups is None else repr((sorted(access.groups), access.allow_unrestricted))
+    who = "" if not reader or reader.groups is None else repr((sorted(reader.groups), reader.allow_unrestricted))
     return memo("filter_fields", who, make)
 
 

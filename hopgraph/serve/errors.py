@@ -115,7 +115,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # many files. Maximum number of files is 1000."); it was reported as JSON that is not JSON.
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")
         message = str(exc.detail)
-        if exc.status_code == 400 and request.headers.get("content-type", "").startswith("multipart/"):
+        if exc.status_code == 400 and request.headers.get("content-type", "").lower().startswith("multipart/"):
             code, message = "malformed_form", f"the upload form could not be read: {shown(message)}"
         elif exc.status_code == 400:
             code, message = "malformed_json", "the request body is not valid UTF-8 JSON"

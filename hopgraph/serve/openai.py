@@ -233,8 +233,9 @@ async def answer_events(
     evidence: list[dict[str, Any]],
 ) -> AsyncGenerator[str, None]:
     """The server-sent events of one streamed answer. The answer slot is taken before the first event
-    (all busy: a 503, not a stream) and given back as soon as the model is done, before the sources and
-    the evidence, which can be large: a reader that stops reading holds a connection, never a slot."""
+    (all busy: a 503, not a stream) and given back as soon as the model is done (or serve.answer_timeout
+    has passed), before the sources and the evidence, which can be large: a reader that stops reading
+    once the model is done holds a connection, not a slot."""
     head, generation, wrote = Head(body.model), Generation(service, result), False
     async with service.answer_slot():
         yield head.chunk({"role": "assistant", "content": ""})

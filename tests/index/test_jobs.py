@@ -26,12 +26,13 @@ def test_a_record_names_its_first_ids_and_the_whole_lists_live_beside_it(index):
     job = versions.submit_update(index, added, [])
     record_bytes = jobs.job_path(index, job["id"]).stat().st_size
     assert record_bytes < 5000, record_bytes  # all 60 ids would be 18,000 characters
-    assert job["add_count"] == 60 and job["add"] == long_ids[:3] and job["delete_count"] == 0
+    assert job["add_count"] == 60 and job["add_first"] == long_ids[:3] and job["delete_count"] == 0
+    assert "add" not in job  # older code reading "add" as the whole list fails instead of adding 3
     (done,) = versions.run_pending(index)
     assert done["status"] == "done" and done["documents"]["added"] == 60
     assert set(long_ids) <= set(LoadedIndex(index).documents["id"])
     delete = versions.submit_update(index, [], long_ids)
-    assert delete["delete_count"] == 60 and len(delete["delete"]) == 3
+    assert delete["delete_count"] == 60 and len(delete["delete_first"]) == 3
     versions.run_pending(index)
     assert not set(long_ids) & set(LoadedIndex(index).documents["id"])
     garbage.collect_garbage(index)  # done: the documents and the id lists go, the short record stays
@@ -73,3 +74,21 @@ def test_what_a_killed_submit_or_write_leaves_in_jobs_is_collected_once_stale(in
     assert (
         jobs.job_path(index, job["id"], jobs.DOCUMENTS).exists() and jobs.job_path(index, job["id"], jobs.IDS).exists()
     )
+
+
+def test_a_job_queued_by_older_code_with_its_whole_id_lists_in_the_record_still_runs(index):  # noqa: F811
+    """Records written before the lists moved beside them hold every id as ``add`` and ``delete``
+    and no counts: a queue left by the previous version is run as it was submitted."""
+    import json
+
+    tem, lismore, _ = new_documents()
+    job = versions.submit_update(index, [tem, lismore], ["press-2023"])
+    record = jobs.read_job(index, job["id"])
+    old = {k: v for k, v in record.items() if k not in ("add_first", "add_count", "delete_first", "delete_count")}
+    old.update(add=[tem.id, lismore.id], delete=["press-2023"])
+    jobs.job_path(index, job["id"]).write_text(json.dumps(old, indent=2), encoding="utf-8")
+    jobs.job_path(index, job["id"], jobs.IDS).unlink()
+    assert jobs.first_ids(old) == ([tem.id, lismore.id], ["press-2023"]) and jobs.id_counts(old) == (2, 1)
+    (done,) = versions.run_pending(index)
+    ids = LoadedIndex(index).documents["id"]
+    assert done["status"] == "done" and {tem.id, lismore.id} <= set(ids) and "press-2023" not in ids

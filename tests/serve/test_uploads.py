@@ -187,14 +187,17 @@ def test_a_file_that_needs_more_memory_to_read_than_upload_memory_mb_is_refused(
     import json
 
     import pytest
+    from pydantic import ValidationError
 
     from hopgraph.serve.errors import APIError
 
     records = b"".join(json.dumps({"text": "a", "id": str(n)}).encode() + b"\n" for n in range(300_000))
-    with pytest.raises(APIError) as refused:
-        documents_of([("many.jsonl", records)], None, SERVE.model_copy(update={"upload_memory_mb": 64}))
+    with pytest.raises(APIError) as refused:  # it needs 129-192 MiB
+        documents_of([("many.jsonl", records)], None, ServeConfig(upload_memory_mb=104))
     assert refused.value.status == 422 and refused.value.code == "unreadable_upload"
-    assert "more than 64 MiB of memory (serve.upload_memory_mb)" in str(refused.value)
+    assert "more than 104 MiB of memory (serve.upload_memory_mb)" in str(refused.value)
+    with pytest.raises(ValidationError, match="no room to be read: 0 .no limit. or at least 102"):
+        ServeConfig(upload_memory_mb=8)  # the reader could not even start
     with pytest.raises(APIError, match="more than 1000 documents"):  # read whole, then refused for its count
         documents_of([("many.jsonl", records)], None, SERVE)
 

@@ -339,7 +339,9 @@ def test_huge_values_and_names_are_cut_in_every_refusal(client):
     assert "more" in upload.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("control", ["\x7f", "\x85", "\x9b", "\u2028", "\u202e", "\u2066", "\u200b", "\ufeff"])
+@pytest.mark.parametrize(
+    "control", ["\x7f", "\x85", "\x9b", "\u2028", "\u202e", "\u200e", "\u2066", "\u200b", "\u2060", "\ufeff"]
+)
 def test_no_way_in_takes_an_id_with_a_control_or_invisible_character(client, tmp_path, control):
     """DEL and the C1 controls (U+0085 is a line break to some readers, U+009B starts a terminal
     escape) passed the server's id rules, which refused only C0: an upload named ``ev\\x7fil.txt``

@@ -392,7 +392,7 @@ def test_an_uploaded_jsonl_file_becomes_documents_with_their_metadata(index_copy
             data={"acl": "board"},
             headers=auth("admin"),
         )
-        assert job.status_code == 202 and job.json()["add"] == ["tide-1", "tide-2", "tide-3", "moon.txt"]
+        assert job.status_code == 202 and job.json()["add_first"] == ["tide-1", "tide-2", "tide-3", "moon.txt"]
         assert wait_for_job(c, job.json()["id"])["status"] == "done"
         listed = {
             d["id"]: d

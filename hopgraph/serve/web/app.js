@@ -230,9 +230,8 @@ async function upload(event) {
   try {
     const job = await api("/v1/documents/upload", { method: "POST", form });
     $("upload").reset();
-    const count = job.add_count ?? job.add.length; // a record names only its first ids
-    const more = count > 3 ? ` and ${count - 3} more` : "";
-    await follow(job, `upload of ${job.add.slice(0, 3).join(", ")}${more}`);
+    const more = job.add_count > 3 ? ` and ${job.add_count - 3} more` : ""; // add_first: the first ids only
+    await follow(job, `upload of ${job.add_first.slice(0, 3).join(", ")}${more}`);
   } catch (error) {
     show($("admin-error"), error.message);
   }
