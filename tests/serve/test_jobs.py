@@ -175,7 +175,7 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
     ):
         runner = server.app.state.jobs
         runner.backoff = 0.2
-        # A corrupt job record makes the job loop's own queue check fail: the loop logs it and goes on.
+        # A corrupt job record is left out of the queue with a warning; the job loop goes on.
         corrupt = index_copy / JOBS / "j000099-abcdef.json"
         corrupt.parent.mkdir(exist_ok=True)
         corrupt.write_text("{not json")
