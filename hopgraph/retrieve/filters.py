@@ -1,7 +1,8 @@
 """Metadata and permission filters, applied to pieces before any ranking or packing.
 
-A piece (chunk or sub-chunk) is usable only if every document it covers passes the filter, so a
-forbidden passage can never reach a context, a citation or an evidence path.
+A piece (chunk or sub-chunk) is usable only if the reader may read every document it covers, so a
+forbidden passage can never reach a context, a citation or an evidence path, and if one of them at
+least matches the ``where`` filter (:meth:`MetadataFilter.piece_scope`).
 
 A ``where`` filter maps a field to a condition: a value (equality), a flat list of values (any of
 them), or an object of operators (``{"gte": "2024-01-01", "lt": "2025-01-01"}``, ``{"in": [...]}``,

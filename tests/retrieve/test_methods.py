@@ -48,9 +48,10 @@ def test_where_filter_and_unrestricted_default(retriever):
     none_open = MetadataFilter(groups=frozenset({"nobody"}), allow_unrestricted=False)
     assert retriever.retrieve(QUESTION, method="text", metadata_filter=none_open).evidence == []
     only_press = MetadataFilter(where={"timestamp": "2023-06-20T08:00:00Z"})
-    # A piece is usable only if every document it covers passes; packed pieces mixing documents drop out.
+    # A piece is usable where one document it covers passes (packed pieces mix documents: the press
+    # release shares its chunks), so every piece names the press release, some a neighbour too.
     result = retriever.retrieve("tide gauges", method="keyword", metadata_filter=only_press)
-    assert set(result.doc_ids) <= {"press-2023"}
+    assert result.evidence and all("press-2023" in ev.doc_ids for ev in result.evidence)
 
 
 def test_knng_best_neighbour_matches_a_row_by_row_scan():
