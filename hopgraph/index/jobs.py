@@ -100,9 +100,14 @@ def id_counts(record: Mapping[str, Any]) -> tuple[int, int]:
 def next_sequence(root: Path) -> int:
     """The next job's number: one past the highest of every record's name, read or not (a damaged
     record, left out of :func:`list_jobs`, must not have its number given again)."""
-    folder = root / JOBS
-    names = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
-    return 1 + max((int(name[1:7]) for name in names if JOB_ID.fullmatch(name)), default=0)
+    return 1 + max((int(name[1:7]) for name in _record_names(root)), default=0)
+
+
+def _record_names(root: str | Path) -> list[str]:
+    """The job ids that have a record file, oldest first (not the .ids.json beside each)."""
+    folder = Path(root) / JOBS
+    found = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
+    return sorted(name for name in found if JOB_ID.fullmatch(name))
 
 
 def job_ids(root: Path, record: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -145,11 +150,8 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
     """Every job record, oldest first (ids start with a sequence number); one pruned meanwhile
     (:func:`~hopgraph.index.garbage.collect_garbage`) is left out, and so is a damaged one, with a
     warning: it stopped every look at the queue (submits, job pages, the job loop, collection)."""
-    folder = Path(root) / JOBS
-    found = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
-    names = sorted(name for name in found if JOB_ID.fullmatch(name))  # not the .ids.json beside each
     records = []
-    for name in names:
+    for name in _record_names(root):
         try:
             records.append(read_job(root, name))
         except InputError:  # pruned since the listing
