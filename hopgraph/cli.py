@@ -251,10 +251,8 @@ def jobs(index_dir: str, as_json: bool) -> None:
     for job in records:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
-        click.echo(
-            f"{job['id']}  {job['status']:<8} created {job['created']}  +{id_counts(job)[0]} "
-            f"-{id_counts(job)[1]}{took}{error}"
-        )
+        added, deleted = id_counts(job)
+        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}  +{added} -{deleted}{took}{error}")
 
 
 @main.command()

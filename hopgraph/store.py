@@ -28,6 +28,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -127,17 +128,16 @@ class IndexStore:
                 f"{self.root}: index build did not finish (done: {', '.join(done) or 'nothing'}); "
                 "run the same `hopgraph index` command again to resume"
             )
-        for name, record in manifest.get("stages", {}).items():
-            problem = self.damaged(record.get("files", {}), hashes=False)
-            if problem:
-                # A version under versions/ was built by an update job, which no command reruns.
-                fix = (
-                    f"write into {self.root.parent.parent / CURRENT} an earlier complete version under "
-                    f"{VERSIONS}/, or rebuild the index from the documents (`hopgraph index ... --overwrite`)"
-                    if self.root.parent.name == VERSIONS
-                    else f"run the `hopgraph index` command that built {self.root} again to rebuild that stage"
-                )
-                raise IndexFormatError(f"{problem} (written by stage {name}); {fix}")
+        problem = self.first_damage(manifest, hashes=False)
+        if problem:
+            # A version under versions/ was built by an update job, which no command reruns.
+            fix = (
+                f"write into {self.root.parent.parent / CURRENT} an earlier complete version under "
+                f"{VERSIONS}/, or rebuild the index from the documents (`hopgraph index ... --overwrite`)"
+                if self.root.parent.name == VERSIONS
+                else f"run the `hopgraph index` command that built {self.root} again to rebuild that stage"
+            )
+            raise IndexFormatError(f"{problem}; {fix}")
         return manifest
 
     def finished_stages(self) -> dict[str, dict[str, Any]]:
@@ -174,41 +174,34 @@ class IndexStore:
                 return f"{path}: contents differ from the recorded SHA-256 (damaged)"
         return None
 
-    def start_hash_check(self, manifest: dict[str, Any]) -> Callable[[], str | None]:
-        """Hash every file ``manifest`` records, in a thread beside the caller's work; the returned
-        function waits for it and gives the first damaged file with its stage, or None. Opening an
-        index compares sizes only: a flipped byte is found by its hash, before an update copies the
-        damaged rows into a new version and records fresh hashes of them. An isolated index's
-        partitions (``access.isolation``) are indexes of their own, each with its own manifest: their
-        files are hashed too (the top manifest's stage records sum theirs and list no files)."""
-        found: list[str | None] = [None]
+    def first_damage(self, manifest: dict[str, Any], hashes: bool, partitions: bool = False) -> str | None:
+        """The first file a stage of ``manifest`` recorded that is missing or differs (sizes; with
+        ``hashes`` also SHA-256), as "PATH: what is wrong (written by stage NAME)"; None when all are
+        intact. With ``partitions``, an isolated index's partitions (``access.isolation``, indexes of
+        their own whose files the top manifest's stage records do not list) are looked at too."""
+        for name, record in manifest.get("stages", {}).items():
+            problem = self.damaged(record.get("files", {}), hashes=hashes)
+            if problem:
+                return f"{problem} (written by stage {name})"
+        for part in manifest.get("partitions", []) if partitions else ():
+            inner = IndexStore(self.root / PARTITIONS / part["name"])
+            try:
+                problem = inner.first_damage(inner.read_manifest(), hashes, partitions=True)
+            except IndexFormatError as exc:
+                problem = str(exc)
+            if problem:
+                return problem
+        return None
 
-        def first_damage(store: IndexStore, manifest: dict[str, Any]) -> str | None:
-            for name, record in manifest.get("stages", {}).items():
-                problem = store.damaged(record.get("files", {}), hashes=True)
-                if problem:
-                    return f"{problem} (written by stage {name})"
-            for part in manifest.get("partitions", []):
-                inner = IndexStore(store.root / PARTITIONS / part["name"])
-                try:
-                    problem = first_damage(inner, inner.read_manifest())
-                except IndexFormatError as exc:
-                    problem = str(exc)
-                if problem:
-                    return problem
-            return None
-
-        def check() -> None:
-            found[0] = first_damage(self, manifest)
-
-        thread = threading.Thread(target=check, name="hopgraph-hash-check", daemon=True)
-        thread.start()
-
-        def result() -> str | None:
-            thread.join()
-            return found[0]
-
-        return result
+    def start_hash_check(self, manifest: dict[str, Any]) -> Future[str | None]:
+        """:meth:`first_damage` by hash, partitions included, in a thread beside the caller's work.
+        Opening an index compares sizes only: a flipped byte is found by its hash, before an update
+        copies the damaged rows into a new version and records fresh hashes of them."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgraph-hash-check")
+        try:
+            return pool.submit(self.first_damage, manifest, True, True)
+        finally:
+            pool.shutdown(wait=False)  # the check runs on; the pool only goes when it ends
 
     # ---------------------------------------------------------------- files
     def _file(self, kind: str, name: str, suffix: str) -> Path:

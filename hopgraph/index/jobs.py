@@ -25,10 +25,12 @@ import fcntl
 import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write
 
@@ -60,19 +62,23 @@ def listed(ids: Sequence[str]) -> list[str]:
     return shown
 
 
-def new_record(root: Path, job_id: str, add: Sequence[str], delete: Sequence[str]) -> dict[str, Any]:
-    """The record of a job being submitted; its whole id lists are written beside it first."""
-    text = json.dumps({"add": list(add), "delete": list(delete)}, ensure_ascii=False)
+def write_new_job(root: Path, job_id: str, add: Sequence[Document], delete: Sequence[str]) -> dict[str, Any]:
+    """Queue a job: its documents, its whole id lists, then its record (so a record always has its
+    payload; a killed submit leaves a payload without a record, collected once stale)."""
+    lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
+    atomic_write(job_path(root, job_id, DOCUMENTS), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
+    add_ids = [d.id for d in add]
+    text = json.dumps({"add": add_ids, "delete": list(delete)}, ensure_ascii=False)
     atomic_write(job_path(root, job_id, IDS), lambda tmp: tmp.write_text(text, encoding="utf-8"))
-    return {
+    record = {
         "id": job_id,
         "kind": "update",
         "status": "queued",
         "created": now(),
         "started": None,
         "finished": None,
-        "add_first": listed(add),
-        "add_count": len(add),
+        "add_first": listed(add_ids),
+        "add_count": len(add_ids),
         "delete_first": listed(delete),
         "delete_count": len(delete),
         "base": None,
@@ -83,6 +89,14 @@ def new_record(root: Path, job_id: str, add: Sequence[str], delete: Sequence[str
         "version": None,
         "error": None,
     }
+    write_job(root, record)
+    return record
+
+
+def job_documents(root: Path, job_id: str) -> list[Document]:
+    """The documents a job adds."""
+    text = job_path(root, job_id, DOCUMENTS).read_text(encoding="utf-8")
+    return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
 def first_ids(record: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -44,7 +44,6 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -59,17 +58,16 @@ from hopgraph.deadline import time_limit
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.jobs import (
-    DOCUMENTS,
     UNFINISHED,
+    job_documents,
     job_ids,
     job_lock,
-    job_path,
     list_jobs,
-    new_record,
     next_sequence,
     now,
     read_job,
     write_job,
+    write_new_job,
 )
 from hopgraph.index.pipeline import build_index
 from hopgraph.store import (
@@ -176,17 +174,7 @@ def submit_update(
         _check_deletes(ids, delete, f"{root} (live version {live_version(root) or 'root'} and queued jobs)")
         if not _apply(ids, add_ids, delete):
             raise InputError("the update would leave the index without documents")
-        job_id = f"j{next_sequence(root):06d}-{secrets.token_hex(3)}"
-        lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
-        atomic_write(job_path(root, job_id, DOCUMENTS), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
-        record = new_record(root, job_id, add_ids, delete)
-        write_job(root, record)
-    return record
-
-
-def _job_documents(root: Path, job_id: str) -> list[Document]:
-    text = job_path(root, job_id, DOCUMENTS).read_text(encoding="utf-8")
-    return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
+        return write_new_job(root, f"j{next_sequence(root):06d}-{secrets.token_hex(3)}", add, delete)
 
 
 def _finish(root: Path, batch: list[dict[str, Any]], leader: str, seconds: float | None) -> list[dict[str, Any]]:
@@ -218,7 +206,7 @@ def _compose(root: Path, base: str, batch: list[dict[str, Any]]) -> list[Documen
     for record in batch:
         add, delete = job_ids(root, record)
         _check_deletes(ids, delete, f"version {base or 'root'!r} with the jobs before {record['id']} applied")
-        added = _job_documents(root, record["id"])
+        added = job_documents(root, record["id"])
         replaced = set(add) - set(delete)
         after = _apply(ids, add, delete)
         record["documents"] = {
@@ -295,7 +283,7 @@ def _run(
                 except Exception as exc:
                     why = f"version {leader} was built but cannot be served, so it is not live: {exc}"
                     raise IndexFormatError(why) from exc
-        damage = base_damage()
+        damage = base_damage.result()
         if damage:
             raise IndexFormatError(
                 f"{damage}: the version this update edits ({base or 'root'}) is damaged, and the update would "

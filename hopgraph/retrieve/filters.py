@@ -2,7 +2,7 @@
 
 A piece (chunk or sub-chunk) is usable only if the reader may read every document it covers, so a
 forbidden passage can never reach a context, a citation or an evidence path, and if one of them at
-least matches the ``where`` filter (:meth:`MetadataFilter.piece_scope`).
+least matches the ``where`` filter (:meth:`MetadataFilter.piece_scopes`).
 
 A ``where`` filter maps a field to a condition: a value (equality), a flat list of values (any of
 them), or an object of operators (``{"gte": "2024-01-01", "lt": "2025-01-01"}``, ``{"in": [...]}``,
@@ -260,19 +260,22 @@ class MetadataFilter:
             mask &= condition_mask(_column(index.documents, key), condition)
         return mask
 
-    def piece_scope(self, index: LoadedIndex, piece_docs: Sequence[Sequence[int]]) -> np.ndarray:
-        """Pieces (by the documents each holds) a retrieval may use: every one of its documents
-        readable, and one of them at least matching ``where``. A chunk packs several documents
-        (``chunking.pack_documents``), and a filter that all of them had to match found nothing
-        where the document asked for shares its chunks (``{"id": "press-2023"}`` gave no evidence)."""
+    def piece_scopes(self, index: LoadedIndex, *pieces: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Per list of pieces (by the documents each holds), those a retrieval may use: every one of
+        its documents readable, and one of them at least matching ``where``. A chunk packs several
+        documents (``chunking.pack_documents``), and a filter that all of them had to match found
+        nothing where the document asked for shares its chunks (``{"id": "press-2023"}`` gave no
+        evidence). The document masks are made once for all the lists."""
         readable = self.readable_mask(index)
-        scope = np.fromiter((all(readable[d] for d in docs) for docs in piece_docs), dtype=bool, count=len(piece_docs))
-        if self.where:
-            matching = self.matching_mask(index)
-            scope &= np.fromiter(
-                (any(matching[d] for d in docs) for docs in piece_docs), dtype=bool, count=len(piece_docs)
-            )
-        return scope
+        matching = self.matching_mask(index) if self.where else None
+        scopes = []
+        for piece_docs in pieces:
+            count = len(piece_docs)
+            scope = np.fromiter((all(readable[d] for d in docs) for docs in piece_docs), dtype=bool, count=count)
+            if matching is not None:
+                scope &= np.fromiter((any(matching[d] for d in docs) for docs in piece_docs), dtype=bool, count=count)
+            scopes.append(scope)
+        return scopes
 
     @property
     def is_open(self) -> bool:

@@ -83,10 +83,8 @@ class Retriever:
             if key in self._scopes:
                 self._scopes.move_to_end(key)
                 return self._scopes[key]
-        scope = Scope(
-            metadata_filter.piece_scope(self.index, self.index.units["docs"]),
-            metadata_filter.piece_scope(self.index, self.index.chunks["docs"]),
-        )
+        units, chunks = metadata_filter.piece_scopes(self.index, self.index.units["docs"], self.index.chunks["docs"])
+        scope = Scope(units, chunks)
         with self._scopes_lock:
             # A reader's concurrent first requests share one scope (and what it caches).
             scope = self._scopes.setdefault(key, scope)

@@ -21,7 +21,7 @@ from hopgraph.cli import main
 from hopgraph.config import ExtractionConfig
 from hopgraph.documents import Document
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
-from hopgraph.index import garbage, versions
+from hopgraph.index import garbage, jobs, versions
 from hopgraph.index.chunking import searchable
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -462,7 +462,7 @@ def test_a_record_pruned_while_it_is_read_is_no_job_not_a_crash(index, monkeypat
     """Pruning (collect_garbage) can delete a record between listing the folder and reading it.
     That window cannot be hit on purpose, so the read is made to find the file gone (a mock)."""
     job = versions.submit_update(index, [new_documents()[0]], [])
-    record = versions.job_path(index, job["id"])
+    record = jobs.job_path(index, job["id"])
     read_text = Path.read_text
 
     def vanished(path: Path, *args, **kwargs) -> str:

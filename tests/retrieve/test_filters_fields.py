@@ -164,4 +164,4 @@ def test_a_filter_keeps_the_pieces_a_matching_document_shares_with_others(index,
     other = index.documents["id"][next(d for d in shared[0] if d != press)]
     acl = MetadataFilter(groups=frozenset(), where={"id": "press-2023"})
     readable = acl.readable_mask(index)
-    assert acl.piece_scope(index, shared).tolist() == [all(readable[d] for d in docs) for docs in shared], other
+    assert acl.piece_scopes(index, shared)[0].tolist() == [all(readable[d] for d in docs) for docs in shared], other
