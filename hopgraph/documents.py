@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
@@ -24,6 +25,13 @@ def name_control(name: str) -> str | None:
     listing's line and the argument of --delete; every way in (files, records, inserts, uploads) asks."""
     found = NAME_CONTROL.search(name)
     return f"U+{ord(found.group()):04X}" if found else None
+
+
+def canonical_id(name: str) -> str:
+    """``name`` in Unicode's composed form (NFC), the one spelling every document id is stored in: "é"
+    typed on one machine is one code point, in a file name from macOS two (e + U+0301), and both
+    look the same, so without this a re-upload would add a second document instead of replacing."""
+    return unicodedata.normalize("NFC", name)
 
 
 def timestamp_of(metadata: dict[str, Any]) -> Any:

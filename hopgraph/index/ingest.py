@@ -31,6 +31,7 @@ from hopgraph.documents import (
     MAX_JSON_DEPTH,
     NAME_CONTROL,
     Document,
+    canonical_id,
     invalid_unicode_at,
     name_control,
     text_problem,
@@ -483,6 +484,7 @@ class _Reader:
         return Document(id=str(doc_id), text=text, title=title, source=source, metadata=metadata)
 
     def add_document(self, document: Document, where: Path | str, line: int | None = None) -> None:
+        document.id = canonical_id(document.id)
         first = self._first_source.get(document.id)
         if first is not None:
             # A file's id is its path under the folder named: two folders may hold one name.

@@ -37,6 +37,7 @@ pack_documents=false every document has its own chunks and a delete costs almost
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import secrets
@@ -55,7 +56,7 @@ from hopgraph.config import (
     validate_config,
 )
 from hopgraph.deadline import time_limit
-from hopgraph.documents import Document
+from hopgraph.documents import Document, canonical_id
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.jobs import (
     UNFINISHED,
@@ -112,6 +113,20 @@ def _apply(ids: list[str], add: Sequence[str], delete: Sequence[str]) -> list[st
     return [i for i in ids if i not in gone] + list(add)
 
 
+def _spellings(ids: Sequence[str], add: Sequence[str], delete: list[str]) -> list[str]:
+    """``delete`` plus the ids of ``ids`` stored before ids were normalised (:func:`canonical_id`)
+    that an added or deleted id names: an update then replaces or deletes them like any other."""
+    older: dict[str, list[str]] = {}
+    for doc_id in ids:
+        if doc_id != canonical_id(doc_id):
+            older.setdefault(canonical_id(doc_id), []).append(doc_id)
+    if not older:
+        return delete
+    present = set(ids)
+    named = [d for d in delete if d in present or d not in older]  # an unknown one stays, to be reported
+    return list(dict.fromkeys(named + [o for d in [*add, *delete] for o in older.get(d, [])]))
+
+
 def _check_deletes(known: Sequence[str], delete: Sequence[str], where: str) -> None:
     present = set(known)
     unknown = [d for d in delete if d not in present]
@@ -156,7 +171,8 @@ def submit_update(
     submission that would leave more unfinished jobs than that raises :class:`QueueFullError`.
     """
     root = Path(root)
-    delete = list(dict.fromkeys(delete))
+    add = [d if d.id == canonical_id(d.id) else dataclasses.replace(d, id=canonical_id(d.id)) for d in add]
+    delete = list(dict.fromkeys(canonical_id(d) for d in delete))
     add_ids = [d.id for d in add]
     if not add and not delete:
         raise InputError("nothing to update: give documents to add and/or document ids to delete")
@@ -171,6 +187,7 @@ def submit_update(
         for job in jobs:
             if job["status"] in UNFINISHED:
                 ids = _apply(ids, *job_ids(root, job))
+        delete = _spellings(ids, add_ids, delete)
         _check_deletes(ids, delete, f"{root} (live version {live_version(root) or 'root'} and queued jobs)")
         if not _apply(ids, add_ids, delete):
             raise InputError("the update would leave the index without documents")

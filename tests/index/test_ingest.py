@@ -331,3 +331,13 @@ def test_benchmark_paragraphs_follow_the_text_rule_of_every_input(tmp_path: Path
     assert surrogate.startswith("benchmark data could not be read: ") and surrogate.endswith(
         "y_corpus.json record 1: 'text' holds a lone surrogate (not Unicode text)"
     )
+
+
+def test_ids_are_stored_composed_whatever_the_file_system_spelled(tmp_path: Path) -> None:
+    """macOS names files decomposed ("e" + U+0301): the id is the composed "é" a user types, and a
+    record spelling the same id the other way is the same document (a duplicate)."""
+    (tmp_path / "cafe\u0301.md").write_text("The cafe opened in 1931.")
+    (tmp_path / "more.jsonl").write_text(json.dumps({"id": "cafe\u0301.md", "text": "Again."}) + "\n")
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["caf\u00e9.md"]
+    assert any("duplicate document id" in str(p) for p in result.problems)
