@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hopgraph.documents import timestamp_of
+from hopgraph.documents import canonical_id, timestamp_of
 from hopgraph.errors import cut
 from hopgraph.retrieve.loaded import LoadedIndex
 
@@ -296,6 +296,19 @@ def reader_filter(
     of ``hidden`` among them (a ValueError says what is wrong): the one entry point of the command
     line and the server."""
     check_where(where, max_keys, max_values)
+    if "id" in where:  # ids are stored composed (NFC), so a decomposed spelling names the same document
+        where = {**where, "id": _composed(where["id"])}
     flt = MetadataFilter(groups=groups, allow_unrestricted=allow_unrestricted, where=where)
     check_fields(where, index, flt, hidden)
     return flt
+
+
+def _composed(condition: Any) -> Any:
+    """``condition`` with every string in it in the form ids are stored in (:func:`canonical_id`)."""
+    if isinstance(condition, str):
+        return canonical_id(condition)
+    if isinstance(condition, list):
+        return [_composed(value) for value in condition]
+    if isinstance(condition, dict):
+        return {op: _composed(value) for op, value in condition.items()}
+    return condition

@@ -41,6 +41,14 @@ def test_document_columns_are_filterable(index):
     assert selected(index, {"source": source}) == {"memo-2024-03", "budget-2025", "press-2023"}
 
 
+def test_an_id_filter_names_documents_in_the_spelling_ids_are_stored_in(index):
+    """Ids are stored composed (NFC): a decomposed "e" + U+0301 in a filter is the same "é"."""
+    where = {"id": {"in": ["cafe\u0301.md", "press-2023"], "ne": "cre\u0300me"}, "title": "cafe\u0301"}
+    flt = reader_filter(index, where, max_keys=16, max_values=256)
+    assert flt.where["id"] == {"in": ["caf\u00e9.md", "press-2023"], "ne": "cr\u00e8me"}
+    assert flt.where["title"] == "cafe\u0301"  # other fields are compared as written
+
+
 def test_ranges_compare_iso_times_with_their_time_zones(index):
     assert selected(index, {"timestamp": EARLY}) == {"memo-2024-03", "budget-2025"}
     assert selected(index, {"timestamp": {"gte": "2024-01-01", "lt": "2025-01-01"}}) == {"memo-2024-03"}
