@@ -96,7 +96,9 @@ def write_new_job(root: Path, job_id: str, add: Sequence[Document], delete: Sequ
 def job_documents(root: Path, job_id: str) -> list[Document]:
     """The documents a job adds."""
     text = job_path(root, job_id, DOCUMENTS).read_text(encoding="utf-8")
-    return [Document(**json.loads(line)) for line in text.splitlines() if line.strip()]
+    # One record a line, split at "\n" only: json.dumps escapes it, but not U+0085, U+2028 or U+2029,
+    # which str.splitlines also breaks at (a text holding one made every update job fail).
+    return [Document(**json.loads(line)) for line in text.split("\n") if line.strip()]
 
 
 def first_ids(record: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -39,6 +39,20 @@ def test_a_record_names_its_first_ids_and_the_whole_lists_live_beside_it(index):
     assert sorted(p.name for p in (index / JOBS).glob("j*")) == [f"{job['id']}.json", f"{delete['id']}.json"]
 
 
+def test_a_document_holding_unicode_line_separators_is_queued_and_indexed_whole(index):  # noqa: F811
+    """U+2028, U+2029 and U+0085 (common in text pasted from web pages) break lines for
+    str.splitlines but are not escaped by json.dumps: the job's documents were read back cut in two,
+    and every update job holding one failed ("Unterminated string")."""
+    text = "First line\u2028second line\u2029third\u0085fourth, at the Sorvik pier."
+    added = Document(id="separators", title="A\u2028B", text=text, metadata={"note": "a\u2029b"})
+    job = versions.submit_update(index, [added], [])
+    assert jobs.job_documents(index, job["id"]) == [added]
+    (done,) = versions.run_pending(index)
+    assert done["status"] == "done", done["error"]
+    live = LoadedIndex(index).documents
+    assert live["text"][live["id"].index("separators")] == text
+
+
 def test_a_damaged_record_is_left_out_with_a_warning_and_the_queue_goes_on(index):  # noqa: F811 - the imported fixture
     """json.JSONDecodeError from one truncated record escaped every look at the queue: submits,
     job pages, the server's job loop and collection all failed until someone removed the file."""
