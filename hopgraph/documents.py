@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -27,11 +28,48 @@ def name_control(name: str) -> str | None:
     return f"U+{ord(found.group()):04X}" if found else None
 
 
+def id_problem(doc_id: str) -> str | None:
+    """Why ``doc_id`` cannot name a document, or None: the rule of every way in that takes an id as
+    given (records, inserts). A control character (:func:`name_control`) would break listings; "."
+    and ".." are path segments every URL parser removes, so ``DELETE /v1/documents/..`` from a
+    browser or most clients reached another address, and such a document could not be deleted."""
+    found = name_control(doc_id)
+    if found:
+        return f"holds the control character {found}"
+    if doc_id.strip() in (".", ".."):
+        return "is '.' or '..', which a URL cannot carry"
+    return None
+
+
 def canonical_id(name: str) -> str:
     """``name`` in Unicode's composed form (NFC), the one spelling every document id is stored in: "é"
     typed on one machine is one code point, in a file name from macOS two (e + U+0301), and both
     look the same, so without this a re-upload would add a second document instead of replacing."""
     return unicodedata.normalize("NFC", name)
+
+
+# Tabs and what breaks a line (for str.splitlines too): each run becomes one space in :func:`one_line`.
+_BREAKS = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
+
+
+def one_line(value: str) -> str:
+    """``value`` as one plain line: tabs and line breaks (U+2028 and U+0085 too) as one space, the
+    other control and invisible characters of :data:`NAME_CONTROL` dropped, other spaces kept (a
+    source is a path). Titles and sources are shown as one field of a line (listings, a chat
+    answer's "Sources:" lines), where a title read from a file's properties could otherwise add
+    lines of its own or reorder what is shown."""
+    return NAME_CONTROL.sub("", _BREAKS.sub(" ", value)).strip()
+
+
+def canonical_document(document: Document) -> Document:
+    """``document`` as it is stored: its id and title composed (:func:`canonical_id`; a title is
+    often the file's name), its title and source on one line (:func:`one_line`). Every way in
+    (files, records, uploads, inserts) passes through it."""
+    doc_id, source = canonical_id(document.id), one_line(document.source)
+    title = canonical_id(one_line(document.title))
+    if (doc_id, title, source) == (document.id, document.title, document.source):
+        return document
+    return dataclasses.replace(document, id=doc_id, title=title, source=source)
 
 
 def timestamp_of(metadata: dict[str, Any]) -> Any:

@@ -31,7 +31,8 @@ from hopgraph.documents import (
     MAX_JSON_DEPTH,
     NAME_CONTROL,
     Document,
-    canonical_id,
+    canonical_document,
+    id_problem,
     invalid_unicode_at,
     name_control,
     text_problem,
@@ -469,9 +470,9 @@ class _Reader:
         doc_id = record.get("id", default_id)
         if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
             raise ValueError("'id' must be a non-empty string or an integer")
-        found = name_control(str(doc_id))
-        if found:
-            raise ValueError(f"'id' holds the control character {found}")
+        problem = id_problem(str(doc_id))
+        if problem:
+            raise ValueError(f"'id' {problem}")
         title = record.get("title") or ""
         if not isinstance(title, str):
             raise ValueError("'title' must be a string")
@@ -484,7 +485,7 @@ class _Reader:
         return Document(id=str(doc_id), text=text, title=title, source=source, metadata=metadata)
 
     def add_document(self, document: Document, where: Path | str, line: int | None = None) -> None:
-        document.id = canonical_id(document.id)
+        document = canonical_document(document)
         first = self._first_source.get(document.id)
         if first is not None:
             # A file's id is its path under the folder named: two folders may hold one name.

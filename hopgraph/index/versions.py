@@ -37,7 +37,6 @@ pack_documents=false every document has its own chunks and a delete costs almost
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import secrets
@@ -56,7 +55,7 @@ from hopgraph.config import (
     validate_config,
 )
 from hopgraph.deadline import time_limit
-from hopgraph.documents import Document, canonical_id
+from hopgraph.documents import Document, canonical_document, canonical_id
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.jobs import (
     UNFINISHED,
@@ -171,7 +170,7 @@ def submit_update(
     submission that would leave more unfinished jobs than that raises :class:`QueueFullError`.
     """
     root = Path(root)
-    add = [d if d.id == canonical_id(d.id) else dataclasses.replace(d, id=canonical_id(d.id)) for d in add]
+    add = [canonical_document(d) for d in add]
     delete = list(dict.fromkeys(canonical_id(d) for d in delete))
     add_ids = [d.id for d in add]
     if not add and not delete:

@@ -18,6 +18,7 @@ request whose connection closes).
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -162,13 +163,20 @@ def retrieve_request(body: ChatCompletionRequest, method: str) -> RetrieveReques
 
 
 # ---------------------------------------------------------------------- response pieces
+# What makes a link, an image or markup in the Markdown chat clients render: a title is a document
+# author's words, and "![x](http://host/pixel.png)" in one would load that address in every reader's
+# browser (Open WebUI renders answers as Markdown).
+_MARKDOWN = re.compile(r"[\\\[\]<>`]")
+
+
 def sources(reply: Answer) -> str:
     """The cited evidence as lines ``[n] Title (p. 3)`` (the document id where a title is missing, the
     page or section where the document's format keeps them)."""
     lines = []
     for c in reply.citations:
         names = source_names(c["doc_ids"], c["titles"], c.get("places"))
-        lines.append(f"[{c['evidence']}] {'; '.join(dict.fromkeys(names)) or 'untitled'}")
+        shown = _MARKDOWN.sub(r"\\\g<0>", "; ".join(dict.fromkeys(names)))
+        lines.append(f"[{c['evidence']}] {shown or 'untitled'}")
     return "\n\nSources:\n" + "\n".join(lines) if lines else ""
 
 

@@ -8,8 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hopgraph.documents import (
     MAX_JSON_DEPTH,
+    id_problem,
     more_values_than,
-    name_control,
     text_problem,
     too_deep_at,
     unicode_problem,
@@ -104,9 +104,9 @@ class DocumentIn(Strict):
     @field_validator("id")
     @classmethod
     def _one_line(cls, doc_id: str) -> str:
-        found = name_control(doc_id)  # the corpus reader's rule for ids
-        if found:
-            raise ValueError(f"holds the control character {found}")
+        problem = id_problem(doc_id)  # the corpus reader's rule for ids
+        if problem:
+            raise ValueError(problem)
         return doc_id
 
     @field_validator("id", "title", "source")

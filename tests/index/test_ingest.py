@@ -333,11 +333,12 @@ def test_benchmark_paragraphs_follow_the_text_rule_of_every_input(tmp_path: Path
     )
 
 
-def test_ids_are_stored_composed_whatever_the_file_system_spelled(tmp_path: Path) -> None:
+def test_ids_are_stored_composed_and_titles_on_one_line(tmp_path: Path) -> None:
     """macOS names files decomposed ("e" + U+0301): the id is the composed "é" a user types, and a
     record spelling the same id the other way is the same document (a duplicate)."""
     (tmp_path / "cafe\u0301.md").write_text("The cafe opened in 1931.")
-    (tmp_path / "more.jsonl").write_text(json.dumps({"id": "cafe\u0301.md", "text": "Again."}) + "\n")
+    records = [{"id": "cafe\u0301.md", "text": "Again."}, {"id": "n", "text": "Note.", "title": "Two\nlines"}]
+    (tmp_path / "more.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     result = read_corpus([tmp_path])
-    assert [d.id for d in result.documents] == ["caf\u00e9.md"]
+    assert [(d.id, d.title) for d in result.documents] == [("caf\u00e9.md", "café"), ("n", "Two lines")]
     assert any("duplicate document id" in str(p) for p in result.problems)

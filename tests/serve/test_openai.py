@@ -14,6 +14,8 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
+from hopgraph.retrieve.answer import Answer
+from hopgraph.serve.openai import sources
 from tests.ports import dead_port
 from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS, USERS, LiveServer, auth, log_lines, wait_until
 
@@ -374,6 +376,15 @@ def test_cited_evidence_is_listed_with_its_titles(acl_index, serve_config):
     assert plain.choices[0].message.content == f"Priya Anand chairs it [1], not [99].\n\nSources:\n[1] {names}"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == plain.choices[0].message.content
     assert extra_of(chunks[-1]) == found and chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_a_title_adds_no_markup_to_the_sources_a_chat_client_renders():
+    """A title is a document author's words: as Markdown, "![x](http://...)" in one would load that
+    address in every reader's browser (Open WebUI renders answers)."""
+    title = "Tide memo ![x](http://attacker.example/p.png) <img src=x> `code` back\\slash"
+    reply = Answer(text="x", found=True, citations=[{"evidence": 1, "doc_ids": ["memo"], "titles": [title]}])
+    shown = "Tide memo !\\[x\\](http://attacker.example/p.png) \\<img src=x\\> \\`code\\` back\\\\slash"
+    assert sources(reply) == f"\n\nSources:\n[1] {shown}"
 
 
 # ------------------------------------------------------------------------------------ answers from the stand-in

@@ -366,6 +366,21 @@ def test_no_way_in_takes_an_id_with_a_control_or_invisible_character(client, tmp
     assert f"control character {code}" in uploaded.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("name", [".", ".."])
+def test_an_id_a_url_cannot_carry_is_refused(client, tmp_path, name):
+    """Every URL parser removes the segments "." and "..": a browser deleting the document ".." sent
+    ``DELETE /v1/`` (and "." ``DELETE /v1/documents/``), so such a document could not be deleted."""
+    inserted = client.post(
+        "/v1/documents", json={"documents": [{"id": name, "text": "A note."}]}, headers=auth("admin")
+    )
+    assert inserted.status_code == 422 and "a URL cannot carry" in inserted.text, inserted.text
+    (tmp_path / "records.jsonl").write_text(json.dumps({"id": name, "text": "A note."}) + "\n", encoding="utf-8")
+    (tmp_path / "good.txt").write_text("A note.", encoding="utf-8")
+    read = read_corpus([tmp_path])
+    assert [d.id for d in read.documents] == ["good.txt"]
+    assert [p.reason for p in read.problems] == ["'id' is '.' or '..', which a URL cannot carry"]
+
+
 def test_an_upload_of_too_many_files_is_named_as_such_not_as_bad_json(client):
     """The multipart reader refuses more than 1,000 files (a 400); every 400 was reported as "the
     request body is not valid UTF-8 JSON", which sent an admin looking for JSON in a form."""
