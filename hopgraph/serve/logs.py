@@ -164,6 +164,8 @@ def entry(scope: dict[str, Any], endpoint: str, status: int, seconds: float) -> 
         "pieces": state.get("pieces", []),
         "server": __version__,
     }
+    if "stream_error" in state:  # status is the 200 sent before the stream failed
+        line["stream_error"] = state["stream_error"]
     if "trace" in state:
         line["trace"] = state["trace"]
     return line

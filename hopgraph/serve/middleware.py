@@ -133,7 +133,10 @@ class GuardMiddleware:
         finally:
             seconds = time.perf_counter() - started
             endpoint = endpoint_label(scope["path"])
-            self.metrics.observe(endpoint, scope.get("state", {}).get("method", ""), status["code"], seconds)
+            request_state = scope.get("state", {})
+            # A stream that ended with an error event counts under the status its error carries.
+            outcome = request_state.get("stream_error", {}).get("status", status["code"])
+            self.metrics.observe(endpoint, request_state.get("method", ""), outcome, seconds)
             if self.log is not None:
                 self.log.write(entry(scope, endpoint, status["code"], seconds))
 

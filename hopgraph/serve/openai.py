@@ -228,7 +228,11 @@ async def error_event(request: Request, exc: Exception) -> str:
     handlers = request.app.exception_handlers
     handler = next(handlers[c] for c in type(exc).__mro__ if c in handlers)  # Exception is always there
     response = await handler(request, exc)
-    return f"data: {bytes(response.body).decode('utf-8')}\n\n"
+    body = bytes(response.body).decode("utf-8")
+    # The response said 200 before this: the request's log line and metrics take the status and code
+    # of the error, so a failed stream is not counted as a success.
+    request.state.stream_error = {"status": response.status_code, "code": json.loads(body)["error"]["code"]}
+    return f"data: {body}\n\n"
 
 
 # ---------------------------------------------------------------------- streaming

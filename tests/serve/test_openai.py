@@ -128,6 +128,24 @@ def test_a_failure_after_the_stream_began_ends_it_with_an_error_event(server):
     assert "data: [DONE]" not in events
 
 
+def test_a_stream_that_failed_is_logged_and_counted_as_the_error_it_sent(acl_index, serve_config, tmp_path):
+    """The stream had already said 200 when its error event went out: the request log and /metrics
+    counted it as a success, so an operator could not see failed streams."""
+    log = tmp_path / "requests.jsonl"
+    llm = serve_config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{dead_port()}/v1", "cache": ""})
+    serve = serve_config.serve.model_copy(update={"request_log": str(log)})
+    with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm, "serve": serve})) as live:
+        body = ask("guest", stream=True)
+        with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
+            assert r.status_code == 200 and "llm_unavailable" in r.read().decode()
+        wait_until(lambda: any(line["endpoint"] == "/v1/chat/completions" for line in log_lines(log)), timeout=10)
+        scraped = httpx.get(f"{live.url}/metrics", headers=auth("admin")).text
+    (line,) = [line for line in log_lines(log) if line["endpoint"] == "/v1/chat/completions"]
+    assert line["status"] == 200 and line["stream_error"] == {"status": 503, "code": "llm_unavailable"}
+    counted = [m for m in scraped.splitlines() if m.startswith("hopgraph_requests_total{") and "chat" in m]
+    assert counted and all('status="503"' in m for m in counted), counted
+
+
 def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_config):
     # Scripted: an LLM that takes 15 s before its first token (the stand-in cannot be slowed on demand).
     # One answer slot: a stream whose reader hung up must give it back at once, not when the LLM ends.
