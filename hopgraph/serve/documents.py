@@ -19,6 +19,7 @@ from hopgraph.config import ServeConfig
 from hopgraph.documents import name_control
 from hopgraph.errors import InputError, QueueFullError, listed
 from hopgraph.index.catalog import document_row
+from hopgraph.index.formats import DOCUMENT_SUFFIXES
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, problems_of, shown
 from hopgraph.serve.parsing import read_files
@@ -28,7 +29,7 @@ from hopgraph.serve.service import Service, admin, service_of
 
 router = APIRouter(tags=["documents"])
 MAX_PAGE = 1000  # documents in one page of GET /v1/documents
-_FORMATS = ".txt .md .pdf .docx .html .jsonl"
+_FORMATS = " ".join((*DOCUMENT_SUFFIXES, ".jsonl"))  # what an upload may be (the page's picker offers the same)
 
 
 def upload_name(raw: str | None) -> str:

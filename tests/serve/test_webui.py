@@ -10,6 +10,7 @@ screenshots to ``scripts/results/webui_*.png``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from hopgraph.documents import Document
+from hopgraph.index.formats import DOCUMENT_SUFFIXES
 from tests.conftest import REPO
 from tests.serve.support import USERS, LiveServer, auth, wait_for_job
 from tests.serve.test_api import down_llm
@@ -322,6 +324,13 @@ def test_swagger_and_redoc_load_from_the_server_and_authorize_sends_the_token(pa
 def client(server):
     with httpx.Client(base_url=server.url, timeout=60) as c:
         yield c
+
+
+def test_the_upload_picker_offers_exactly_the_formats_the_server_reads():
+    """The picker offered .json, which an upload refuses, and hid .pdf, .docx and .html."""
+    page = (REPO / "hopgraph" / "serve" / "web" / "index.html").read_text(encoding="utf-8")
+    (offered,) = re.findall(r'id="files"[^>]* accept="([^"]*)"', page)
+    assert offered.split(",") == [*DOCUMENT_SUFFIXES, ".jsonl"]
 
 
 def test_the_document_list_pages_within_bounds(client):
