@@ -60,6 +60,8 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         title="hopgraph",
         version=__version__,
         docs_url=None,  # /docs and /redoc come from docs.install_pages, with their assets served locally
+        # "/v1/retrieve/" is a 404, not a redirect to an address built from the request's Host header
+        redirect_slashes=False,
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
         description="Multi-hop retrieval and answers with provenance over a private index. "

@@ -72,7 +72,7 @@ def install_pages(app: FastAPI) -> None:
     router = APIRouter(include_in_schema=False)
     openapi_url = app.openapi_url or "/openapi.json"
 
-    @router.get("/")
+    @router.api_route("/", methods=["GET", "HEAD"])
     def page() -> FileResponse:
         return FileResponse(WEB / "index.html", media_type="text/html", headers=PAGE_HEADERS)
 

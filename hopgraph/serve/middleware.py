@@ -47,6 +47,7 @@ class _BodyTooLarge(Exception):
 
 # Requests whose body the app reads: under /v1/ every one needs a token, checked before the body is.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 # (Authorization header, client address) → the principal of a known token; raises APIError otherwise.
 Gate = Callable[[str, str], Any]
 
@@ -93,6 +94,9 @@ class GuardMiddleware:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 state["started"] = True
+                headers = list(message.get("headers", []))
+                if not any(name.lower() == NOSNIFF[0] for name, _ in headers):
+                    message["headers"] = [*headers, NOSNIFF]  # every response, JSON and assets too: no type is guessed
             await send(message)
 
         async def send_guarded(message: MutableMapping[str, Any]) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from starlette.types import Receive, Scope, Send
 
 from hopgraph.llm.types import Usage
@@ -53,6 +53,7 @@ PREFIX = "hopgraph-"
 # (the question itself is bounded by serve.max_query_chars, the body by serve.max_question_body_bytes).
 MAX_MESSAGES = 256
 MAX_CONVERSATION_CHARS = 400_000
+MAX_TOKENS = 2**31 - 1  # checked, not applied: a larger max_tokens is no request a model could meet
 
 
 # ---------------------------------------------------------------------- request
@@ -99,14 +100,18 @@ class ChatCompletionRequest(BaseModel):
     _bounded_body = model_validator(mode="before")(bounded_question)  # ignored fields are parsed JSON too
     model: str = Field(min_length=1, max_length=200, description="hopgraph-<method>; GET /v1/models lists them.")
     messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
-    stream: bool = False
+    stream: StrictBool = False  # "yes" or 1 is a client's mistake, not a request to stream
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     n: int = Field(1, ge=1, le=1, description="One answer per request.")
     tools: list[Any] | None = Field(None, max_length=0, description="Tool calls are not offered.")
+    functions: list[Any] | None = Field(None, max_length=0, description="Function calls are not offered.")
+    tool_choice: Literal["none", "auto"] | None = Field(
+        None, description="Only 'none' or 'auto': a client that requires a tool call would get text instead."
+    )
     response_format: dict[str, Any] | None = None
     hopgraph: Retrieval = Field(default_factory=Retrieval)
 

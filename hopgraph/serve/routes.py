@@ -44,6 +44,7 @@ def queue_full(exc: QueueFullError, limit: int) -> APIError:
 
 
 @router.get("/healthz", tags=["service"])
+@router.head("/healthz", include_in_schema=False)  # uptime checkers often send HEAD
 async def healthz(service: Service = Depends(service_of)) -> dict[str, Any]:
     """Liveness and the live version (no token needed)."""
     return {"status": "ok", "version": service.holder.current.version}

@@ -152,6 +152,28 @@ def test_unknown_paths_and_verbs_get_json_errors(client):
     assert client.get("/v1/retrieve", headers=auth("guest")).json()["error"]["code"] == "method_not_allowed"
 
 
+def test_a_trailing_slash_is_a_404_not_a_redirect_to_the_callers_host(client):
+    """The redirect was built from the request's Host header (a cache in front could then store a
+    redirect to any host for everyone)."""
+    moved = client.post("/v1/retrieve/", json={"query": "x"}, headers={**auth("guest"), "Host": "evil.example"})
+    assert moved.status_code == 404 and "location" not in moved.headers, moved.headers
+
+
+def test_health_and_the_page_answer_head_and_every_response_says_nosniff(client):
+    """Uptime checkers send HEAD (it was a 405); browsers must never guess a type (JSON sent as HTML)."""
+    for path in ("/healthz", "/"):
+        head = client.head(path)
+        assert head.status_code == 200 and head.content == b"", path
+    for path, headers in [
+        ("/v1/index", auth("guest")),
+        ("/v1/nothing", auth("guest")),
+        ("/static/web/app.js", {}),
+        ("/docs", {}),
+        ("/openapi.json", {}),
+    ]:
+        assert client.get(path, headers=headers).headers.get_list("x-content-type-options") == ["nosniff"], path
+
+
 def test_an_oversized_body_is_refused_before_it_is_read(client, server):
     limit = server.app.state.holder.config.serve.max_body_bytes
     response = client.post(

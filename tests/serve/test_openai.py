@@ -82,6 +82,9 @@ def test_models_are_the_index_methods_and_need_a_token(server):
         ({"n": 2}, 422, "invalid_request"),
         ({"temperature": 5}, 422, "invalid_request"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 422, "invalid_request"),
+        ({"functions": [{"name": "f"}]}, 422, "invalid_request"),  # the older spelling of tools
+        ({"tool_choice": "required"}, 422, "invalid_request"),  # it would get text, not a tool call
+        ({"max_tokens": 10**40}, 422, "invalid_request"),
         ({"response_format": {"type": "json_object"}}, 422, "invalid_request"),
         ({"extra_body": {"hopgraph": {"budget": 10_000_000}}}, 422, "budget_too_large"),  # serve.max_budget
         ({"extra_body": {"hopgraph": {"nonsense": 1}}}, 422, "invalid_request"),
@@ -92,6 +95,14 @@ def test_bad_requests_are_json_errors_the_client_raises(server, change, status, 
     with pytest.raises(openai.APIStatusError) as caught:
         client_for(server).chat.completions.create(**{**ask("guest"), **change}, stream=stream)
     assert caught.value.status_code == status and caught.value.code == code, caught.value.body
+
+
+@pytest.mark.parametrize("stream", ["yes", 1, "true"])
+def test_stream_must_be_a_boolean(server, stream):
+    """Coerced before: "yes" or 1 streamed, where OpenAI refuses the request."""
+    body = {**ask("guest"), "stream": stream}
+    answer = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=auth("guest"))
+    assert answer.status_code == 422 and answer.json()["error"]["code"] == "invalid_request", answer.text
 
 
 def test_harmless_fields_sdks_send_are_accepted(server):
@@ -106,6 +117,7 @@ def test_harmless_fields_sdks_send_are_accepted(server):
         "presence_penalty": 0,
         "metadata": {"chat": "1"},
         "stream_options": {"include_usage": True},
+        "tool_choice": "auto",
     }
     with pytest.raises(openai.InternalServerError) as caught:
         client_for(server).chat.completions.create(**ask("guest"), **fields)
