@@ -18,6 +18,8 @@ is what later incremental insert/delete works from.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -27,7 +29,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,12 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from hopgraph.artifacts import SCHEMA, Kind
-from hopgraph.errors import IndexFormatError, cut
+from hopgraph.errors import IndexFormatError, InputError, cut
 from hopgraph.version import __version__
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+BUILD_LOCK = ".build.lock"  # held by the process building the directory (IndexStore.building)
 
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
@@ -66,6 +69,13 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _pid(handle: Any) -> str:
+    """ " (pid N)" from a build lock file's text (its holder's pid), or "" when it holds none yet."""
+    handle.seek(0)
+    text = handle.read().strip()
+    return f" (pid {text})" if text.isdigit() else ""
 
 
 class CorruptManifestError(IndexFormatError):
@@ -118,12 +128,59 @@ class IndexStore:
         text = json.dumps(manifest, indent=2, sort_keys=True, default=str)
         atomic_write(self.manifest_path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
+    # ---------------------------------------------------------------- one build at a time
+    @contextlib.contextmanager
+    def building(self) -> Iterator[None]:
+        """Hold the directory's build lock (an flock the kernel releases when the holder dies) while a
+        build writes it: two builds into one directory wrote each other's arrays, one failed with a
+        traceback, and the other reported the damaged index as built."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / BUILD_LOCK
+        new = not path.exists()
+        with open(path, "a+", encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InputError(
+                    f"{self.root}: another process{_pid(handle)} is building this index now; wait for it to "
+                    "end, or choose another --out"
+                ) from None
+            handle.truncate(0)
+            handle.write(str(os.getpid()))
+            handle.flush()
+            try:
+                yield
+            finally:
+                if new and not self.exists():  # refused before it wrote anything: leave the folder as it was
+                    path.unlink(missing_ok=True)
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def builder(self) -> str | None:
+        """ " (pid N)" (or "") when another process is building this directory now, else None."""
+        try:
+            handle = open(self.root / BUILD_LOCK, encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError:
+            return None
+        with handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return _pid(handle)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return None
+
     def require_complete(self) -> dict[str, Any]:
         """The manifest of an index whose build finished and whose files have their recorded sizes;
         a clear error otherwise."""
         manifest = self.read_manifest()
         if not manifest.get("complete"):
             done = [name for name, rec in manifest.get("stages", {}).items() if rec.get("done")]
+            builder = self.builder()
+            if builder is not None:
+                raise IndexFormatError(
+                    f"{self.root}: this index is being built now by another process{builder} (done: "
+                    f"{', '.join(done) or 'nothing'}); wait for it to end"
+                )
             raise IndexFormatError(
                 f"{self.root}: index build did not finish (done: {', '.join(done) or 'nothing'}); "
                 "run the same `hopgraph index` command again to resume"

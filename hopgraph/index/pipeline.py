@@ -53,7 +53,7 @@ from hopgraph.index.reuse import (
     text_models,
 )
 from hopgraph.kernels import group_mean_vectors, mean_vectors
-from hopgraph.store import PARTITIONS, CorruptManifestError, IndexStore
+from hopgraph.store import BUILD_LOCK, PARTITIONS, CorruptManifestError, IndexStore
 
 
 def corpus_fingerprint(documents: Sequence[Document]) -> str:
@@ -379,7 +379,7 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         "counts": {},
     }
     if not store.exists() or overwrite:
-        if store.root.exists() and any(store.root.iterdir()) and not store.exists():
+        if store.root.exists() and any(p.name != BUILD_LOCK for p in store.root.iterdir()) and not store.exists():
             raise IndexFormatError(
                 f"{store.root} exists, is not empty and is not a hopgraph index; choose another --out"
             )
@@ -406,6 +406,8 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
     refused = [
         s.name for s in STAGES if s.name in changed and not s.llm and not _only_newer_settings(s, stored_config, config)
     ]
+    if not any(record.get("done") for record in manifest["stages"].values()):
+        return fresh  # a build refused or stopped before its first stage finished holds nothing to keep
     if refused or manifest.get("corpus_fingerprint") != fingerprint:
         what = f"other build settings (stages {', '.join(refused)})" if refused else "a different corpus"
         raise IndexFormatError(
@@ -483,22 +485,24 @@ def build_index(
     if config.access.isolation:
         from hopgraph.index.partitions import build_partitioned  # noqa: PLC0415  (it builds through here)
 
-        return build_partitioned(documents, out, config, **options, engine=engine, previous=previous)
+        with IndexStore(out).building():  # each partition's build holds its own folder's lock too
+            return build_partitioned(documents, out, config, **options, engine=engine, previous=previous)
     store = IndexStore(out)
-    if overwrite and (store.root / PARTITIONS).is_dir():
-        shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
-    manifest = start_manifest(store, config, corpus_fingerprint(documents), overwrite)
-    store.write_manifest(manifest)
-    run = RunProgress(
-        [name for name, _ in planned_stages(config)], documents, manifest["counts"].get("tokens"), progress
-    )
-    edited = PreviousVersion(IndexStore(previous), config) if previous is not None else FIRST_BUILD
-    ctx = BuildContext(store, config, documents, progress, engine=engine, run=run, previous=edited)
-    try:
-        with _rare_collections():
-            return _run_stages(ctx, manifest, stop_after)
-    finally:
-        run.close()
+    with store.building():
+        if overwrite and (store.root / PARTITIONS).is_dir():
+            shutil.rmtree(store.root / PARTITIONS)  # left by an earlier isolated build of this directory
+        manifest = start_manifest(store, config, corpus_fingerprint(documents), overwrite)
+        store.write_manifest(manifest)
+        run = RunProgress(
+            [name for name, _ in planned_stages(config)], documents, manifest["counts"].get("tokens"), progress
+        )
+        edited = PreviousVersion(IndexStore(previous), config) if previous is not None else FIRST_BUILD
+        ctx = BuildContext(store, config, documents, progress, engine=engine, run=run, previous=edited)
+        try:
+            with _rare_collections():
+                return _run_stages(ctx, manifest, stop_after)
+        finally:
+            run.close()
 
 
 class _Collections:

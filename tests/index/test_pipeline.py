@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -50,6 +52,38 @@ def test_interrupted_build_resumes_from_last_stage(tmp_path, sample_documents, s
     # finished stages were not redone: their records (and outputs) are unchanged
     assert all(manifest["stages"][name] == first[name] for name in first)
     assert np.array_equal(store.read_array("unit_vectors"), vectors_before)
+
+
+def test_one_build_at_a_time_writes_an_index_and_a_dead_builder_blocks_nothing(
+    tmp_path, sample_documents, sample_config
+):
+    """Two `hopgraph index` runs into one --out wrote each other's arrays: one failed with a traceback,
+    the other reported the damaged index as built. A second build is now refused at once, naming the
+    first; readers are told to wait, not to run the build again; a killed builder's lock is gone."""
+    out = tmp_path / "idx"
+    build_index(sample_documents, out, sample_config, progress=False, stop_after="chunks")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_BUILD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(InputError, match=rf"another process \(pid {holder.pid}\) is building this index now"):
+            build_index(sample_documents, out, sample_config, progress=False)
+        with pytest.raises(IndexFormatError, match=rf"being built now by another process \(pid {holder.pid}\)"):
+            LoadedIndex(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    with pytest.raises(IndexFormatError, match="run the same `hopgraph index` command again"):
+        LoadedIndex(out)
+    assert build_index(sample_documents, out, sample_config, progress=False)["complete"]
+
+
+HOLD_BUILD_LOCK = """
+import sys, time
+from hopgraph.store import IndexStore
+with IndexStore(sys.argv[1]).building():
+    print("held", flush=True)
+    time.sleep(120)
+"""
 
 
 def test_other_corpus_or_settings_are_refused(tmp_path, sample_documents, sample_config):
@@ -146,6 +180,9 @@ def test_a_device_this_machine_cannot_use_is_refused_before_any_stage(tmp_path, 
     with pytest.raises(DependencyError, match="device 'cuda' was requested"):
         build_index(sample_documents, tmp_path / "index", config, progress=False)
     assert not (tmp_path / "index" / "tables").exists()  # no stage ran
+    # What it left holds nothing to keep: a build with other settings is not told to --overwrite it.
+    other = sample_config.model_copy(update={"chunking": sample_config.chunking.model_copy(update={"size": 64})})
+    assert build_index(sample_documents, tmp_path / "index", other, progress=False, stop_after="chunks")["stages"]
 
 
 def test_stages_run_with_rare_collections_and_the_collector_is_restored(tmp_path, sample_documents, sample_config):
