@@ -239,7 +239,7 @@ def update(
 def jobs(index_dir: str, as_json: bool) -> None:
     """List the update jobs of INDEX, oldest first, and the live version."""
     from hopgraph.index import versions  # noqa: PLC0415
-    from hopgraph.index.jobs import id_counts, list_jobs  # noqa: PLC0415
+    from hopgraph.index.jobs import id_counts, jobs_running, list_jobs  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415
 
     IndexStore(index_dir).read_manifest()  # a clear error where INDEX is no index
@@ -248,11 +248,18 @@ def jobs(index_dir: str, as_json: bool) -> None:
         click.echo(json.dumps(records, indent=2))
         return
     click.echo(f"live version: {versions.live_version(index_dir) or 'root'}")
+    running = jobs_running(Path(index_dir))
+    stopped = False
     for job in records:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
         added, deleted = id_counts(job)
-        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}  +{added} -{deleted}{took}{error}")
+        status = job["status"]
+        if status == "running" and not running:  # its run was killed or interrupted
+            status, stopped = "stopped", True
+        click.echo(f"{job['id']}  {status:<8} created {job['created']}  +{added} -{deleted}{took}{error}")
+    if stopped:
+        click.echo(f"stopped jobs resume with `hopgraph update {index_dir} --resume` (or when a server over it starts)")
 
 
 @main.command()

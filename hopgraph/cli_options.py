@@ -120,6 +120,16 @@ def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__
     return f"warning: {message}\n"
 
 
+# What an interrupted command kept, and how to go on (a query or a listing keeps nothing).
+_RESUME = "; finished stages are kept, run the same command again to resume"
+INTERRUPTED = {
+    "index": _RESUME,
+    "eval": _RESUME,
+    "update": "; the job stays queued and `hopgraph update INDEX --resume` finishes it (running the same "
+    "command again would queue it a second time)",
+}
+
+
 class Group(click.Group):
     """Turns user-facing errors into one clear line instead of a traceback."""
 
@@ -134,7 +144,7 @@ class Group(click.Group):
         except HopgraphError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            fail("interrupted; finished stages are kept, run the same command again to resume")
+            fail(f"interrupted{INTERRUPTED.get(ctx.invoked_subcommand or '', '')}")
 
 
 def _names(section: str, opts: list[str], shown: int = 4) -> str:

@@ -190,3 +190,13 @@ def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def jobs_running(root: Path) -> bool:
+    """Whether a process runs jobs of ``root`` now (holds its job lock): a record still "running"
+    when none does was left by a run that was killed or interrupted, and resumes with the next."""
+    try:
+        with job_lock(root, ".lock", wait=False):
+            return False
+    except BlockingIOError:
+        return True

@@ -229,21 +229,28 @@ def test_cli_update_jobs_and_clean_errors(index, tmp_path):
     assert rebuilt.exit_code == 0 and "live again" in rebuilt.output and LoadedIndex(index).version == ""
 
 
-def test_sigkilled_cli_update_leaves_index_servable_and_resumes(index, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["kill", "ctrl-c"])
+def test_a_stopped_cli_update_leaves_index_servable_and_resumes(index, tmp_path, stop):
+    """After Ctrl-C the command said "run the same command again", which queued the job a second time
+    (or refused its delete as unknown), and `hopgraph jobs` showed the dead job as running."""
     added = tmp_path / "new.jsonl"
     added.write_text("".join(json.dumps(r) + "\n" for r in NEW_DOCUMENTS), encoding="utf-8")
     command = [sys.executable, "-m", "hopgraph.cli", "update", str(index), "--add", str(added), "-q"]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # kill it inside the build, once the chunks stage is done
         manifests = list((index / "versions").glob("*/manifest.json"))
         if proc.poll() is not None or manifests and "chunks" in json.loads(manifests[0].read_text()).get("stages", {}):
             break
         time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    os.kill(proc.pid, stop)
+    _, stderr = proc.communicate(timeout=60)
+    if stop == signal.SIGINT:
+        assert "the job stays queued and `hopgraph update INDEX --resume` finishes it" in stderr, stderr
     [job] = versions.list_jobs(index)
     assert job["status"] == "running" and LoadedIndex(index).version == ""
+    listed = CliRunner().invoke(main, ["jobs", str(index)])
+    assert f"{job['id']}  stopped" in listed.output and "--resume" in listed.output, listed.output
     assert Retriever(index).retrieve(QUERIES[0], method="ppr").evidence
     resumed = CliRunner().invoke(main, ["update", str(index), "--resume", "-q"])
     assert resumed.exit_code == 0, resumed.output
