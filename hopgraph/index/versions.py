@@ -178,6 +178,13 @@ def submit_update(
     repeated = sorted(i for i, n in Counter(add_ids).items() if n > 1)
     if repeated:
         raise InputError(f"document id(s) added more than once: {', '.join(map(repr, repeated[:20]))}")
+    added = set(add_ids)
+    both = [i for i in delete if i in added]
+    if both:  # the delete would be lost: the document is added back
+        raise InputError(
+            f"document id(s) both added and deleted: {', '.join(map(repr, both[:20]))}; an added id replaces "
+            "the document of that id already, so leave it out of the deletes (or out of the added files)"
+        )
     IndexStore(live_root(root)).require_complete()
     with job_lock(root, ".submit.lock"):
         jobs = list_jobs(root)  # before the live version: a job finishing now is then counted twice, never lost

@@ -177,6 +177,8 @@ def test_validation_and_replace_by_id(index, sample_documents):
         versions.submit_update(index, [], [])
     with pytest.raises(InputError, match="more than once"):
         versions.submit_update(index, [new_documents()[0]] * 2, [])
+    with pytest.raises(InputError, match=r"both added and deleted: 'castel-brun.md'"):  # the delete was lost
+        versions.submit_update(index, [Document(id="castel-brun.md", text="Moved.")], ["castel-brun.md"])
     with pytest.raises(InputError, match="without documents"):
         versions.submit_update(index, [], [d.id for d in sample_documents[:5]])
     assert versions.list_jobs(index) == []  # nothing refused was queued
