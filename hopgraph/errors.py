@@ -46,6 +46,15 @@ class IndexFormatError(HopgraphError):
     """An index directory is missing, partial, corrupt or of a newer format."""
 
 
+class OtherIndexError(IndexFormatError):
+    """The directory holds a complete or partial index of another corpus or other build settings
+    (``what`` says which); a build never overwrites it unasked."""
+
+    def __init__(self, message: str, what: str):
+        super().__init__(message)
+        self.what = what
+
+
 class DependencyError(HopgraphError):
     """An optional dependency (GPU, BGE weights, ...) is not available here."""
 

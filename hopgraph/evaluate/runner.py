@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.errors import IndexFormatError
+from hopgraph.errors import IndexFormatError, OtherIndexError
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import (
     RECALL_AT,
@@ -76,7 +76,15 @@ def evaluate(
             "so it no longer holds exactly the dataset's corpus; choose another --index"
         )
     earlier = IndexStore(index_dir).finished_stages()
-    manifest = build_index(bench.documents, index_dir, build_config(index_dir, config), progress=progress)
+    try:
+        manifest = build_index(bench.documents, index_dir, build_config(index_dir, config), progress=progress)
+    except OtherIndexError as exc:  # eval has no --overwrite, and its --out is the result file
+        raise OtherIndexError(
+            f"{index_dir} holds an index of {exc.what} (an index `hopgraph index` built of the same file "
+            "differs too: its documents carry their source path); give eval a folder of its own with --index, "
+            "where it builds the dataset's index",
+            exc.what,
+        ) from None
     ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
     retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()

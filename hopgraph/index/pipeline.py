@@ -29,7 +29,7 @@ from tqdm import tqdm
 from hopgraph.artifacts import CHUNKS, DOCUMENT_TOKENS, KEYWORDS, POSTINGS_SENTENCES, SENTENCE_VECTORS, SENTENCES, UNITS
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
-from hopgraph.errors import IndexFormatError, InputError
+from hopgraph.errors import IndexFormatError, InputError, OtherIndexError
 from hopgraph.index import keywords
 from hopgraph.index.chunking import build_layers, headings, searchable
 from hopgraph.index.context import BuildContext
@@ -410,8 +410,8 @@ def start_manifest(store: IndexStore, config: HopgraphConfig, fingerprint: str, 
         return fresh  # a build refused or stopped before its first stage finished holds nothing to keep
     if refused or manifest.get("corpus_fingerprint") != fingerprint:
         what = f"other build settings (stages {', '.join(refused)})" if refused else "a different corpus"
-        raise IndexFormatError(
-            f"{store.root} holds an index of {what}; pass --overwrite to rebuild it, or choose another --out"
+        raise OtherIndexError(
+            f"{store.root} holds an index of {what}; pass --overwrite to rebuild it, or choose another --out", what
         )
     # Only LLM-built parts (re-running them costs nothing for cached calls) and stages whose settings
     # gained keys since the index was built (a newer hopgraph), at their defaults.

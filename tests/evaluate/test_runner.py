@@ -6,8 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from hopgraph.config import load_config
+from hopgraph.errors import OtherIndexError
 from hopgraph.evaluate.runner import evaluate, write_outputs
+from hopgraph.index.ingest import read_corpus
+from hopgraph.index.pipeline import build_index
 from hopgraph.store import IndexStore
 from tests.conftest import SAMPLE_SETTINGS
 
@@ -61,3 +66,14 @@ def test_eval_overrides_never_reach_the_index(tmp_path):
     write_outputs(second, tmp_path / "result.json")
     table = (tmp_path / "result.md").read_text(encoding="utf-8")
     assert "Index stages run now: 0 (0.0 s); finished by an earlier build:" in table and "the build's" in table
+
+
+def test_an_index_eval_cannot_use_is_refused_with_what_eval_can_do(tmp_path):
+    """The refusal said "pass --overwrite ... or choose another --out": eval has no --overwrite, and
+    its --out is the result file."""
+    data, index = musique_file(tmp_path / "musique.jsonl"), tmp_path / "index"
+    build_index(read_corpus([data]).documents, index, load_config(None, SAMPLE_SETTINGS), progress=False)
+    with pytest.raises(OtherIndexError) as refused:
+        evaluate(data, index, load_config(None, SAMPLE_SETTINGS), ["text"], progress=False)
+    message = str(refused.value)
+    assert "a different corpus" in message and "--index" in message and "--overwrite" not in message
