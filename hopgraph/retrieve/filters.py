@@ -33,10 +33,11 @@ from hopgraph.retrieve.loaded import LoadedIndex
 
 Scalar = (str, int, float, bool, type(None))
 COLUMNS = ("id", "title", "source")  # document columns filterable beside the metadata keys
-# Where `hopgraph index` read a document on the server's disk (an absolute path). A reader sees no
-# source in any answer, but a range filter on it (gte/lt) answers yes or no per bound, so a reader
-# could spell a path out one character at a time: the server hides these fields from non-admins.
-SERVER_PATH_FIELDS = ("source", "source_path")
+# Fields the server hides from readers' filters (admins may use them). Where `hopgraph index` read a
+# document on the server's disk (an absolute path): a reader sees no source in any answer, but a range
+# filter on it (gte/lt) answers yes or no per bound, so a reader could spell a path out one character
+# at a time. And ``acl``: which other groups may read a document is the admins' business.
+READER_HIDDEN_FIELDS = ("source", "source_path", "acl")
 RANGE = ("gt", "gte", "lt", "lte")
 OPERATORS = (*RANGE, "in", "ne", "eq")
 FIELDS_LISTED = 60  # the most field names an error message lists
@@ -155,12 +156,13 @@ def check_fields(
                     )
 
 
-def _lookup_key(value: Any) -> Hashable:
-    """A document's metadata value as a set member; lists and objects never equal a scalar filter value."""
-    return value if isinstance(value, Scalar) else _UNMATCHABLE
-
-
-_UNMATCHABLE = object()
+def _members(value: Any) -> tuple[Hashable, ...]:
+    """A document's metadata value as the set members it offers: a scalar itself, a list its scalar
+    items (``{"acl": "board"}`` or ``{"tags": "q3"}`` matches a document whose list holds that value:
+    it matched nothing), an object none."""
+    if isinstance(value, list):
+        return tuple(item for item in value if isinstance(item, Scalar))
+    return (value,) if isinstance(value, Scalar) else ()
 
 
 # A year or a month: no instant, but as a string it orders right among ISO dates ("2024" < "2024-03-01").
@@ -219,8 +221,8 @@ def condition_mask(values: Sequence[Any], condition: Any) -> np.ndarray:
     ops = operator_values("", condition)
     for op in ("in", "eq", "ne"):
         if op in ops:
-            allowed = frozenset(_lookup_key(v) for v in ops[op])
-            hit = np.fromiter((_lookup_key(v) in allowed for v in values), dtype=bool, count=count)
+            allowed = frozenset(ops[op])
+            hit = np.fromiter((not allowed.isdisjoint(_members(v)) for v in values), dtype=bool, count=count)
             mask &= ~hit if op == "ne" else hit
     bounds = [(op, ops[op][0]) for op in RANGE if op in ops]
     if bounds:

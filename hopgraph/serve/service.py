@@ -43,7 +43,7 @@ from hopgraph.retrieve.answer import (
     read_answer,
     refusal_error,
 )
-from hopgraph.retrieve.filters import SERVER_PATH_FIELDS, MetadataFilter, reader_filter
+from hopgraph.retrieve.filters import READER_HIDDEN_FIELDS, MetadataFilter, reader_filter
 from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
@@ -142,7 +142,7 @@ class Service:
                 allow_unrestricted=self.serve.unrestricted_documents == "everyone",
                 max_keys=self.serve.max_filter_keys,
                 max_values=self.serve.max_filter_values,
-                hidden=() if who.admin else SERVER_PATH_FIELDS,
+                hidden=() if who.admin else READER_HIDDEN_FIELDS,
             )
         except ValueError as exc:
             raise APIError(422, "invalid_filter", f"where: {exc}") from None

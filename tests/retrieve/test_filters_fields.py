@@ -49,6 +49,14 @@ def test_an_id_filter_names_documents_in_the_spelling_ids_are_stored_in(index):
     assert flt.where["title"] == "cafe\u0301"  # other fields are compared as written
 
 
+def test_a_list_field_matches_by_its_items(index):
+    """``{"acl": "board"}`` matched nothing: a document's list never equalled a filter's value."""
+    assert selected(index, {"acl": "board"}) == {"memo-2024-03", "budget-2025"}
+    assert selected(index, {"acl": {"in": ["operations"]}}) == {"memo-2024-03"}
+    assert "budget-2025" not in selected(index, {"acl": {"ne": "board"}})
+    assert "memo-2024-03" in selected(index, {"acl": {"ne": "nobody"}})
+
+
 def test_ranges_compare_iso_times_with_their_time_zones(index):
     assert selected(index, {"timestamp": EARLY}) == {"memo-2024-03", "budget-2025"}
     assert selected(index, {"timestamp": {"gte": "2024-01-01", "lt": "2025-01-01"}}) == {"memo-2024-03"}

@@ -301,20 +301,21 @@ def test_entity_walk_sizes_are_bounded_per_request(client, setting):
     assert response.status_code == 422 and response.json()["error"]["code"] == "over_limit", response.text
 
 
-def test_readers_cannot_filter_on_server_file_paths(client):
+def test_readers_cannot_filter_on_server_file_paths_or_acls(client):
     """A range filter on a path answers yes or no per bound: a reader could spell out where the
-    server keeps its files. Admins may still filter on them."""
-    for field in ("source", "source_path"):
+    server keeps its files; and which other groups may read a document is the admins' business
+    (an acl filter matches since list fields match by their items). Admins may filter on them."""
+    for field in ("source", "source_path", "acl"):
         where = {field: {"gte": "/"}}
         refused = client.post("/v1/retrieve", json={"query": QUESTION, "where": where}, headers=auth("guest"))
         assert refused.status_code == 422 and "unknown filter field" in refused.json()["error"]["message"]
-        assert "source" not in refused.json()["error"]["message"].split("filterable fields:")[1]
-    allowed = client.post(
-        "/v1/retrieve",
-        json={"query": QUESTION, "method": "text", "where": {"source": {"gte": ""}}},
-        headers=auth("admin"),
-    )
-    assert allowed.status_code == 200, allowed.text
+        listed = refused.json()["error"]["message"].split("filterable fields:")[1]
+        assert "source" not in listed and "acl" not in listed
+    for where in ({"source": {"gte": ""}}, {"acl": "board"}):
+        allowed = client.post(
+            "/v1/retrieve", json={"query": QUESTION, "method": "text", "where": where}, headers=auth("admin")
+        )
+        assert allowed.status_code == 200, allowed.text
 
 
 def test_huge_values_and_names_are_cut_in_every_refusal(client):
