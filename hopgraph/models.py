@@ -114,7 +114,8 @@ class Embedder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
-        """Row-normalised float32 vectors, one per passage (what the index stores)."""
+        """Row-normalised float32 vectors, one per passage (what the index stores). An embedder
+        whose ``encode`` also takes ``on_batch`` (:data:`OnBatch`) has each batch cached as it is done."""
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Row-normalised float32 vectors, one per question (models trained with query instructions differ here)."""
@@ -160,8 +161,18 @@ def model_batches(texts: Sequence[str], batch_size: int) -> list[list[list[int]]
     return slices
 
 
+# Told (positions in the texts, their unit rows) as each model batch is done: the vector cache stores
+# them then, so an interrupted build loses one batch of model time, not a whole slice.
+OnBatch = Callable[[list[int], np.ndarray], None]
+
+
 def encode_in_batches(
-    encode: Callable[[list[str]], Any], texts: Sequence[str], batch_size: int, dim: int, lock: FairLock
+    encode: Callable[[list[str]], Any],
+    texts: Sequence[str],
+    batch_size: int,
+    dim: int,
+    lock: FairLock,
+    on_batch: OnBatch | None = None,
 ) -> np.ndarray:
     """Unit rows of ``texts``, computed by ``encode`` one batch of :func:`model_batches` at a time
     (the lock held per batch, so a long caller lets others in between its batches)."""
@@ -169,8 +180,10 @@ def encode_in_batches(
     for batches in model_batches(texts, batch_size):
         for batch in batches:
             with lock:
-                out[batch] = np.asarray(encode([texts[i] for i in batch]), dtype=np.float32)
-    return _unit_rows(out)
+                out[batch] = _unit_rows(encode([texts[i] for i in batch]))
+            if on_batch is not None:
+                on_batch(batch, out[batch])
+    return out
 
 
 def _unit_rows(vectors: Any) -> np.ndarray:
@@ -209,13 +222,13 @@ class SentenceTransformerEmbedder:
         # held for one batch only, so a long caller lets others in.
         self._lock = FairLock()
 
-    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, progress: bool = False, on_batch: OnBatch | None = None) -> np.ndarray:
         def batch(part: list[str]) -> np.ndarray:
             return self.model.encode(
                 part, batch_size=len(part), show_progress_bar=False, normalize_embeddings=False, convert_to_numpy=True
             )
 
-        return encode_in_batches(batch, texts, self.batch_size, self.dim, self._lock)
+        return encode_in_batches(batch, texts, self.batch_size, self.dim, self._lock, on_batch)
 
 
 @register_backend(
@@ -245,11 +258,11 @@ class BgeM3Embedder:
         self.name = str(folder)
         self._lock = FairLock()  # one model call at a time, as for SentenceTransformerEmbedder
 
-    def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, progress: bool = False, on_batch: OnBatch | None = None) -> np.ndarray:
         def batch(part: list[str]) -> np.ndarray:
             return self.model.encode(part, batch_size=len(part), return_dense=True)["dense_vecs"]
 
-        return encode_in_batches(batch, texts, self.batch_size, self.dim, self._lock)
+        return encode_in_batches(batch, texts, self.batch_size, self.dim, self._lock, on_batch)
 
 
 def offline_minilm_path() -> str:

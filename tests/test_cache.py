@@ -64,3 +64,32 @@ def test_a_one_window_text_has_the_same_vector_whatever_shares_its_call(tmp_path
     beside_a_long_text = embed_long_texts(embedder, [*short, long_text], window_tokens=64)
     assert np.array_equal(beside_a_long_text[: len(short)], alone)  # bitwise: both from the cache
     np.testing.assert_allclose(np.linalg.norm(beside_a_long_text[-1]), 1, atol=1e-6)
+
+
+def test_an_interrupted_embedding_keeps_every_finished_batch(tmp_path):
+    """Vectors were cached per slice of up to 2,048 texts: a Ctrl-C 25 s into a slice lost all of it.
+    Each model batch is now stored as it is done. The interruption is injected in the model's call
+    (a Ctrl-C cannot be timed to land between two given batches otherwise)."""
+    config = EmbeddingConfig(cache=str(tmp_path / "vectors.sqlite"), batch_size=4)
+    cached = load_embedder(config, cached=True).inner
+    texts = [f"Ferry number {n} leaves Sorvik at {n} o'clock." for n in range(12)]
+    clean = cached.inner.encode(texts)  # not through the cache
+    model, calls = cached.inner.model, []
+    real = model.encode
+
+    def stopped_at_the_third_batch(part, **kw):
+        calls.append(len(part))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(part, **kw)
+
+    model.encode = stopped_at_the_third_batch
+    try:
+        cached.encode(texts)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        model.encode = real
+    kept = VectorCache(config.cache, "sentence-transformers:" + config.model).get_many(texts)
+    assert sum(v is not None for v in kept) == 8  # two batches of four
+    assert all(np.array_equal(v, c) for v, c in zip(kept, clean) if v is not None)  # the vectors a whole run gives
