@@ -260,7 +260,8 @@ class _Reader:
         self.documents: list[Document] = []
         self.problems: list[InputProblem] = []
         self._first_source: dict[str, str] = {}
-        self._visited: set[Path] = set()
+        self._visited: dict[Path, str] = {}  # resolved folder -> how it was first reached
+        self._links: list[tuple[Path, Path]] = []  # (linked folder, root): walked after every real one
         self._files: dict[Path, str] = {}  # resolved file -> how it was first reached
         self._tasks: list[tuple[int, Callable[[], None]]] = []  # (bytes, read it)
 
@@ -281,6 +282,9 @@ class _Reader:
             self.problem(path, None, "not a regular file (a device or a pipe)")
 
     def run(self, progress: bool) -> None:
+        # Linked folders last: a file reached both ways keeps the id of where it really is.
+        while self._links:
+            self.walk(*self._links.pop(0), follow=True)
         total = sum(size for size, _ in self._tasks)
         with tqdm(total=total, desc="read", unit="B", unit_scale=True, disable=not progress) as bar:
             for size, task in self._tasks:
@@ -288,12 +292,17 @@ class _Reader:
                 bar.update(size)
                 bar.set_postfix(documents=len(self.documents), skipped=len(self.problems), refresh=False)
 
-    def walk(self, folder: Path, root: Path) -> None:
-        """Recurse in sorted order (deterministic ids and order); hidden entries are listed as skipped."""
+    def walk(self, folder: Path, root: Path, *, follow: bool = False) -> None:
+        """Recurse in sorted order (deterministic ids and order); hidden entries are listed as skipped.
+        A linked folder inside is walked once every real folder has been (``follow``)."""
+        if folder.is_symlink() and not follow:
+            self._links.append((folder, root))
+            return
         real = folder.resolve()
         if real in self._visited:  # a symlink loop, or the same folder named twice
+            self.problem(folder, None, f"the same folder as {self._visited[real]}, read once")
             return
-        self._visited.add(real)
+        self._visited[real] = str(folder)
         try:
             entries = sorted(folder.iterdir(), key=lambda entry: entry.name)
         except OSError as error:

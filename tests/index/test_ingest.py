@@ -342,3 +342,19 @@ def test_ids_are_stored_composed_and_titles_on_one_line(tmp_path: Path) -> None:
     result = read_corpus([tmp_path])
     assert [(d.id, d.title) for d in result.documents] == [("caf\u00e9.md", "café"), ("n", "Two lines")]
     assert any("duplicate document id" in str(p) for p in result.problems)
+
+
+def test_a_folder_reached_twice_is_read_where_it_is_and_the_other_way_is_named(tmp_path: Path) -> None:
+    """A link to a sibling folder gave its files the link's ids (the link sorts first), and the real
+    folder, a symlink loop too, were skipped without a word."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "water-board.txt").write_text("The Orrin Basin Water Board meets monthly.")
+    (tmp_path / "link").symlink_to(tmp_path / "sub")
+    (tmp_path / "sub" / "loop").symlink_to(tmp_path / "sub")
+    result = read_corpus([tmp_path])
+    assert [d.id for d in result.documents] == ["sub/water-board.txt"]
+    reasons = {Path(p.path).name: p.reason for p in result.problems}
+    assert reasons == {
+        "link": f"the same folder as {tmp_path / 'sub'}, read once",
+        "loop": f"the same folder as {tmp_path / 'sub'}, read once",
+    }
