@@ -33,9 +33,6 @@ from hopgraph.cli_output import cluster_cost, echo_llm_usage, print_result, ques
 from hopgraph.config import (
     LLM_CONNECTION_FIELDS,
     apply_overrides,
-    dotted_keys,
-    read_toml,
-    validate_config,
 )
 
 
@@ -506,9 +503,7 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     from hopgraph.store import IndexStore, live_root  # noqa: PLC0415
 
     manifest = IndexStore(live_root(index_dir)).require_complete()
-    merged = apply_overrides(manifest["config"], dotted_keys(read_toml(config_file)) if config_file else {})
-    overrides = {name.replace("__", "."): v for name, v in options.items() if v is not None}
-    config = validate_config(apply_overrides(merged, overrides), "serve settings")
+    config = build_config(config_file, options, manifest["config"], "serve settings")  # errors name the file
     # Every request without a method uses the default: one the index cannot answer is refused now.
     from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
 
@@ -553,7 +548,7 @@ def init(path: str, force: bool) -> None:
 
 
 @main.command()
-@click.argument("index_dir", metavar="INDEX", type=click.Path(), required=False)
+@click.argument("index_dir", metavar="[INDEX]", type=click.Path(), required=False)
 def methods(index_dir: str | None) -> None:
     """List the retrieval methods: name, the index stages each needs, and (given INDEX) whether INDEX has them."""
     from hopgraph.retrieve.methods import SPECS  # noqa: PLC0415
@@ -587,8 +582,9 @@ def llm_server(model: str, port: int, context: int, parallel: int) -> None:
     default) hopgraph reads the --parallel slots from it and sends that many requests at once.
     Production uses `vllm serve MODEL_DIR` the same way.
     """
-    from hopgraph.llm.standin import serve  # noqa: PLC0415
+    from hopgraph.llm.standin import model_path, serve  # noqa: PLC0415
 
+    model_path(model)  # a clear error before "serving" is printed
     click.echo(f"serving {model} at http://127.0.0.1:{port}/v1 with {parallel} slots (Ctrl-C stops)")
     serve(model, port=port, context=context, parallel=parallel)
 

@@ -45,6 +45,22 @@ def test_query_without_a_question_off_a_terminal_says_what_to_give(index):
     assert out.returncode == 2 and "--questions FILE" in out.stderr
 
 
+def test_small_mistakes_get_one_line_that_names_the_culprit(index, tmp_path):
+    """A bad [serve] value named no file, "notaurl" was tried as an LLM address four times, a missing
+    .gguf was called an unknown model after "serving" was printed, and `methods --help` showed INDEX
+    as required."""
+    bad = tmp_path / "serve.toml"
+    bad.write_text('[serve]\nport = "eighty"\n', encoding="utf-8")
+    served = hopgraph("serve", str(index), "--config", str(bad), check=False)
+    assert served.returncode == 2 and f"{bad}: serve.port" in served.stderr, served.stderr
+    asked = hopgraph("query", str(index), "q", "--llm.base_url", "notaurl", check=False)
+    assert asked.returncode == 2 and "not an http(s) address with a host: 'notaurl'" in asked.stderr, asked.stderr
+    missing = hopgraph("llm-server", "--model", str(tmp_path / "none.gguf"), check=False)
+    assert missing.returncode == 2 and "serving" not in missing.stdout
+    assert f"no model file '{tmp_path / 'none.gguf'}'" in missing.stderr, missing.stderr
+    assert "methods [OPTIONS] [INDEX]\n" in hopgraph("methods", "--help").stdout
+
+
 @pytest.mark.slow  # loads the embedding model in a fresh process
 def test_query_takes_a_config_file_over_the_index_settings(index, tmp_path):
     config = tmp_path / "query.toml"

@@ -25,6 +25,8 @@ def test_toml_then_overrides(tmp_path):
         ({"chunking.size": 100, "chunking.overlap": 60}, "overlap"),
         ({"retrieval.method": "No Such Method!"}, "retrieval.method"),
         ({"chunking.sise": 3}, "chunking.sise"),
+        ({"llm.base_url": "notaurl"}, r"llm.base_url: .*not an http\(s\) address with a host: 'notaurl'"),
+        ({"llm.base_url": "http:///v1"}, "llm.base_url"),
     ],
 )
 def test_bad_settings_name_the_key(overrides, fragment):
@@ -64,7 +66,9 @@ def test_cluster_endpoints_come_comma_separated_from_the_command_line_and_must_b
 
     config = load_config(None, {"cluster.llm_endpoints": "http://gpu1:8000/v1, http://gpu2:8000/v1"})
     assert config.cluster.llm_endpoints == ["http://gpu1:8000/v1", "http://gpu2:8000/v1"]
-    with pytest.raises(ConfigError, match=r"cluster.llm_endpoints: .*not an http\(s\) address: gpu3:8000"):
+    with pytest.raises(
+        ConfigError, match=r"cluster.llm_endpoints: .*not an http\(s\) address with a host: 'gpu3:8000'"
+    ):
         load_config(None, {"cluster.llm_endpoints": "http://gpu1:8000/v1,gpu3:8000"})
 
 

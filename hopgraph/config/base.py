@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from pydantic import BaseModel, ConfigDict
 
 OFFLINE_MINILM = "offline:all-minilm-l6-v2"
+
+
+def web_address(url: str) -> str:
+    """``url`` when it is an http(s) address with a host; a ValueError otherwise (refused when the
+    settings are read, where "notaurl" was tried four times as a connection, then reported)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) address with a host: {url!r}")
+    return url
 
 
 class Section(BaseModel):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from hopgraph.config.base import Section
+from hopgraph.config.base import Section, web_address
 
 
 class ClusterConfig(Section):
@@ -113,9 +113,8 @@ class ClusterConfig(Section):
     @field_validator("llm_endpoints")
     @classmethod
     def _http_urls(cls, value: list[str]) -> list[str]:
-        bad = [url for url in value if not url.startswith(("http://", "https://"))]
-        if bad:
-            raise ValueError(f"not an http(s) address: {', '.join(bad)}")
         if len(value) > 256:
             raise ValueError("at most 256 endpoints")
+        for url in value:
+            web_address(url)
         return value

@@ -74,8 +74,10 @@ def model_path(name: str, cache: Path | None = None) -> Path:
     if name == "qwen2.5-coder-0.5b":
         return _qwen(cache)
     path = Path(name)
-    if path.suffix == ".gguf" and path.is_file():
-        return path
+    if path.suffix == ".gguf":
+        if path.is_file():
+            return path
+        raise DependencyError(f"no model file {name!r} (not found, or not a file)")
     raise DependencyError(f"unknown stand-in model {name!r}: choose {', '.join(MODELS)} or give a local .gguf file")
 
 
