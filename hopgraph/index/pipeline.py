@@ -556,9 +556,15 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         counts = stage(ctx)
         if "tokens" in counts:
             run.counted(counts["tokens"])
-        for key, value in counts.items():
-            manifest["counts"][key] = manifest["counts"].get(key, 0) + value if key == "embedding_tokens" else value
         record = {"done": True, "seconds": round(time.perf_counter() - started, 3), "files": store.take_written()}
+        for key, value in counts.items():
+            manifest["counts"][key] = value
+        if "embedding_tokens" in counts:  # summed over the stages that embed, each counted once however often it ran
+            record["embedding_tokens"] = counts["embedding_tokens"]
+            manifest["counts"]["embedding_tokens"] = (
+                sum(r.get("embedding_tokens", 0) for other, r in manifest["stages"].items() if other != name)
+                + counts["embedding_tokens"]
+            )
         for other in manifest["stages"].values():  # a file belongs to the stage that wrote it last
             other["files"] = {k: v for k, v in other.get("files", {}).items() if k not in record["files"]}
         work = [after - before for after, before in zip(_model_work(ctx), work_before)]

@@ -52,6 +52,13 @@ def test_interrupted_build_resumes_from_last_stage(tmp_path, sample_documents, s
     # finished stages were not redone: their records (and outputs) are unchanged
     assert all(manifest["stages"][name] == first[name] for name in first)
     assert np.array_equal(store.read_array("unit_vectors"), vectors_before)
+    # A stage run again (its file damaged) counts its embedded tokens once: they were added again.
+    tokens = manifest["counts"]["embedding_tokens"]
+    vectors = out / "arrays" / "unit_vectors.npy"
+    vectors.write_bytes(vectors.read_bytes()[:-4])
+    again = build_index(sample_documents, out, sample_config, progress=False)
+    assert again["stages"]["embed_units"] != manifest["stages"]["embed_units"]  # it ran
+    assert again["counts"]["embedding_tokens"] == tokens
 
 
 def test_one_build_at_a_time_writes_an_index_and_a_dead_builder_blocks_nothing(
