@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
-from hopgraph.documents import Document
+from hopgraph.documents import Document, canonical_document
 from hopgraph.errors import ConfigError, InputError
 from hopgraph.index.jobs import first_ids, id_counts
 from hopgraph.retrieve.filters import MetadataFilter, reader_filter
@@ -87,7 +87,7 @@ def _documents(sources: Iterable[Source], root: str | Path | None = None) -> tup
     """Documents given as objects plus those read from paths (files, folders, JSONL, PDF, DOCX, HTML,
     benchmark files; ids relative to ``root`` where given), and the problems of skipped inputs."""
     given = list(sources)
-    documents = [s for s in given if isinstance(s, Document)]
+    documents = [canonical_document(s) for s in given if isinstance(s, Document)]  # as read_corpus stores them
     paths = [s for s in given if not isinstance(s, Document)]
     problems: list[str] = []
     if paths:

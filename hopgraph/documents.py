@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from hopgraph.errors import InputError, cut
+
 # C0 control characters and DEL, except tab, line feed and carriage return.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # What no name (a document id, an uploaded file's name) may hold: C0, DEL, C1 and the line and paragraph
@@ -64,7 +66,11 @@ def one_line(value: str) -> str:
 def canonical_document(document: Document) -> Document:
     """``document`` as it is stored: its id and title composed (:func:`canonical_id`; a title is
     often the file's name), its title and source on one line (:func:`one_line`). Every way in
-    (files, records, uploads, inserts) passes through it."""
+    (files, records, uploads, inserts, the Python API's builds and updates) passes through it; an id
+    no way in takes (:func:`id_problem`) is an InputError."""
+    problem = id_problem(document.id)
+    if problem:
+        raise InputError(f"document id {cut(document.id)!r} {problem}")
     doc_id, source = canonical_id(document.id), one_line(document.source)
     title = canonical_id(one_line(document.title))
     if (doc_id, title, source) == (document.id, document.title, document.source):

@@ -112,18 +112,20 @@ def _apply(ids: list[str], add: Sequence[str], delete: Sequence[str]) -> list[st
     return [i for i in ids if i not in gone] + list(add)
 
 
-def _spellings(ids: Sequence[str], add: Sequence[str], delete: list[str]) -> list[str]:
-    """``delete`` plus the ids of ``ids`` stored before ids were normalised (:func:`canonical_id`)
-    that an added or deleted id names: an update then replaces or deletes them like any other."""
-    older: dict[str, list[str]] = {}
-    for doc_id in ids:
-        if doc_id != canonical_id(doc_id):
-            older.setdefault(canonical_id(doc_id), []).append(doc_id)
-    if not older:
-        return delete
+def _spellings(ids: Sequence[str], add: Sequence[str], delete: Sequence[str]) -> list[str]:
+    """The ids of ``ids`` to delete: each of ``delete`` as given where the corpus holds it, else the
+    ids that spell it in another Unicode form (:func:`canonical_id`: an index built before ids were
+    normalised may hold "e" + U+0301), and the older spellings of each added id, which it replaces.
+    An id the corpus holds in no form stays, to be reported."""
     present = set(ids)
-    named = [d for d in delete if d in present or d not in older]  # an unknown one stays, to be reported
-    return list(dict.fromkeys(named + [o for d in [*add, *delete] for o in older.get(d, [])]))
+    spelled: dict[str, list[str]] = {}
+    for doc_id in ids:
+        spelled.setdefault(canonical_id(doc_id), []).append(doc_id)
+    named: list[str] = []
+    for doc_id in delete:
+        named += [doc_id] if doc_id in present else spelled.get(canonical_id(doc_id), [doc_id])
+    named += [other for doc_id in add for other in spelled.get(doc_id, []) if other != doc_id]
+    return list(dict.fromkeys(named))
 
 
 def _check_deletes(known: Sequence[str], delete: Sequence[str], where: str) -> None:
@@ -171,7 +173,7 @@ def submit_update(
     """
     root = Path(root)
     add = [canonical_document(d) for d in add]
-    delete = list(dict.fromkeys(canonical_id(d) for d in delete))
+    delete = list(dict.fromkeys(delete))  # as given: a delete names exactly the id it spells where one does
     add_ids = [d.id for d in add]
     if not add and not delete:
         raise InputError("nothing to update: give documents to add and/or document ids to delete")
@@ -179,7 +181,7 @@ def submit_update(
     if repeated:
         raise InputError(f"document id(s) added more than once: {', '.join(map(repr, repeated[:20]))}")
     added = set(add_ids)
-    both = [i for i in delete if i in added]
+    both = [i for i in delete if canonical_id(i) in added]
     if both:  # the delete would be lost: the document is added back
         raise InputError(
             f"document id(s) both added and deleted: {', '.join(map(repr, both[:20]))}; an added id replaces "

@@ -33,6 +33,7 @@ from hopgraph.retrieve.loaded import LoadedIndex
 
 Scalar = (str, int, float, bool, type(None))
 COLUMNS = ("id", "title", "source")  # document columns filterable beside the metadata keys
+COMPOSED = ("id", "title")  # compared in Unicode's composed form (NFC), as they are stored
 # Fields the server hides from readers' filters (admins may use them). Where `hopgraph index` read a
 # document on the server's disk (an absolute path): a reader sees no source in any answer, but a range
 # filter on it (gte/lt) answers yes or no per bound, so a reader could spell a path out one character
@@ -207,6 +208,8 @@ def _in_range(value: Any, bounds: list[tuple[str, Any]]) -> bool:
 
 
 def _column(docs: dict[str, list], key: str) -> list[Any]:
+    if key in COMPOSED:  # an index built before ids and titles were stored composed may hold them decomposed
+        return [canonical_id(value) for value in docs[key]]
     if key in COLUMNS and key in docs:
         return docs[key]
     if key == "timestamp":
@@ -298,8 +301,8 @@ def reader_filter(
     of ``hidden`` among them (a ValueError says what is wrong): the one entry point of the command
     line and the server."""
     check_where(where, max_keys, max_values)
-    if "id" in where:  # ids are stored composed (NFC), so a decomposed spelling names the same document
-        where = {**where, "id": _composed(where["id"])}
+    # Ids and titles compare composed on both sides (:data:`COMPOSED`), however either is spelled.
+    where = {key: _composed(condition) if key in COMPOSED else condition for key, condition in where.items()}
     flt = MetadataFilter(groups=groups, allow_unrestricted=allow_unrestricted, where=where)
     check_fields(where, index, flt, hidden)
     return flt
