@@ -53,7 +53,7 @@ def test_small_mistakes_get_one_line_that_names_the_culprit(index, tmp_path):
     bad.write_text('[serve]\nport = "eighty"\n', encoding="utf-8")
     served = hopgraph("serve", str(index), "--config", str(bad), check=False)
     assert served.returncode == 2 and f"{bad}: serve.port" in served.stderr, served.stderr
-    asked = hopgraph("query", str(index), "q", "--llm.base_url", "notaurl", check=False)
+    asked = hopgraph("query", str(index), "q", "--answer", "--llm.base_url", "notaurl", check=False)
     assert asked.returncode == 2 and "not an http(s) address with a host: 'notaurl'" in asked.stderr, asked.stderr
     missing = hopgraph("llm-server", "--model", str(tmp_path / "none.gguf"), check=False)
     assert missing.returncode == 2 and "serving" not in missing.stdout

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_serializer, field_validator, model_validator
+from pydantic import Field, field_serializer, model_validator
 
-from hopgraph.config.base import OFFLINE_MINILM, Section, web_address
+from hopgraph.config.base import OFFLINE_MINILM, Section
 
 
 class AccessConfig(Section):
@@ -228,7 +228,6 @@ class LLMConfig(Section):
         "in-process batch engine (GPU indexing jobs).",
     )
     base_url: str = Field("http://127.0.0.1:8000/v1", description="With backend=http: the server's /v1 address.")
-    _web_address = field_validator("base_url")(web_address)
     model: str = Field(
         "default",
         description="Model name the server serves; with backend=vllm, a local model folder (never downloaded).",
