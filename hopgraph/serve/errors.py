@@ -158,4 +158,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         # A bug is still a JSON error to the client; the traceback goes to the log only.
         log.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)
-        return JSONResponse(error_body("server_error", "the server failed to handle the request (logged)"), 500)
+        # Starlette answers this outside every middleware: the header the guard adds to all else.
+        return JSONResponse(
+            error_body("server_error", "the server failed to handle the request (logged)"),
+            500,
+            headers={"X-Content-Type-Options": "nosniff"},
+        )

@@ -286,6 +286,7 @@ def test_a_bug_is_still_a_json_error(acl_index, serve_config):
         response = c.get("/v1/boom", headers=auth("guest"))
     assert response.status_code == 500 and response.json()["error"]["code"] == "server_error"
     assert "secret-internal-detail" not in response.text
+    assert response.headers.get_list("x-content-type-options") == ["nosniff"]  # like every other response
 
 
 @pytest.mark.slow
