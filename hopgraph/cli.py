@@ -241,21 +241,19 @@ def jobs(index_dir: str, as_json: bool) -> None:
 
     IndexStore(index_dir).read_manifest()  # a clear error where INDEX is no index
     records = list_jobs(index_dir)
+    if any(job["status"] == "running" for job in records) and jobs_running(Path(index_dir)) is False:
+        for job in records:  # left running by a run that was killed or interrupted
+            job["status"] = "stopped" if job["status"] == "running" else job["status"]
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return
     click.echo(f"live version: {versions.live_version(index_dir) or 'root'}")
-    running = jobs_running(Path(index_dir))
-    stopped = False
     for job in records:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
         added, deleted = id_counts(job)
-        status = job["status"]
-        if status == "running" and not running:  # its run was killed or interrupted
-            status, stopped = "stopped", True
-        click.echo(f"{job['id']}  {status:<8} created {job['created']}  +{added} -{deleted}{took}{error}")
-    if stopped:
+        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}  +{added} -{deleted}{took}{error}")
+    if any(job["status"] == "stopped" for job in records):
         click.echo(f"stopped jobs resume with `hopgraph update {index_dir} --resume` (or when a server over it starts)")
 
 

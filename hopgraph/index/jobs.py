@@ -192,11 +192,22 @@ def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def jobs_running(root: Path) -> bool:
-    """Whether a process runs jobs of ``root`` now (holds its job lock): a record still "running"
-    when none does was left by a run that was killed or interrupted, and resumes with the next."""
+def jobs_running(root: Path) -> bool | None:
+    """Whether a process runs jobs of ``root`` now (holds its job lock; None where that cannot be
+    told): a record still "running" when none does was left by a run that was killed or
+    interrupted, and resumes with the next. Reads only: an index may be mounted read-only."""
     try:
-        with job_lock(root, ".lock", wait=False):
-            return False
-    except BlockingIOError:
-        return True
+        handle = open(root / JOBS / ".lock", encoding="utf-8")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return None
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False

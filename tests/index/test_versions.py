@@ -253,6 +253,9 @@ def test_a_stopped_cli_update_leaves_index_servable_and_resumes(index, tmp_path,
     assert job["status"] == "running" and LoadedIndex(index).version == ""
     listed = CliRunner().invoke(main, ["jobs", str(index)])
     assert f"{job['id']}  stopped" in listed.output and "--resume" in listed.output, listed.output
+    assert [j["status"] for j in json.loads(CliRunner().invoke(main, ["jobs", str(index), "--json"]).output)] == [
+        "stopped"
+    ]
     assert Retriever(index).retrieve(QUERIES[0], method="ppr").evidence
     resumed = CliRunner().invoke(main, ["update", str(index), "--resume", "-q"])
     assert resumed.exit_code == 0, resumed.output
