@@ -18,6 +18,7 @@ import click
 from hopgraph.cli_options import (
     BUILD_SECTIONS,
     ENGINE,
+    INTERRUPTED_META,
     QUERY_SECTIONS,
     ROOT,
     SUMMARY_JSON,
@@ -197,12 +198,19 @@ def update(
     # How to build is this run's choice (never the stored one): the engine is not part of the index.
     cluster = validate_section(ClusterConfig, cluster_overrides, "--cluster options")
     corpus = None
+    meta = click.get_current_context().meta
+    resume_hint = f"`hopgraph update {index_dir} --resume` finishes"
+    meta[INTERRUPTED_META] = f"; the jobs stay queued and {resume_hint} them"
     if not resume:
+        meta[INTERRUPTED_META] = "; nothing was queued yet: run the same command again"
         documents = []
         if add_paths:
             corpus = read_inputs(add_paths, root, index_dir, progress=not quiet)
             documents = corpus.documents
         job = versions.submit_update(index_dir, documents, delete_ids)
+        meta[INTERRUPTED_META] = (
+            f"; job {job['id']} stays queued and {resume_hint} it (the same command again would queue it twice)"
+        )
         if not as_json:
             added, deleted = id_counts(job)
             click.echo(f"submitted job {job['id']}: add {added}, delete {deleted}")
@@ -225,6 +233,7 @@ def update(
         echo_llm_usage(job.get("llm", {}))
     from hopgraph.index import garbage  # noqa: PLC0415
 
+    meta[INTERRUPTED_META] = "; the jobs are done, only removing old versions was cut short (the next update does it)"
     removed = garbage.collect_garbage(index_dir, keep=keep)
     if removed and not as_json:
         click.echo(f"removed old versions: {', '.join(removed)}")

@@ -120,14 +120,11 @@ def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__
     return f"warning: {message}\n"
 
 
-# What an interrupted command kept, and how to go on (a query or a listing keeps nothing).
+# What an interrupted command kept, and how to go on (a query or a listing keeps nothing). A command
+# whose answer depends on how far it got says so in ``ctx.meta[INTERRUPTED_META]`` as it goes.
 _RESUME = "; finished stages are kept, run the same command again to resume"
-INTERRUPTED = {
-    "index": _RESUME,
-    "eval": _RESUME,
-    "update": "; the job stays queued and `hopgraph update INDEX --resume` finishes it (running the same "
-    "command again would queue it a second time)",
-}
+INTERRUPTED = {"index": _RESUME, "eval": _RESUME}
+INTERRUPTED_META = "hopgraph.interrupted"
 
 
 class Group(click.Group):
@@ -144,7 +141,8 @@ class Group(click.Group):
         except HopgraphError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            fail(f"interrupted{INTERRUPTED.get(ctx.invoked_subcommand or '', '')}")
+            kept = ctx.meta.get(INTERRUPTED_META, INTERRUPTED.get(ctx.invoked_subcommand or "", ""))
+            fail(f"interrupted{kept}")
 
 
 def _names(section: str, opts: list[str], shown: int = 4) -> str:

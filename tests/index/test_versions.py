@@ -248,7 +248,8 @@ def test_a_stopped_cli_update_leaves_index_servable_and_resumes(index, tmp_path,
     os.kill(proc.pid, stop)
     _, stderr = proc.communicate(timeout=60)
     if stop == signal.SIGINT:
-        assert "the job stays queued and `hopgraph update INDEX --resume` finishes it" in stderr, stderr
+        job_id = versions.list_jobs(index)[0]["id"]
+        assert f"job {job_id} stays queued and `hopgraph update {index} --resume` finishes it" in stderr, stderr
     [job] = versions.list_jobs(index)
     assert job["status"] == "running" and LoadedIndex(index).version == ""
     listed = CliRunner().invoke(main, ["jobs", str(index)])
