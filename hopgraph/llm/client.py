@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
 from contextlib import aclosing
 from pathlib import Path
@@ -233,7 +233,7 @@ class HttpLLM:
                         )
                     yield read_chat_response(self.config, response.status_code, text, time.perf_counter() - started)
                     return
-                async for line in response.aiter_lines():
+                async for line in _lines(response):
                     data = line[5:].strip() if line.startswith("data:") else ""
                     if data == "[DONE]":
                         return
@@ -380,6 +380,19 @@ def open_llm(config: LLMConfig, backend: LLM | None = None) -> LLM:
     else:
         llm = HttpLLM(config)
     return CachedLLM(llm, CompletionCache(config.cache)) if config.cache else llm
+
+
+async def _lines(response: Any) -> AsyncIterator[str]:
+    """The lines of a streamed response, split at "\n" only: httpx's ``aiter_lines`` also splits at
+    U+2028, U+2029 and U+0085, which vLLM and llama.cpp write unescaped inside the JSON of a chunk (a
+    model quoting a document that holds one failed the whole answer)."""
+    pending = ""
+    async for text in response.aiter_text():
+        *lines, pending = (pending + text).split("\n")
+        for line in lines:
+            yield line.removesuffix("\r")
+    if pending:
+        yield pending.removesuffix("\r")
 
 
 async def stream_completion(

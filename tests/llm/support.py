@@ -118,7 +118,8 @@ class ScriptedServer:
                 sent = 0
                 try:
                     while trickle.count is None or sent < trickle.count:
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        # unescaped, as vLLM and llama.cpp write it (U+2028 and its kind included)
+                        self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
                         self.wfile.flush()
                         sent += 1
                         time.sleep(trickle.every)

@@ -18,7 +18,7 @@ from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
 from hopgraph.llm.probe import FALLBACK_CONCURRENCY, server_slots
-from tests.llm.support import InFlight, ScriptedServer
+from tests.llm.support import InFlight, ScriptedServer, Trickle
 from tests.ports import dead_port
 
 
@@ -125,6 +125,20 @@ def test_a_stream_from_a_slow_server_is_called_slow(tmp_path):
         with pytest.raises(LLMUnavailableError, match=r"is slow: wrote nothing for 0\.5 s at concurrency 4") as failure:
             asyncio.run(read(HttpLLM(scripted_config(server, tmp_path, timeout=0.5))))
     assert "Start it" not in str(failure.value)
+
+
+def test_a_streamed_piece_holding_a_unicode_line_separator_is_read_whole(tmp_path):
+    """Servers write U+2028, U+2029 and U+0085 unescaped in a chunk's JSON; httpx's line reader split
+    there, and the answer failed as "streamed something other than chat completion chunks"."""
+    import asyncio
+
+    async def read(llm: HttpLLM) -> list[str]:
+        return [piece.text async for piece in llm.stream(QUESTIONS[0])]
+
+    piece = "one\u2028two\u2029three\u0085four "
+    with ScriptedServer(lambda body, n: (200, Trickle(piece, every=0.01, count=3), 0)) as server:
+        pieces = asyncio.run(read(HttpLLM(scripted_config(server, tmp_path))))
+    assert "".join(pieces) == piece * 3
 
 
 def test_a_server_that_accepts_but_never_answers_is_not_called_slow(tmp_path):
