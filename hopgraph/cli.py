@@ -90,6 +90,7 @@ def index(
     from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
 
     check_method(config.retrieval.method, source=config_file or "settings")
+    IndexStore(out).refuse_if_building()  # before reading the corpus, which can take minutes
     corpus = read_inputs(paths, root, None, progress=not quiet)
     try:
         earlier = {} if overwrite else IndexStore(out).finished_stages()  # --overwrite runs every stage

@@ -130,21 +130,14 @@ class IndexStore:
 
     # ---------------------------------------------------------------- one build at a time
     @contextlib.contextmanager
-    def building(self) -> Iterator[None]:
+    def building(self, patience: float = 2.0) -> Iterator[None]:
         """Hold the directory's build lock (an flock the kernel releases when the holder dies) while a
         build writes it: two builds into one directory wrote each other's arrays, one failed with a
         traceback, and the other reported the damaged index as built."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / BUILD_LOCK
         new = not path.exists()
-        with open(path, "a+", encoding="utf-8") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise InputError(
-                    f"{self.root}: another process{_pid(handle)} is building this index now; wait for it to "
-                    "end, or choose another --out"
-                ) from None
+        with self._locked(path, patience) as handle:
             handle.truncate(0)
             handle.write(str(os.getpid()))
             handle.flush()
@@ -154,6 +147,43 @@ class IndexStore:
                 if new and not self.exists():  # refused before it wrote anything: leave the folder as it was
                     path.unlink(missing_ok=True)
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _locked(self, path: Path, patience: float) -> Any:
+        """The lock file, open and locked, tried for ``patience`` seconds: a reader's look
+        (:meth:`builder`) holds it shared for an instant, and a killed build's forked workers until
+        they notice, within a second, that it is gone. The file locked must be the one at ``path``
+        still (a refused build removes the file it created)."""
+        deadline = time.monotonic() + patience
+        while True:
+            handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - the caller closes it
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _pid(handle)
+                handle.close()
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise InputError(self._busy(holder)) from None
+            try:
+                if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                    return handle
+            except FileNotFoundError:
+                pass
+            handle.close()
+
+    def _busy(self, holder: str) -> str:
+        return (
+            f"{self.root}: another process{holder} is building this index now; wait for it to end, or "
+            "choose another --out"
+        )
+
+    def refuse_if_building(self) -> None:
+        """InputError where another process is building this directory now: a build asks before it
+        reads its corpus, which can take minutes (:meth:`building` asks again)."""
+        holder = self.builder()
+        if holder is not None:
+            raise InputError(self._busy(holder))
 
     def builder(self) -> str | None:
         """ " (pid N)" (or "") when another process is building this directory now, else None."""

@@ -30,6 +30,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 from starlette.types import Receive, Scope, Send
 
+from hopgraph.documents import one_line
 from hopgraph.llm.types import Usage
 from hopgraph.retrieve.answer import Answer
 from hopgraph.retrieve.packing import RetrievalResult, source_names
@@ -180,7 +181,8 @@ def sources(reply: Answer) -> str:
     lines = []
     for c in reply.citations:
         names = source_names(c["doc_ids"], c["titles"], c.get("places"))
-        shown = _MARKDOWN.sub(r"\\\g<0>", "; ".join(dict.fromkeys(names)))
+        # one_line too: an index built before titles were stored on one line may hold line breaks
+        shown = _MARKDOWN.sub(r"\\\g<0>", one_line("; ".join(dict.fromkeys(names))))
         lines.append(f"[{c['evidence']}] {shown or 'untitled'}")
     return "\n\nSources:\n" + "\n".join(lines) if lines else ""
 

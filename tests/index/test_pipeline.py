@@ -9,6 +9,7 @@ from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.index.pipeline import STAGES, build_index
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.store import IndexStore
+from tests.conftest import SAMPLE
 
 
 def test_index_holds_every_granularity_and_graph(sample_index):
@@ -76,6 +77,9 @@ def test_one_build_at_a_time_writes_an_index_and_a_dead_builder_blocks_nothing(
             build_index(sample_documents, out, sample_config, progress=False)
         with pytest.raises(IndexFormatError, match=rf"being built now by another process \(pid {holder.pid}\)"):
             LoadedIndex(out)
+        command = [sys.executable, "-m", "hopgraph.cli", "index", str(SAMPLE), "--out", str(out), "-q"]
+        second = subprocess.run(command, capture_output=True, text=True, timeout=120)  # refused before reading
+        assert second.returncode == 2 and f"another process (pid {holder.pid}) is building" in second.stderr
     finally:
         holder.kill()
         holder.wait()

@@ -411,7 +411,8 @@ def test_cited_evidence_is_listed_with_its_titles(acl_index, serve_config):
 def test_a_title_adds_no_markup_to_the_sources_a_chat_client_renders():
     """A title is a document author's words: as Markdown, "![x](http://...)" in one would load that
     address in every reader's browser (Open WebUI renders answers)."""
-    title = "Tide memo ![x](http://attacker.example/p.png) <img src=x> `code` back\\slash"
+    # (with a line break, as an index built before titles were stored on one line may hold it)
+    title = "Tide memo ![x](http://attacker.example/p.png)\n<img src=x> `code` back\\slash"
     reply = Answer(text="x", found=True, citations=[{"evidence": 1, "doc_ids": ["memo"], "titles": [title]}])
     shown = "Tide memo !\\[x\\](http://attacker.example/p.png) \\<img src=x\\> \\`code\\` back\\\\slash"
     assert sources(reply) == f"\n\nSources:\n[1] {shown}"
