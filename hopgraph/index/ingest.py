@@ -261,7 +261,7 @@ class _Reader:
         self.problems: list[InputProblem] = []
         self._first_source: dict[str, str] = {}
         self._visited: dict[Path, str] = {}  # resolved folder -> how it was first reached
-        self._links: list[tuple[Path, Path]] = []  # (linked folder, root): walked after every real one
+        self._links: list[tuple[Path, Path]] = []  # (link in a folder, root): read after every real entry
         self._files: dict[Path, str] = {}  # resolved file -> how it was first reached
         self._tasks: list[tuple[int, Callable[[], None]]] = []  # (bytes, read it)
 
@@ -282,9 +282,15 @@ class _Reader:
             self.problem(path, None, "not a regular file (a device or a pipe)")
 
     def run(self, progress: bool) -> None:
-        # Linked folders last: a file reached both ways keeps the id of where it really is.
+        # Links last: a file reached both ways keeps the id of where it really is.
         while self._links:
-            self.walk(*self._links.pop(0), follow=True)
+            link, root = self._links.pop(0)
+            if link.is_dir():
+                self.walk(link, root)
+            elif link.is_file():
+                self.plan_file(link, root, named=False)
+            else:
+                self.problem(link, None, "a broken link")
         total = sum(size for size, _ in self._tasks)
         with tqdm(total=total, desc="read", unit="B", unit_scale=True, disable=not progress) as bar:
             for size, task in self._tasks:
@@ -292,12 +298,9 @@ class _Reader:
                 bar.update(size)
                 bar.set_postfix(documents=len(self.documents), skipped=len(self.problems), refresh=False)
 
-    def walk(self, folder: Path, root: Path, *, follow: bool = False) -> None:
+    def walk(self, folder: Path, root: Path) -> None:
         """Recurse in sorted order (deterministic ids and order); hidden entries are listed as skipped.
-        A linked folder inside is walked once every real folder has been (``follow``)."""
-        if folder.is_symlink() and not follow:
-            self._links.append((folder, root))
-            return
+        Links inside are read once every real entry has been (:meth:`run`)."""
         real = folder.resolve()
         if real in self._visited:  # a symlink loop, or the same folder named twice
             self.problem(folder, None, f"the same folder as {self._visited[real]}, read once")
@@ -311,6 +314,8 @@ class _Reader:
         for entry in entries:
             if entry.name.startswith("."):
                 self.problem(entry, None, "hidden (its name starts with '.'; name it to read it)")
+            elif entry.is_symlink():
+                self._links.append((entry, root))
             elif entry.is_dir():
                 if detect_format(entry) == KETRAG:
                     self.plan_benchmark(entry)

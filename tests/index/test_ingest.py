@@ -351,10 +351,12 @@ def test_a_folder_reached_twice_is_read_where_it_is_and_the_other_way_is_named(t
     (tmp_path / "sub" / "water-board.txt").write_text("The Orrin Basin Water Board meets monthly.")
     (tmp_path / "link").symlink_to(tmp_path / "sub")
     (tmp_path / "sub" / "loop").symlink_to(tmp_path / "sub")
+    (tmp_path / "a-board.txt").symlink_to(tmp_path / "sub" / "water-board.txt")  # a file link sorts first too
     result = read_corpus([tmp_path])
     assert [d.id for d in result.documents] == ["sub/water-board.txt"]
     reasons = {Path(p.path).name: p.reason for p in result.problems}
     assert reasons == {
         "link": f"the same folder as {tmp_path / 'sub'}, read once",
         "loop": f"the same folder as {tmp_path / 'sub'}, read once",
+        "a-board.txt": f"the same file as {tmp_path / 'sub' / 'water-board.txt'}, read once",
     }
