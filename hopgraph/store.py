@@ -71,6 +71,26 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
             tmp.unlink()
 
 
+def held_elsewhere(path: Path) -> bool | None:
+    """Whether a process holds an flock on ``path`` now (False where the file is missing, None where
+    that cannot be told): a look that only reads, as a read-only index allows."""
+    try:
+        handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return None
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False
+
+
 def _pid(handle: Any) -> str:
     """ " (pid N)" from a build lock file's text (its holder's pid), or "" when it holds none yet."""
     handle.seek(0)
@@ -187,17 +207,14 @@ class IndexStore:
 
     def builder(self) -> str | None:
         """ " (pid N)" (or "") when another process is building this directory now, else None."""
+        path = self.root / BUILD_LOCK
+        if not held_elsewhere(path):
+            return None
         try:
-            handle = open(self.root / BUILD_LOCK, encoding="utf-8")  # noqa: SIM115 - closed below
-        except OSError:
-            return None
-        with handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
+            with open(path, encoding="utf-8") as handle:
                 return _pid(handle)
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            return None
+        except OSError:
+            return ""
 
     def require_complete(self) -> dict[str, Any]:
         """The manifest of an index whose build finished and whose files have their recorded sizes;

@@ -32,7 +32,7 @@ from typing import Any
 
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write
+from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write, held_elsewhere
 
 UNFINISHED = ("queued", "running")
 LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
@@ -196,18 +196,4 @@ def jobs_running(root: Path) -> bool | None:
     """Whether a process runs jobs of ``root`` now (holds its job lock; None where that cannot be
     told): a record still "running" when none does was left by a run that was killed or
     interrupted, and resumes with the next. Reads only: an index may be mounted read-only."""
-    try:
-        handle = open(root / JOBS / ".lock", encoding="utf-8")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return None
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return None
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-        return False
+    return held_elsewhere(root / JOBS / ".lock")
