@@ -10,8 +10,8 @@ OFFLINE_MINILM = "offline:all-minilm-l6-v2"
 
 
 def web_address(url: str) -> str:
-    """``url`` when it is an http(s) address with a host; a ValueError otherwise (refused when the
-    settings are read, where "notaurl" was tried four times as a connection, then reported)."""
+    """``url`` when it is an http(s) address with a host; a ValueError otherwise, so "notaurl" is
+    refused at once instead of being tried four times as a connection and then reported."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) address with a host: {url!r}")
