@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from hopgraph.config import HopgraphConfig, apply_overrides, dotted_keys, leaf_fields, read_toml, validate_config
+from hopgraph.config.base import llm_address
 from hopgraph.errors import HopgraphError
 
 BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
@@ -161,6 +162,8 @@ def settings(config_file: str | None, options: dict[str, Any], only: tuple[str, 
     given = {**(dotted_keys(read_toml(config_file)) if config_file else {}), **cli_overrides(options)}
     if only is not None:
         given = {k: v for k, v in given.items() if k.startswith(only)}
+    if isinstance(given.get("llm.base_url"), str):  # an address given now is checked now, not at its first call
+        llm_address(given["llm.base_url"], f"{config_file or 'settings'}: ")
     return given
 
 

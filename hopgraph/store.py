@@ -156,7 +156,6 @@ class IndexStore:
         traceback, and the other reported the damaged index as built."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / BUILD_LOCK
-        new = not path.exists()
         with self._locked(path, patience) as handle:
             handle.truncate(0)
             handle.write(str(os.getpid()))
@@ -164,7 +163,7 @@ class IndexStore:
             try:
                 yield
             finally:
-                if new and not self.exists():  # refused before it wrote anything: leave the folder as it was
+                if not self.exists():  # refused before it wrote anything: leave no lock file behind
                     path.unlink(missing_ok=True)
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 

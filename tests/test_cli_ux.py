@@ -53,8 +53,15 @@ def test_small_mistakes_get_one_line_that_names_the_culprit(index, tmp_path):
     bad.write_text('[serve]\nport = "eighty"\n', encoding="utf-8")
     served = hopgraph("serve", str(index), "--config", str(bad), check=False)
     assert served.returncode == 2 and f"{bad}: serve.port" in served.stderr, served.stderr
-    asked = hopgraph("query", str(index), "q", "--answer", "--llm.base_url", "notaurl", check=False)
-    assert asked.returncode == 2 and "not an http(s) address with a host: 'notaurl'" in asked.stderr, asked.stderr
+    for command in (
+        ("query", str(index), "q", "--answer"),
+        ("update", str(index), "--resume"),  # refused before any queued job runs (and fails on it)
+        ("index", str(SAMPLE), "--out", str(tmp_path / "other"), "--extraction.kg", "all"),  # before any stage
+    ):
+        asked = hopgraph(*command, "--llm.base_url", "notaurl", check=False)
+        assert asked.returncode == 2, asked.stderr
+        assert "llm.base_url: not an http(s) address with a host: 'notaurl'" in asked.stderr, asked.stderr
+    assert not (tmp_path / "other").exists()
     missing = hopgraph("llm-server", "--model", str(tmp_path / "none.gguf"), check=False)
     assert missing.returncode == 2 and "serving" not in missing.stdout
     assert f"no model file '{tmp_path / 'none.gguf'}'" in missing.stderr, missing.stderr

@@ -6,6 +6,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from hopgraph.errors import ConfigError
+
 OFFLINE_MINILM = "offline:all-minilm-l6-v2"
 
 
@@ -16,6 +18,16 @@ def web_address(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) address with a host: {url!r}")
     return url
+
+
+def llm_address(url: str, where: str = "") -> str:
+    """``url`` as the LLM server's address (``llm.base_url``); a ConfigError saying ``where`` otherwise.
+    Asked where an address is given or used, not when settings are read: an index stores whatever
+    address it was built with, used or not."""
+    try:
+        return web_address(url)
+    except ValueError as error:
+        raise ConfigError(f"{where}llm.base_url: {error}") from None
 
 
 class Section(BaseModel):

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from hopgraph import ner
 from hopgraph.config import EmbeddingConfig, HopgraphConfig, LLMConfig
+from hopgraph.config.base import llm_address
 from hopgraph.errors import ConfigError, DependencyError
 from hopgraph.index.chunking import TextAnalysis, analyse_texts
 from hopgraph.llm.client import chat_body, completion_from_json
@@ -373,6 +374,8 @@ class RayHttpLLM:
     def __init__(self, engine: RayEngine, config: LLMConfig):
         self.engine, self.config, self.name = engine, config, config.model
         cluster = engine.config.cluster
+        if not cluster.llm_endpoints:  # the endpoints are checked with the settings; the stored address here
+            llm_address(config.base_url)
         self.endpoints = cluster.llm_endpoints or [config.base_url]
 
     def complete(

@@ -271,26 +271,29 @@ class _Reader:
     def plan(self, path: Path, root: Path) -> None:
         if not path.exists():
             self.problem(path, None, "no such file or directory")
-        elif path.is_dir():
+        elif path.is_symlink() and path.is_dir():
+            self._links.append((path, root))  # a linked folder named: read after the real ones too
+        else:
+            self.dispatch(path, root, named=True)
+
+    def dispatch(self, path: Path, root: Path, *, named: bool) -> None:
+        """Plan one path by its kind: a folder (a KET-RAG benchmark folder or one to walk), a file."""
+        if path.is_dir():
             if detect_format(path) == KETRAG:
                 self.plan_benchmark(path)
             else:
                 self.walk(path, root)
         elif path.is_file():
-            self.plan_file(path, root, named=True)
+            self.plan_file(path, root, named=named)
+        elif not path.exists():
+            self.problem(path, None, "a broken link")
         else:  # reading a pipe waits forever, a link to /dev/zero fills the memory
             self.problem(path, None, "not a regular file (a device or a pipe)")
 
     def run(self, progress: bool) -> None:
         # Links last: a file reached both ways keeps the id of where it really is.
         while self._links:
-            link, root = self._links.pop(0)
-            if link.is_dir():
-                self.walk(link, root)
-            elif link.is_file():
-                self.plan_file(link, root, named=False)
-            else:
-                self.problem(link, None, "a broken link")
+            self.dispatch(*self._links.pop(0), named=False)
         total = sum(size for size, _ in self._tasks)
         with tqdm(total=total, desc="read", unit="B", unit_scale=True, disable=not progress) as bar:
             for size, task in self._tasks:
@@ -316,15 +319,8 @@ class _Reader:
                 self.problem(entry, None, "hidden (its name starts with '.'; name it to read it)")
             elif entry.is_symlink():
                 self._links.append((entry, root))
-            elif entry.is_dir():
-                if detect_format(entry) == KETRAG:
-                    self.plan_benchmark(entry)
-                else:
-                    self.walk(entry, root)
-            elif entry.is_file():
-                self.plan_file(entry, root, named=False)
             else:
-                self.problem(entry, None, "not a regular file (a broken link, a device or a pipe)")
+                self.dispatch(entry, root, named=False)
 
     def plan_file(self, path: Path, root: Path, *, named: bool) -> None:
         size = self.size(path)

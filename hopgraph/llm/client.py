@@ -23,8 +23,8 @@ from typing import Any
 from tqdm import tqdm
 
 from hopgraph.config import LLMConfig
-from hopgraph.config.base import web_address
-from hopgraph.errors import ConfigError, LLMRequestError, LLMUnavailableError
+from hopgraph.config.base import llm_address
+from hopgraph.errors import LLMRequestError, LLMUnavailableError
 from hopgraph.llm.probe import FALLBACK_CONCURRENCY, resolved_concurrency, server_answers, server_slots, start_hint
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Done
 
@@ -121,10 +121,7 @@ class HttpLLM:
     def __init__(self, config: LLMConfig):
         import httpx  # noqa: PLC0415
 
-        try:  # checked where it is used, not when settings are read: indexes store whatever was given
-            web_address(config.base_url)
-        except ValueError as error:
-            raise ConfigError(f"llm.base_url: {error}") from None
+        llm_address(config.base_url)
         self.config = config
         self.name = config.model
         key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""

@@ -360,3 +360,16 @@ def test_a_folder_reached_twice_is_read_where_it_is_and_the_other_way_is_named(t
         "loop": f"the same folder as {tmp_path / 'sub'}, read once",
         "a-board.txt": f"the same file as {tmp_path / 'sub' / 'water-board.txt'}, read once",
     }
+    named = read_corpus([tmp_path / "link", tmp_path / "sub"], root=tmp_path)  # a linked folder named first
+    assert [d.id for d in named.documents] == ["sub/water-board.txt"]
+
+
+def test_a_linked_benchmark_folder_is_read_as_a_benchmark(tmp_path: Path) -> None:
+    bench = tmp_path / "data" / "ketrag"
+    bench.mkdir(parents=True)
+    (bench / "document.txt").write_text("para zero\npara one\n", encoding="utf-8")
+    (bench / "qa-pairs.json").write_text('[{"id": "q", "question": "Q?", "answer": "zero"}]', encoding="utf-8")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "bench").symlink_to(bench)
+    result = read_corpus([tmp_path / "corpus"])
+    assert [d.text for d in result.documents] == ["para zero", "para one"] and result.problems == []
