@@ -71,6 +71,36 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
             tmp.unlink()
 
 
+@contextlib.contextmanager
+def exclusive_lock(path: Path, patience: float | None = None) -> Iterator[Any]:
+    """An exclusive flock on ``path`` (created if missing), released on exit and by the kernel when
+    its holder dies; yields the open file. ``patience`` None waits as long as it takes, else
+    BlockingIOError once that many seconds have passed (0: at once). The file locked is the one at
+    ``path`` still: a holder may remove the file as it lets go (:meth:`IndexStore.building`)."""
+    deadline = None if patience is None else time.monotonic() + patience
+    while True:
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX if deadline is None else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+            continue
+        try:
+            if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    with handle:
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def held_elsewhere(path: Path) -> bool | None:
     """Whether a process holds an flock on ``path`` now (False where the file is missing, None where
     that cannot be told): a look that only reads, as a read-only index allows."""
@@ -151,12 +181,18 @@ class IndexStore:
     # ---------------------------------------------------------------- one build at a time
     @contextlib.contextmanager
     def building(self, patience: float = 2.0) -> Iterator[None]:
-        """Hold the directory's build lock (an flock the kernel releases when the holder dies) while a
-        build writes it: two builds into one directory wrote each other's arrays, one failed with a
-        traceback, and the other reported the damaged index as built."""
+        """Hold the directory's build lock while a build writes it: two builds into one directory
+        wrote each other's arrays, one failed with a traceback, and the other reported the damaged
+        index as built. It is tried for ``patience`` seconds: a reader's look (:meth:`builder`)
+        holds it shared for an instant, and a killed build's forked workers until they notice,
+        within a second, that it is gone."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / BUILD_LOCK
-        with self._locked(path, patience) as handle:
+        with contextlib.ExitStack() as stack:
+            try:
+                handle = stack.enter_context(exclusive_lock(path, patience))
+            except BlockingIOError:
+                raise InputError(self._busy(self.builder() or "")) from None
             handle.truncate(0)
             handle.write(str(os.getpid()))
             handle.flush()
@@ -165,31 +201,6 @@ class IndexStore:
             finally:
                 if not self.exists():  # refused before it wrote anything: leave no lock file behind
                     path.unlink(missing_ok=True)
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-    def _locked(self, path: Path, patience: float) -> Any:
-        """The lock file, open and locked, tried for ``patience`` seconds: a reader's look
-        (:meth:`builder`) holds it shared for an instant, and a killed build's forked workers until
-        they notice, within a second, that it is gone. The file locked must be the one at ``path``
-        still (a refused build removes the file it created)."""
-        deadline = time.monotonic() + patience
-        while True:
-            handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - the caller closes it
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = _pid(handle)
-                handle.close()
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                raise InputError(self._busy(holder)) from None
-            try:
-                if os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino:
-                    return handle
-            except FileNotFoundError:
-                pass
-            handle.close()
 
     def _busy(self, holder: str) -> str:
         return (

@@ -21,7 +21,6 @@ time), fails on it instead of building a corpus from the first 20 ids.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,7 +31,7 @@ from typing import Any
 
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write, held_elsewhere
+from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write, exclusive_lock, held_elsewhere
 
 UNFINISHED = ("queued", "running")
 LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
@@ -184,12 +183,8 @@ def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
     IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
     path = root / JOBS / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    with exclusive_lock(path, None if wait else 0):
+        yield
 
 
 def jobs_running(root: Path) -> bool | None:
