@@ -559,12 +559,8 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         record = {"done": True, "seconds": round(time.perf_counter() - started, 3), "files": store.take_written()}
         for key, value in counts.items():
             manifest["counts"][key] = value
-        if "embedding_tokens" in counts:  # summed over the stages that embed, each counted once however often it ran
+        if "embedding_tokens" in counts:  # the count of the stages that embed, each once however often it ran
             record["embedding_tokens"] = counts["embedding_tokens"]
-            manifest["counts"]["embedding_tokens"] = (
-                sum(r.get("embedding_tokens", 0) for other, r in manifest["stages"].items() if other != name)
-                + counts["embedding_tokens"]
-            )
         for other in manifest["stages"].values():  # a file belongs to the stage that wrote it last
             other["files"] = {k: v for k, v in other.get("files", {}).items() if k not in record["files"]}
         work = [after - before for after, before in zip(_model_work(ctx), work_before)]
@@ -579,6 +575,10 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         if ctx.usage:
             record["llm"] = ctx.usage
         manifest["stages"][name] = record
+        if "embedding_tokens" in record:
+            manifest["counts"]["embedding_tokens"] = sum(
+                r.get("embedding_tokens", 0) for r in manifest["stages"].values()
+            )
         manifest["peak_memory_mb"] = max(manifest.get("peak_memory_mb", 0.0), peak_memory_mb())
         store.write_manifest(manifest)
         if name == stop_after:

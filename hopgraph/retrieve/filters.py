@@ -207,14 +207,21 @@ def _in_range(value: Any, bounds: list[tuple[str, Any]]) -> bool:
     return True
 
 
-def _column(docs: dict[str, list], key: str) -> list[Any]:
-    if key in COMPOSED:  # an index built before ids and titles were stored composed may hold them decomposed
-        return [canonical_id(value) for value in docs[key]]
-    if key in COLUMNS and key in docs:
-        return docs[key]
-    if key == "timestamp":
-        return [timestamp_of(meta) for meta in docs["metadata"]]
-    return [meta.get(key) for meta in docs["metadata"]]
+def _column(index: Any, key: str) -> list[Any]:
+    """Field ``key`` of every document, derived once per loaded index (not on every request)."""
+    docs = index.documents
+
+    def make() -> list[Any]:
+        if key in COMPOSED:  # an index built before ids and titles were stored composed may hold them decomposed
+            return [canonical_id(value) for value in docs[key]]
+        if key in COLUMNS and key in docs:
+            return docs[key]
+        if key == "timestamp":
+            return [timestamp_of(meta) for meta in docs["metadata"]]
+        return [meta.get(key) for meta in docs["metadata"]]
+
+    memo = getattr(index, "memo", None)
+    return memo("filter_column", key, make) if memo is not None else make()
 
 
 def condition_mask(values: Sequence[Any], condition: Any) -> np.ndarray:
@@ -262,7 +269,7 @@ class MetadataFilter:
         """Documents that match ``where``, readable or not."""
         mask = np.ones(len(index.documents["id"]), dtype=bool)
         for key, condition in self.where.items():
-            mask &= condition_mask(_column(index.documents, key), condition)
+            mask &= condition_mask(_column(index, key), condition)
         return mask
 
     def piece_scopes(self, index: LoadedIndex, *pieces: Sequence[Sequence[int]]) -> list[np.ndarray]:
