@@ -25,6 +25,7 @@ import logging
 import re
 import zipfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,19 @@ _CDATA_END, _SECTION_END = re.compile(r"\]\s*\]\s*>"), re.compile(r"\]\s*>")
 
 class Unreadable(Exception):
     """The file cannot give text; the message says why (it becomes the skipped file's reason)."""
+
+
+@contextmanager
+def _parser_failure(kind: str) -> Iterator[None]:
+    """A parser's failure on a malformed file becomes that file's :class:`Unreadable` (skipped with
+    the parser's reason), not the run's; our own refusals and the reader's memory bound
+    (``serve.upload_memory_mb``, a MemoryError) pass through."""
+    try:
+        yield
+    except (Unreadable, MemoryError):
+        raise
+    except Exception as error:
+        raise Unreadable(f"{kind} could not be read ({type(error).__name__}: {error})") from None
 
 
 @dataclass
@@ -152,7 +166,7 @@ def read_pdf(data: bytes) -> Extracted:
     # pypdf logs what it repairs ("EOF marker not found") on a line that names no file; a file it
     # cannot read is skipped with the reason below instead.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
-    try:
+    with _parser_failure("PDF"):
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
             raise Unreadable("encrypted PDF (a password is needed)")
@@ -171,12 +185,6 @@ def read_pdf(data: bytes) -> Extracted:
         texts = [tidy(page.extract_text() or "") for page in reader.pages]
         info = reader.metadata
         title = str(info.title).strip() if info is not None and info.title else ""
-    except Unreadable:
-        raise
-    except MemoryError:  # the reader's own memory bound (serve.upload_memory_mb), not the file's fault
-        raise
-    except Exception as error:  # a parser's failure on a malformed file is that file's problem, not the run's
-        raise Unreadable(f"PDF could not be read ({type(error).__name__}: {error})") from None
     if not any(texts):
         raise Unreadable(f"PDF has no text layer in its {len(texts)} page(s) (a scan needs OCR first)")
     text, starts = "", []
@@ -243,26 +251,23 @@ def read_docx(data: bytes) -> Extracted:
     import docx  # noqa: PLC0415
     from docx.table import Table  # noqa: PLC0415
 
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+    # An encrypted part, an unknown compression method or a corrupt deflate stream is the file's problem.
+    with _parser_failure("DOCX"):
+        try:
+            archive = zipfile.ZipFile(io.BytesIO(data))
+        except zipfile.BadZipFile as error:
+            raise Unreadable(f"DOCX could not be read (not a zip archive: {error})") from None
+        with archive:
             unzipped = sum(info.file_size for info in archive.infolist())
             if unzipped > MAX_DOCX_UNZIPPED:
                 raise Unreadable(f"DOCX unzips to {unzipped} bytes, over the {MAX_DOCX_UNZIPPED} read (a zip bomb?)")
             # python-docx parses every XML part its relationships reach (styles, headers, a main part
             # of any name), so the bound is on all of them: 170 KB of zipped styles.xml took 2 GB.
             elements = sum(map(_xml_elements, map(archive.read, archive.infolist())))
-    except zipfile.BadZipFile as error:
-        raise Unreadable(f"DOCX could not be read (not a zip archive: {error})") from None
-    except Unreadable:
-        raise
-    except MemoryError:  # the reader's own memory bound (serve.upload_memory_mb), not the file's fault
-        raise
-    except Exception as error:  # an encrypted part, an unknown compression method, a corrupt deflate stream
-        raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
     if elements > MAX_DOCX_ELEMENTS:
         raise Unreadable(f"DOCX parts have {elements} XML elements, over the {MAX_DOCX_ELEMENTS} read")
     blocks: list[tuple[int, str]] = []
-    try:
+    with _parser_failure("DOCX"):
         document = docx.Document(io.BytesIO(data))
         for item in document.iter_inner_content():
             if isinstance(item, Table):
@@ -273,10 +278,6 @@ def read_docx(data: bytes) -> Extracted:
             level = 1 if style == "Title" else int(style[8:]) if re.fullmatch(r"Heading [1-9]", style) else 0
             blocks.append((level, item.text))
         given_title = (document.core_properties.title or "").strip()
-    except MemoryError:  # the reader's own memory bound (serve.upload_memory_mb), not the file's fault
-        raise
-    except Exception as error:  # as for PDF: a malformed file is skipped with the parser's reason
-        raise Unreadable(f"DOCX could not be read ({type(error).__name__}: {error})") from None
     text, sections = _with_sections(blocks)
     title = given_title or next((s[2] for s in sections), "")
     return Extracted(text, title, {"format": "docx", "sections": sections})
