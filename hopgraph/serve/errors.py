@@ -1,6 +1,7 @@
-"""How the server says no: every error is JSON ``{"error": {"code", "message"}}`` with a 4xx/5xx
-status that says whose fault it is; messages name no internal address (the details are logged), and
-ids and field names echoed in them are cut to 80 characters, and at most 20 problems are listed."""
+"""How the server says no: every error is JSON ``{"error": {"code", "message", "type", "param"}}``
+(OpenAI's shape) with a 4xx/5xx status that says whose fault it is; messages name no internal address
+(the details are logged), ids and field names echoed in them are cut to 80 characters, and at most 20
+problems are listed."""
 
 from __future__ import annotations
 
@@ -82,11 +83,31 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         """The refusal as the server sends it (from an endpoint's handler or from the middleware)."""
-        return JSONResponse(error_body(self.code, self.message), self.status, headers=self.headers)
+        return error_response(self.status, self.code, self.message, self.headers)
 
 
-def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, **extra}}
+# OpenAI's error types by status: its SDKs and the chat UIs built on them read ``type`` and ``param``
+# (``BadRequestError.type``) beside ``code`` and ``message``.
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    503: "service_unavailable_error",
+}
+
+
+def error_body(status: int, code: str, message: str, param: str | None = None, **extra: Any) -> dict[str, Any]:
+    """``{"error": {...}}`` in OpenAI's shape: ``code`` (hopgraph's), ``message``, ``type`` (by status)
+    and ``param`` (the field at fault, where one is), plus ``extra`` fields."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"code": code, "message": message, "type": kind, "param": param, **extra}}
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse(error_body(status, code, message, **extra), status, headers=headers)
 
 
 def problems_of(errors: Sequence[Any], *, skip: int = 0, whole: str = "body") -> tuple[list[dict[str, str]], str]:
@@ -119,48 +140,41 @@ def install_error_handlers(app: FastAPI) -> None:
             code, message = "malformed_form", f"the upload form could not be read: {shown(message)}"
         elif exc.status_code == 400:
             code, message = "malformed_json", "the request body is not valid UTF-8 JSON"
-        return JSONResponse(error_body(code, message), exc.status_code, headers=getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = exc.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
-            return JSONResponse(error_body("malformed_json", "the request body is not valid UTF-8 JSON"), 400)
+            return error_response(400, "malformed_json", "the request body is not valid UTF-8 JSON")
         details, message = problems_of(problems, skip=1)
-        return JSONResponse(error_body("invalid_request", message, details=details), 422)
+        return error_response(422, "invalid_request", message, param=details[0]["field"] or None, details=details)
 
     @app.exception_handler(HopgraphError)
     async def hopgraph_error(request: Request, exc: HopgraphError) -> JSONResponse:
         # LLM and server faults name internal addresses and paths: logged here, never sent to clients.
         if isinstance(exc, LLMUnavailableError):
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return JSONResponse(
-                error_body("llm_unavailable", "the answer model is down or too slow; try again later"),
-                503,
-                headers={"Retry-After": "30"},
+            return error_response(
+                503, "llm_unavailable", "the answer model is down or too slow; try again later", {"Retry-After": "30"}
             )
         if isinstance(exc, LLMRequestError):
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return JSONResponse(
-                error_body(
-                    "llm_rejected",
-                    "the answer model refused the request (e.g. a prompt too long for its context); "
-                    "retrying the same request will not help",
-                ),
+            return error_response(
                 422,
+                "llm_rejected",
+                "the answer model refused the request (e.g. a prompt too long for its context); "
+                "retrying the same request will not help",
             )
         if isinstance(exc, (ConfigError, InputError)):
-            return JSONResponse(error_body("invalid_request", str(exc)), 422)
+            return error_response(422, "invalid_request", str(exc))
         log.error("%s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse(error_body("server_error", "the server failed to handle the request (logged)"), 500)
+        return error_response(500, "server_error", "the server failed to handle the request (logged)")
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         # A bug is still a JSON error to the client; the traceback goes to the log only.
         log.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)
         # Starlette answers this outside every middleware: the header the guard adds to all else.
-        return JSONResponse(
-            error_body("server_error", "the server failed to handle the request (logged)"),
-            500,
-            headers={"X-Content-Type-Options": "nosniff"},
-        )
+        failed = "the server failed to handle the request (logged)"
+        return error_response(500, "server_error", failed, {"X-Content-Type-Options": "nosniff"})

@@ -97,6 +97,23 @@ def test_bad_requests_are_json_errors_the_client_raises(server, change, status, 
     assert caught.value.status_code == status and caught.value.code == code, caught.value.body
 
 
+def test_errors_carry_openai_type_and_param_that_the_sdk_reads(server):
+    """The SDK's exceptions expose ``type`` and ``param`` from the body (None before they were sent)."""
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client_for(server).chat.completions.create(**ask("guest"), temperature=5)
+    assert (caught.value.type, caught.value.param) == ("invalid_request_error", "temperature")
+    with pytest.raises(openai.NotFoundError) as caught:
+        client_for(server).chat.completions.create(**{**ask("guest"), "model": "gpt-4o"})
+    assert (caught.value.type, caught.value.param) == ("not_found_error", None)
+    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="not-a-known-token-xyz", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as caught:
+        bad.models.list()
+    assert caught.value.type == "authentication_error"
+    with pytest.raises(openai.InternalServerError) as caught:  # the LLM is a closed port here
+        client_for(server).chat.completions.create(**ask("guest"))
+    assert (caught.value.status_code, caught.value.type) == (503, "service_unavailable_error")
+
+
 @pytest.mark.parametrize("stream", ["yes", 1, "true"])
 def test_stream_must_be_a_boolean(server, stream):
     """Coerced before: "yes" or 1 streamed, where OpenAI refuses the request."""
