@@ -207,7 +207,10 @@ class HttpLLM:
         concatenate to the answer and their token counts add up to its usage.
 
         One attempt, never retried: pieces may already be on their way to a reader. Closing the
-        iterator early closes the connection, which stops the generation on the server.
+        iterator early closes the connection, which stops the generation on the server. The first
+        piece of a streamed answer is empty, as soon as the server has accepted the request (its 200
+        is in, before its first token): a caller can tell a refusal or a server that is down, which
+        raise before it, from a failure mid-answer.
         """
         import httpx  # noqa: PLC0415
 
@@ -230,6 +233,7 @@ class HttpLLM:
                         )
                     yield read_chat_response(self.config, response.status_code, text, time.perf_counter() - started)
                     return
+                yield Completion(text="", prompt_tokens=0, completion_tokens=0)  # accepted
                 async for line in _lines(response):
                     data = line[5:].strip() if line.startswith("data:") else ""
                     if data == "[DONE]":

@@ -251,21 +251,25 @@ async def answer_events(
     version: str,
     evidence: list[dict[str, Any]],
 ) -> AsyncGenerator[str, None]:
-    """The server-sent events of one streamed answer. The answer slot is taken before the first event
-    (all busy: a 503, not a stream) and given back as soon as the model is done (or serve.answer_timeout
-    has passed), before the sources and the evidence, which can be large: a reader that stops reading
-    once the model is done holds a connection, not a slot."""
+    """The server-sent events of one streamed answer. The answer slot is taken, and the LLM has
+    accepted the request, before the first event: all slots busy, an LLM that is down or too slow to
+    start (503 with Retry-After, which OpenAI's SDKs retry) or one that refuses the prompt (422) is a
+    status response, not a stream that fails. The slot is given back as soon as the model is done
+    (or serve.answer_timeout has passed), before the sources and the evidence, which can be large:
+    a reader that stops reading once the model is done holds a connection, not a slot."""
     head, generation, wrote = Head(body.model), Generation(service, result), False
-    async with service.answer_slot():
+    async with service.answer_slot(), aclosing(service.in_time(generation.texts())) as texts:
+        first = await anext(texts, None)  # raises before any event: the error handlers answer
         yield head.chunk({"role": "assistant", "content": ""})
         try:
             trimmed = Trimmed()
-            async with aclosing(service.in_time(generation.texts())) as texts:
-                async for piece in texts:  # closed at once when the reader hangs up
-                    text = trimmed.feed(piece)
-                    if text:
-                        wrote = True
-                        yield head.chunk({"content": text})
+            piece = first
+            while piece is not None:
+                text = trimmed.feed(piece)
+                if text:
+                    wrote = True
+                    yield head.chunk({"content": text})
+                piece = await anext(texts, None)  # closed at once when the reader hangs up
         except Exception as exc:  # headers are sent: the error ends the stream as an event
             yield await error_event(request, exc)
             return
@@ -342,7 +346,8 @@ async def chat_completions(
     """The answer to the last user message with numbered sources, and the evidence in ``hopgraph``.
 
     ``stream: true`` sends server-sent events in OpenAI's chunk format, ending ``data: [DONE]``;
-    failures before the first event are JSON errors with their status, later ones end the stream
+    failures before the first event (sent once the LLM has accepted the request) are JSON errors
+    with their status, later ones end the stream
     with an event ``{"error": {"code", "message"}}``. Settings of the retrieval go in the field
     ``hopgraph`` ({budget, params, where}).
     """
@@ -351,8 +356,8 @@ async def chat_completions(
     evidence = finite(result.to_dict())["evidence"]
     if body.stream:
         events = answer_events(request, service, body, result, version, evidence)
-        # Takes the answer slot (busy is still a 503 with Retry-After), or leaves the queue for one
-        # when the client hangs up meanwhile.
+        # Takes the answer slot and waits for the LLM to accept the request (busy or down is still a
+        # 503 with Retry-After), or gives up both when the client hangs up meanwhile.
         first = await while_connected(request, anext(events))
         return SlotStream(first, events)
     reply = await service.generate(request, result)

@@ -288,8 +288,9 @@ class Service:
 
 class Generation:
     """One answer as the model writes it: iterate :meth:`texts` for its pieces of text (streamed from
-    an HTTP backend); ``reply`` and ``usage`` are set once they end. The one path of streamed and whole
-    answers, so both fit evidence, count tokens and read citations alike."""
+    an HTTP backend, the first one empty once the LLM has accepted the request); ``reply`` and
+    ``usage`` are set once they end. The one path of streamed and whole answers, so both fit
+    evidence, count tokens and read citations alike."""
 
     def __init__(self, service: Service, result: RetrievalResult):
         self.service, self.result = service, result
@@ -308,11 +309,10 @@ class Generation:
         chat = answer_request(result, config, keep)
         async with aclosing(stream_completion(service.llm, chat, service.answer_pool)) as stream:
             async for piece in stream:  # closing this generator early closes the LLM connection
+                refusal_error([piece])  # a refused request is one piece: raised before any text
                 pieces.append(piece)
-                if piece.text:
-                    yield piece.text
+                yield piece.text
         done = joined(pieces)
-        refusal_error([done])
         self.usage.add([done])
         service.count_tokens(self.usage)
         self.reply = read_answer(done.text, result, config, keep)

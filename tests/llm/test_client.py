@@ -139,6 +139,7 @@ def test_a_streamed_piece_holding_a_unicode_line_separator_is_read_whole(tmp_pat
     with ScriptedServer(lambda body, n: (200, Trickle(piece, every=0.01, count=3), 0)) as server:
         pieces = asyncio.run(read(HttpLLM(scripted_config(server, tmp_path))))
     assert "".join(pieces) == piece * 3
+    assert pieces[0] == ""  # the first piece says the server accepted the request, before any token
 
 
 def test_a_server_that_accepts_but_never_answers_is_not_called_slow(tmp_path):

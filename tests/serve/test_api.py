@@ -399,9 +399,14 @@ def test_a_request_the_llm_refuses_is_422_without_retry_after(acl_index, serve_c
         config = serve_config.model_copy(update={"llm": scripted_llm(serve_config, llm)})
         with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=30) as c:
             response = c.post("/v1/answer", json=ANSWER_QUESTION, headers=auth("guest"))
-        assert len(llm.bodies) == 1  # asked once: retrying cannot help
-    assert response.status_code == 422 and response.json()["error"]["code"] == "llm_rejected"
-    assert "retry-after" not in response.headers and llm.base_url not in response.text
+            # Streamed, the refusal is a status too, not an error event after a 200: the stream
+            # starts only once the LLM has accepted the request.
+            chat = {"model": "hopgraph-text", "messages": [{"role": "user", "content": ANSWER_QUESTION["query"]}]}
+            streamed = c.post("/v1/chat/completions", json={**chat, "stream": True}, headers=auth("guest"))
+        assert len(llm.bodies) == 2  # asked once each: retrying cannot help
+    for refused in (response, streamed):
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "llm_rejected", refused.text
+        assert "retry-after" not in refused.headers and llm.base_url not in refused.text
 
 
 @pytest.mark.slow

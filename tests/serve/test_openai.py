@@ -141,34 +141,56 @@ def test_harmless_fields_sdks_send_are_accepted(server):
     assert caught.value.status_code == 503 and caught.value.code == "llm_unavailable"
 
 
-def test_a_failure_after_the_stream_began_ends_it_with_an_error_event(server):
-    stream = client_for(server).chat.completions.create(**ask("guest"), stream=True)
-    first = next(iter(stream))  # status 200 and the first chunk are out before the LLM is asked
-    assert first.choices[0].delta.role == "assistant"
-    with pytest.raises(openai.APIError) as caught:
-        list(stream)
-    assert caught.value.body["code"] == "llm_unavailable" and "127.0.0.1" not in caught.value.message
-    # Raw: the error event is the project's error body, and no [DONE] follows it.
-    body = ask("guest", stream=True)
-    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
-        events = [line for line in r.iter_lines() if line]
+def test_an_llm_that_is_down_is_a_503_before_the_stream_begins(server):
+    """A 200 and a first chunk went out before the LLM was asked: the SDK raised a bare APIError
+    mid-stream and never retried, where OpenAI answers an unavailable model with its status."""
+    with pytest.raises(openai.InternalServerError) as caught:
+        client_for(server).chat.completions.create(**ask("guest"), stream=True)
+    assert caught.value.status_code == 503 and caught.value.code == "llm_unavailable"
+    assert "127.0.0.1" not in caught.value.message
+    answer = httpx.post(f"{server.url}/v1/chat/completions", json=ask("guest", stream=True), headers=auth("guest"))
+    assert answer.status_code == 503 and answer.headers["content-type"] == "application/json"
+    assert int(answer.headers["retry-after"]) >= 1
+
+
+def stream_events(live: LiveServer, user: str = "guest") -> tuple[httpx.Response, list[str]]:
+    with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=ask(user, stream=True), headers=auth(user)) as r:
+        return r, [line for line in r.iter_lines() if line]
+
+
+def test_a_failure_after_the_stream_began_ends_it_with_an_error_event(acl_index, serve_config):
+    # Scripted: a model that writes a word every 0.3 s, forever, so that serve.answer_timeout ends
+    # the answer after the stream began (the stand-in cannot be made to fail mid-answer).
+    from tests.llm.support import ScriptedServer, Trickle
+
+    with ScriptedServer(lambda body, n: (200, Trickle("tide ", every=0.3), 0)) as llm:
+        with LiveServer(acl_index, one_slot_and_a_silent_llm(serve_config, llm, answer_timeout=1.5)) as live:
+            stream = client_for(live).chat.completions.create(**ask("guest"), stream=True)
+            chunks = iter(stream)
+            assert next(chunks).choices[0].delta.role == "assistant"
+            with pytest.raises(openai.APIError) as caught:
+                list(chunks)
+            assert caught.value.body["code"] == "llm_unavailable" and "127.0.0.1" not in caught.value.message
+            # Raw: the error event is the project's error body, and no [DONE] follows it.
+            r, events = stream_events(live)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert json.loads(events[-1].removeprefix("data: "))["error"]["code"] == "llm_unavailable"
-    assert "data: [DONE]" not in events
+    assert "data: [DONE]" not in events and any('"tide' in e for e in events)
 
 
 def test_a_stream_that_failed_is_logged_and_counted_as_the_error_it_sent(acl_index, serve_config, tmp_path):
     """The stream had already said 200 when its error event went out: the request log and /metrics
     counted it as a success, so an operator could not see failed streams."""
+    from tests.llm.support import ScriptedServer, Trickle
+
     log = tmp_path / "requests.jsonl"
-    llm = serve_config.llm.model_copy(update={"base_url": f"http://127.0.0.1:{dead_port()}/v1", "cache": ""})
-    serve = serve_config.serve.model_copy(update={"request_log": str(log)})
-    with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm, "serve": serve})) as live:
-        body = ask("guest", stream=True)
-        with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
-            assert r.status_code == 200 and "llm_unavailable" in r.read().decode()
-        wait_until(lambda: any(line["endpoint"] == "/v1/chat/completions" for line in log_lines(log)), timeout=10)
-        scraped = httpx.get(f"{live.url}/metrics", headers=auth("admin")).text
+    with ScriptedServer(lambda body, n: (200, Trickle("tide ", every=0.3), 0)) as llm:
+        config = one_slot_and_a_silent_llm(serve_config, llm, answer_timeout=1.5, request_log=str(log))
+        with LiveServer(acl_index, config) as live:
+            r, events = stream_events(live)
+            assert r.status_code == 200 and "llm_unavailable" in events[-1]
+            wait_until(lambda: any(line["endpoint"] == "/v1/chat/completions" for line in log_lines(log)), timeout=10)
+            scraped = httpx.get(f"{live.url}/metrics", headers=auth("admin")).text
     (line,) = [line for line in log_lines(log) if line["endpoint"] == "/v1/chat/completions"]
     assert line["status"] == 200 and line["stream_error"] == {"status": 503, "code": "llm_unavailable"}
     counted = [m for m in scraped.splitlines() if m.startswith("hopgraph_requests_total{") and "chat" in m]
@@ -176,11 +198,12 @@ def test_a_stream_that_failed_is_logged_and_counted_as_the_error_it_sent(acl_ind
 
 
 def test_a_reader_hanging_up_mid_stream_frees_the_answer_slot(acl_index, serve_config):
-    # Scripted: an LLM that takes 15 s before its first token (the stand-in cannot be slowed on demand).
-    # One answer slot: a stream whose reader hung up must give it back at once, not when the LLM ends.
-    from tests.llm.support import ScriptedServer
+    # Scripted: an LLM that writes one word, then nothing for 15 s (the stand-in cannot be slowed on
+    # demand). One answer slot: a stream whose reader hung up must give it back at once, not when the
+    # LLM ends.
+    from tests.llm.support import ScriptedServer, Trickle
 
-    with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
+    with ScriptedServer(lambda body, n: (200, Trickle("Priya ", every=15.0), 0)) as llm:
         with LiveServer(acl_index, one_slot_and_a_silent_llm(serve_config, llm)) as live:
             body = ask("guest", stream=True)
             with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as r:
