@@ -118,6 +118,9 @@ def app_from_environment() -> FastAPI:
     spec = json.loads(raw)
     config = validate_config(spec["config"], "serve settings (from the parent `hopgraph serve` process)")
     tokens = TokenBook.from_records(spec["tokens"], "tokens (from the parent `hopgraph serve` process)")
+    given = spec["tokens_stamp"]
+    stamp = (int(given[0]), int(given[1]), int(given[2])) if given else None
+    tokens.following(config.serve.tokens_file, config.serve.tokens_env, stamp)
     return create_app(spec["root"], config, tokens)
 
 
@@ -130,7 +133,12 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
     never on a command line that `ps` shows to everyone."""
     import uvicorn  # noqa: PLC0415
 
-    spec = {"root": str(root), "config": config.model_dump(mode="json"), "tokens": tokens.digest_records()}
+    spec = {
+        "root": str(root),
+        "config": config.model_dump(mode="json"),
+        "tokens": tokens.digest_records(),
+        "tokens_stamp": tokens.stamp,  # each process reads the tokens file again once it changes
+    }
     os.environ[SPEC_ENV] = json.dumps(spec)
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
         options.setdefault("timeout_worker_healthcheck", 30)  # a process loading a large index answers slowly

@@ -20,6 +20,12 @@ Only SHA-256 digests are kept in memory, and a presented token is compared again
 with :func:`hmac.compare_digest`, so neither the comparison nor the lookup order tells an attacker
 how close a guess was. A tokens file that its group or other users may write is reported with a
 warning: whoever can write it can make themselves admin.
+
+A server runs for months and tokens get revoked: the tokens file is read again when it changes, in
+every worker process (checked at most once every :data:`RELOAD_CHECK_SECONDS`, once its last write
+is :data:`SETTLED_SECONDS` old, so an editor's half-written file is not taken). A file that no
+longer reads (a syntax error, a bad record, no tokens left, deleted) keeps the tokens read before in
+force and says so once in the log.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import os
 import stat
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +48,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from hopgraph.config import read_toml, validate_section
 from hopgraph.errors import ConfigError
 from hopgraph.serve.errors import APIError, shown
+
+log = logging.getLogger("hopgraph.serve")
+RELOAD_CHECK_SECONDS = 1.0
+SETTLED_SECONDS = 1.0  # a tokens file written more recently may still be being written
+Stamp = tuple[int, int, int]  # a file's (inode, size, mtime in ns): any write or replacement changes it
 
 
 @dataclass(frozen=True)
@@ -103,8 +117,17 @@ def warn_if_writable_by_others(path: Path) -> None:
         )
 
 
+def file_stamp(path: Path) -> Stamp | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+
 class TokenBook:
-    """The known tokens; :meth:`lookup` is the only way in."""
+    """The known tokens; :meth:`lookup` is the only way in. A book loaded from a tokens file
+    (:meth:`load`) follows the file's changes (see the module's docstring)."""
 
     def __init__(self, entries: list[tuple[bytes, Principal]]):
         if not entries:
@@ -113,6 +136,44 @@ class TokenBook:
                 "serve --help`)"
             )
         self._entries = entries
+        self._source: tuple[str, str] | None = None  # (tokens_file, tokens_env) where the file is read again
+        self._stamp: Stamp | None = None  # of the file as last read (or found unreadable)
+        self._next_check = 0.0
+        self._lock = threading.Lock()
+
+    def following(self, tokens_file: str, tokens_env: str, stamp: Stamp | None) -> TokenBook:
+        """This book, read again from ``tokens_file`` (with ``tokens_env``) once the file's stamp
+        differs from ``stamp`` (what it was when these entries were read)."""
+        if tokens_file:
+            self._source, self._stamp = (tokens_file, tokens_env), stamp
+        return self
+
+    @property
+    def stamp(self) -> Stamp | None:
+        return self._stamp
+
+    def _refresh(self) -> None:
+        now = time.monotonic()
+        if self._source is None or now < self._next_check or not self._lock.acquire(blocking=False):
+            return  # another thread is checking: its result is for everyone
+        try:
+            self._next_check = now + RELOAD_CHECK_SECONDS
+            tokens_file, tokens_env = self._source
+            path = Path(tokens_file).expanduser()
+            stamp = file_stamp(path)
+            if stamp == self._stamp or (stamp is not None and time.time_ns() - stamp[2] < SETTLED_SECONDS * 1e9):
+                return  # unchanged, or written a moment ago (perhaps still being written): looked at next time
+            self._stamp = stamp
+            try:
+                fresh = TokenBook.load(tokens_file, tokens_env)
+            except (ConfigError, OSError) as exc:  # OSError: e.g. no longer readable by this user
+                kept = "the tokens read before stay in force"
+                log.warning("tokens file %s changed but cannot be used (%s); %s", path, exc, kept)
+                return
+            self._entries = fresh._entries
+            log.warning("tokens file %s read again: %d tokens in force", path, len(fresh._entries))
+        finally:
+            self._lock.release()
 
     @classmethod
     def from_records(cls, records: list[Any], source: str) -> TokenBook:
@@ -136,8 +197,10 @@ class TokenBook:
     def load(cls, tokens_file: str, tokens_env: str) -> TokenBook:
         records: list[dict[str, Any]] = []
         sources = []
+        stamp = None
         if tokens_file:
             path = Path(tokens_file).expanduser()
+            stamp = file_stamp(path)  # before reading: a write meanwhile is read again
             warn_if_writable_by_others(path)
             listed = read_toml(path, "tokens file").get("tokens", [])
             if not isinstance(listed, list):
@@ -154,7 +217,7 @@ class TokenBook:
                 raise ConfigError(f"environment variable {tokens_env}: not a JSON list of tokens")
             records += listed
             sources.append(f"${tokens_env}")
-        return cls.from_records(records, " + ".join(sources) or "tokens")
+        return cls.from_records(records, " + ".join(sources) or "tokens").following(tokens_file, tokens_env, stamp)
 
     def digest_records(self) -> list[dict[str, Any]]:
         """The book as ``sha256`` token records (no token in clear): how worker processes receive it."""
@@ -164,6 +227,7 @@ class TokenBook:
         ]
 
     def lookup(self, token: str) -> Principal | None:
+        self._refresh()
         presented = _digest(token)
         found = None
         for digest, principal in self._entries:  # no early exit: time does not depend on the match

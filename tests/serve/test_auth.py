@@ -1,5 +1,6 @@
 """Token records are checked strictly at start-up: a wrong type, an unknown key or the same token
-twice stops the server with a ConfigError instead of granting something by accident."""
+twice stops the server with a ConfigError instead of granting something by accident. A changed
+tokens file is read again while serving; one that no longer reads keeps the tokens in force."""
 
 from __future__ import annotations
 
@@ -81,3 +82,80 @@ def test_a_tokens_file_others_may_write_is_warned_about(tmp_path, monkeypatch, m
         assert TokenBook.load(str(path), "HOPGRAPH_TOKENS").lookup(TOKEN).user == "alice"
     messages = [str(w.message) for w in caught if "writable by its group or by other users" in str(w.message)]
     assert bool(messages) == warns and all(str(path) in m and "chmod go-w" in m for m in messages)
+
+
+# ------------------------------------------------------------------------------------ read again on change
+OTHER = "another-long-random-token-4567"
+
+
+def tokens_file(path, *users: tuple[str, str]) -> None:
+    """Writes ``path`` with one record per (token, user), dated in the past (a settled write)."""
+    path.write_text("".join(f'[[tokens]]\ntoken = "{t}"\nuser = "{u}"\n' for t, u in users), encoding="utf-8")
+    os.chmod(path, 0o600)
+    past = path.stat().st_mtime - 10 + len(users)  # distinct per write, so each one is a change
+    os.utime(path, (past, past))
+
+
+@pytest.fixture
+def following(tmp_path, monkeypatch):
+    """A book loaded from a file, checked for changes at every lookup (not once a second)."""
+    from hopgraph.serve import auth
+
+    monkeypatch.delenv("HOPGRAPH_TOKENS", raising=False)
+    monkeypatch.setattr(auth, "RELOAD_CHECK_SECONDS", 0.0)
+    path = tmp_path / "tokens.toml"
+    tokens_file(path, (TOKEN, "alice"), (OTHER, "ops"))
+    return path, TokenBook.load(str(path), "HOPGRAPH_TOKENS")
+
+
+def test_a_token_removed_from_the_file_is_refused_without_a_restart(following):
+    """The file was read once at start-up: a revoked token kept working until the server restarted."""
+    path, tokens = following
+    assert tokens.lookup(TOKEN).user == "alice"
+    tokens_file(path, (OTHER, "ops"))
+    assert tokens.lookup(TOKEN) is None and tokens.lookup(OTHER).user == "ops"
+
+
+def test_a_file_changed_a_moment_ago_is_read_only_once_it_settles(following):
+    path, tokens = following
+    path.write_text(f'[[tokens]]\ntoken = "{OTHER}"\nuser = "ops"\n', encoding="utf-8")  # mtime: now
+    assert tokens.lookup(TOKEN).user == "alice"  # perhaps half-written: not read yet
+    past = path.stat().st_mtime - 5
+    os.utime(path, (past, past))
+    assert tokens.lookup(TOKEN) is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda path: path.write_text('[[tokens]]\ntoken = "short"\nuser = "x"\n', encoding="utf-8"),
+        lambda path: path.write_text("[[tokens]\n", encoding="utf-8"),
+        lambda path: path.write_text("", encoding="utf-8"),  # no tokens left
+        lambda path: path.unlink(),
+    ],
+    ids=["bad-record", "not-toml", "empty", "deleted"],
+)
+def test_a_file_that_no_longer_reads_keeps_the_tokens_in_force_and_says_so(following, damage, caplog):
+    path, tokens = following
+    damage(path)
+    if path.exists():
+        past = path.stat().st_mtime - 5
+        os.utime(path, (past, past))
+    with caplog.at_level("WARNING", logger="hopgraph.serve"):
+        assert tokens.lookup(TOKEN).user == "alice" and tokens.lookup(OTHER).user == "ops"
+        assert tokens.lookup(TOKEN).user == "alice"  # said once, not at every lookup
+    (said,) = [r.getMessage() for r in caplog.records if "tokens read before stay in force" in r.getMessage()]
+    assert str(path) in said
+    tokens_file(path, (OTHER, "ops"))  # repaired: read
+    assert tokens.lookup(TOKEN) is None
+
+
+def test_worker_processes_follow_the_file_from_the_stamp_their_parent_read(following):
+    """Worker processes get the parent's book as digests: they follow the same file from its stamp."""
+    path, parent = following
+    worker = TokenBook.from_records(parent.digest_records(), "parent").following(
+        str(path), "HOPGRAPH_TOKENS", parent.stamp
+    )
+    assert worker.lookup(TOKEN).user == "alice"  # unchanged: not read again
+    tokens_file(path, (OTHER, "ops"))
+    assert worker.lookup(TOKEN) is None

@@ -167,7 +167,13 @@ def test_two_replicas_one_leader_every_one_serves_new_versions_and_a_dead_leader
 
 @pytest.mark.slow
 def test_two_worker_processes_answer_on_one_port_and_each_follows_new_versions(index_copy, tmp_path):
-    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    tokens = tmp_path / "tokens.toml"
+    visitor = "a-visitor-token-to-revoke-0123"
+    tokens.write_text(f'[[tokens]]\ntoken = "{visitor}"\nuser = "visitor"\n', encoding="utf-8")
+    tokens.chmod(0o600)
+    server = ServeProcess(
+        index_copy, tmp_path / "workers.log", "--serve.workers", "2", "--serve.tokens_file", str(tokens)
+    )
     try:
         server.wait_ready()
         until(lambda: len(read_heartbeats(index_copy)) == 2, 120)  # both processes have loaded the index
@@ -183,6 +189,18 @@ def test_two_worker_processes_answer_on_one_port_and_each_follows_new_versions(i
                         assert client.get("/healthz").status_code == 200
             finally:
                 os.kill(stopped, signal.SIGCONT)
+
+        # A token removed from the tokens file is refused by every process, without a restart.
+        def visitor_status() -> set[int]:
+            statuses = set()
+            for _ in range(6):  # new connections: both processes are asked
+                with httpx.Client(base_url=server.url, timeout=30) as client:
+                    statuses.add(client.get("/v1/index", headers={"Authorization": f"Bearer {visitor}"}).status_code)
+            return statuses
+
+        assert visitor_status() == {200}
+        tokens.write_text(f'[[tokens]]\ntoken = "{visitor}-renewed"\nuser = "visitor"\n', encoding="utf-8")
+        until(lambda: visitor_status() == {401}, 15)
         # Each process switches to a new version on its own.
         job = insert(server.url, "tem-observatory", "The Tem Observatory opened in 1994 on the highest hill of Tem.")
         assert job_done(server.url, job["id"])["status"] == "done"
