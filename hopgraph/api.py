@@ -18,9 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hopgraph.config import HopgraphConfig, LLMConfig, apply_overrides, load_config, validate_config
-from hopgraph.documents import Document, canonical_document
-from hopgraph.errors import ConfigError, InputError
+from hopgraph.config import (
+    QUERY_SECTIONS,
+    HopgraphConfig,
+    LLMConfig,
+    apply_overrides,
+    dotted_keys,
+    load_config,
+    validate_config,
+)
+from hopgraph.documents import Document
+from hopgraph.errors import ConfigError, InputError, cut, listed
 from hopgraph.index.jobs import first_ids, id_counts
 from hopgraph.retrieve.filters import MetadataFilter, reader_filter
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
@@ -83,19 +91,52 @@ class AnswerResult:
         return self.answer.found
 
 
-def _documents(sources: Iterable[Source], root: str | Path | None = None) -> tuple[list[Document], list[str]]:
-    """Documents given as objects plus those read from paths (files, folders, JSONL, PDF, DOCX, HTML,
-    benchmark files; ids relative to ``root`` where given), and the problems of skipped inputs."""
-    given = list(sources)
-    documents = [canonical_document(s) for s in given if isinstance(s, Document)]  # as read_corpus stores them
+def _items(values: Any, what: str, kinds: tuple[type, ...]) -> list[Any]:
+    """``values`` as a list of ``kinds``; a lone one is a list of one (iterating a string would give
+    its letters: a document "memo-1" deleted as 'm', 'e', 'm' …, a reader's group "board" read as
+    the groups b, o, a, r, d)."""
+    if isinstance(values, kinds):
+        return [values]
+    if not isinstance(values, Iterable) or isinstance(values, (bytes, Mapping)):
+        raise InputError(
+            f"{what}: give a list of {' or '.join(k.__name__ for k in kinds)}, not {type(values).__name__}"
+        )
+    items = list(values)
+    wrong = next((item for item in items if not isinstance(item, kinds)), None)
+    if wrong is not None or any(isinstance(item, bool) for item in items):
+        raise InputError(f"{what}: {wrong!r} is not a {' or '.join(k.__name__ for k in kinds)}")
+    return items
+
+
+def _documents(
+    sources: Iterable[Source] | Source, root: str | Path | None = None, known_ids: Mapping[str, str] | None = None
+) -> tuple[list[Document], list[str]]:
+    """Documents given as objects, checked by the rules of every other way in, plus those read
+    from paths (files, folders, JSONL, PDF, DOCX, HTML, benchmark files; ids relative to ``root``
+    where given, else a file read before keeps its id in ``known_ids``), and the problems of
+    skipped inputs. The same id twice is an InputError: the CLI drops a duplicate file, but
+    objects made in code are the caller's to fix."""
+    from hopgraph.index.ingest import checked_document, read_corpus  # noqa: PLC0415  (build side only)
+
+    given = _items(sources, "sources", (str, Path, Document))
+    documents = []
+    for n, item in enumerate(given, 1):
+        if isinstance(item, Document):
+            try:
+                documents.append(checked_document(item))  # as read_corpus stores them
+            except ValueError as exc:
+                raise InputError(f"document {n} (id {cut(str(item.id))!r}): {exc}") from None
     paths = [s for s in given if not isinstance(s, Document)]
     problems: list[str] = []
     if paths:
-        from hopgraph.index.ingest import read_corpus  # noqa: PLC0415  (build side only)
-
-        corpus = read_corpus(paths, root=root)
+        corpus = read_corpus(paths, root=root, known_ids=known_ids)
         documents += corpus.documents
         problems = [str(p) for p in corpus.problems]
+    seen: set[str] = set()
+    for document in documents:
+        if document.id in seen:
+            raise InputError(f"document id {cut(document.id)!r} is given twice (ids name one document each)")
+        seen.add(document.id)
     return documents, problems
 
 
@@ -116,16 +157,21 @@ class Index:
         e.g. ``{"retrieval.method": "kg", "llm.base_url": "..."}`` (build settings are the index's own)."""
         index = cls(path)
         if overrides:
-            config = validate_config(
-                apply_overrides(index.config.model_dump(), dict(overrides)), "Index.open overrides"
-            )
+            given = dotted_keys(dict(overrides))  # nested or dotted: only the leaves named change
+            fixed = [key for key in given if not key.startswith((*QUERY_SECTIONS, "serve."))]
+            if fixed:
+                raise ConfigError(
+                    f"Index.open overrides: {listed(fixed)} are build settings, the index's own (rebuild to "
+                    f"change them); query-time settings start with {', '.join(QUERY_SECTIONS)}"
+                )
+            config = validate_config(apply_overrides(index.config.model_dump(), given), "Index.open overrides")
             index = cls(path, config)
         return index
 
     @classmethod
     def build(
         cls,
-        sources: Iterable[Source],
+        sources: Iterable[Source] | Source,
         path: str | Path,
         config: HopgraphConfig | None = None,
         *,
@@ -192,22 +238,24 @@ class Index:
         (see :mod:`hopgraph.retrieve.filters`); an unknown field is a ConfigError naming the known ones.
         ``params``: retrieval settings as in the [retrieval] section, e.g. ``{"ppr": {"damping": 0.6}}``.
         """
-        if not question.strip():
+        if not isinstance(question, str) or not question.strip():
             raise InputError("the question is empty: give the question to retrieve evidence for")
+        if where is not None and not isinstance(where, Mapping):
+            raise InputError(f"where: give a mapping of field → condition, not {type(where).__name__}")
+        if params is not None and not isinstance(params, Mapping):
+            raise InputError(f"params: give a mapping of retrieval settings, not {type(params).__name__}")
         flt = None
         if groups is not None or where:
             try:
                 flt = reader_filter(
                     self._loaded,
                     dict(where or {}),
-                    groups=frozenset(groups) if groups is not None else None,
+                    groups=frozenset(_items(groups, "groups", (str,))) if groups is not None else None,
                     max_keys=self.config.serve.max_filter_keys,
                     max_values=self.config.serve.max_filter_values,
                 )
             except ValueError as exc:
                 raise ConfigError(f"where: {exc}") from None
-        from hopgraph.config import dotted_keys  # noqa: PLC0415
-
         return self._retriever.retrieve(
             question,
             method=method,
@@ -228,8 +276,8 @@ class Index:
     def update(
         self,
         *,
-        add: Iterable[Source] = (),
-        delete: Iterable[str] = (),
+        add: Iterable[Source] | Source = (),
+        delete: Iterable[str] | str = (),
         wait: bool = True,
         keep: int = 2,
         llm: LLMConfig | None = None,
@@ -242,17 +290,23 @@ class Index:
 
         With ``wait`` (default) the job runs now and the returned :class:`Index` reads the new live
         version; old versions beyond ``keep`` are deleted. Without it the job is only queued and
-        its :class:`Job` is returned (run it later with ``update(wait=True)`` or ``hopgraph update --resume``).
+        its :class:`Job` is returned (run it later with ``update(wait=True)`` or ``hopgraph update --resume``);
+        with nothing to add or delete nothing is queued or run, and this index is returned.
+
+        Documents given as objects pass the rules of every other way in (a non-empty id and text, an
+        ``acl`` of group names: a lone string is one group, a ``timestamp`` in ISO 8601); a lone path,
+        document or id may be given without a list.
         """
         from hopgraph.index import versions  # noqa: PLC0415
+        from hopgraph.index.catalog import file_ids  # noqa: PLC0415
 
-        documents, problems = _documents(add, root)
-        deletes = list(delete)
+        documents, problems = _documents(add, root, file_ids(self.path) if root is None else None)
+        deletes = _items(delete, "delete", (str,))
         job = None
         if documents or deletes:
             job = Job.from_record(versions.submit_update(self.path, documents, deletes))
-            if not wait:
-                return job
+        if not wait:
+            return job if job is not None else self  # nothing given: nothing queued, nothing run
         for record in versions.run_pending(self.path, llm=llm, progress=progress):
             if job is not None and record["id"] == job.id and record["status"] != "done":
                 return Job.from_record(record)

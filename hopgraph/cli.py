@@ -16,9 +16,7 @@ from typing import Any
 import click
 
 from hopgraph.cli_options import (
-    BUILD_SECTIONS,
     ENGINE,
-    QUERY_SECTIONS,
     ROOT,
     SUMMARY_JSON,
     VERBOSE,
@@ -30,6 +28,7 @@ from hopgraph.cli_options import (
 )
 from hopgraph.cli_output import cluster_cost, echo_llm_usage, print_result, questions_to_ask, read_inputs
 from hopgraph.cli_updates import documents, jobs, update
+from hopgraph.config import BUILD_SECTIONS, QUERY_SECTIONS
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

@@ -20,8 +20,6 @@ from hopgraph.config import HopgraphConfig, apply_overrides, dotted_keys, leaf_f
 from hopgraph.config.base import llm_address
 from hopgraph.errors import HopgraphError
 
-BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
-QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
 EXAMPLE = "examples/hopgraph.toml"
 HELP_ALL = "hopgraph.help_all"
 

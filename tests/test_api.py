@@ -73,3 +73,99 @@ def test_an_empty_question_is_refused(sample_index, question):
 
     with pytest.raises(InputError, match="the question is empty"):
         Index.open(sample_index).retrieve(question)
+
+
+# ------------------------------------------------------------------------------------ inputs made in code
+def memo(doc_id: str = "memo", text: str = "The Wren lighthouse board voted to close it in 2026.", **meta) -> object:
+    from hopgraph import Document
+
+    return Document(id=doc_id, text=text, metadata=meta)
+
+
+def test_a_lone_string_acl_is_one_group_not_its_letters(tmp_path, sample_config):
+    """Documents made in code skipped the metadata rules: acl "board" was stored as b, o, a, r, d, so
+    a reader of group "d" read the board's document and the board did not."""
+    from hopgraph import Document, Index
+
+    public = Document(id="pub", text="The Wren lighthouse is open to visitors on Sundays.")
+    index = Index.build([public, memo(acl="board")], tmp_path / "i", sample_config)
+    assert {d.id: d.acl for d in index.documents()} == {"pub": None, "memo": ["board"]}
+    question = "What did the board decide about the Wren lighthouse?"
+
+    def read_by(groups) -> set[str]:
+        return {d for piece in index.retrieve(question, groups=groups, budget=300).evidence for d in piece.doc_ids}
+
+    assert "memo" in read_by({"board"}) and "memo" not in read_by({"d"}) and "memo" not in read_by({"r"})
+    assert read_by("board") == read_by({"board"})  # a lone group, not the groups b, o, a, r, d
+    assert index.update(delete="memo").documents()[0].id == "pub"  # a lone id, not its letters
+
+
+@pytest.mark.parametrize(
+    "documents,problem",
+    [
+        ([memo(doc_id="")], "'id' must be a non-empty string"),
+        ([memo(text="   ")], "text is empty or only whitespace"),
+        ([memo(text=None)], "'text' string"),
+        ([memo(text="Binary\x00junk")], "control character"),
+        ([memo(text="a lone \ud800 surrogate")], "'text' holds a lone surrogate"),
+        ([memo(timestamp="yesterday")], "'timestamp' 'yesterday' is not an ISO-8601"),
+        ([memo(timestamp=1700000000)], "'timestamp' must be an ISO-8601 string"),
+        ([memo(acl=5)], "'acl' must be a list of strings"),
+        ([memo(), memo(text="Another text under the same id.")], "document id 'memo' is given twice"),
+        ([memo(), 5], "5 is not a str or Path or Document"),
+    ],
+    ids=[
+        "empty-id",
+        "blank-text",
+        "no-text",
+        "control",
+        "surrogate",
+        "timestamp",
+        "timestamp-number",
+        "acl",
+        "twice",
+        "int",
+    ],
+)
+def test_documents_made_in_code_pass_the_rules_of_every_other_way_in(tmp_path, sample_config, documents, problem):
+    from hopgraph import Index
+    from hopgraph.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(problem)):
+        Index.build(documents, tmp_path / "i", sample_config)
+    assert not (tmp_path / "i").exists()  # refused before anything is written
+
+
+def test_an_update_of_a_file_read_before_replaces_it_and_nothing_is_run_unasked(tmp_path, sample_config):
+    """Without ``root`` the API gave an edited file a new id beside the old one (the CLI replaced it),
+    and ``update(wait=False)`` with nothing to add ran every queued job at once."""
+    from hopgraph import Index
+
+    shutil.copytree(REPO / "examples" / "sample", tmp_path / "docs")
+    index = Index.build(str(tmp_path / "docs"), tmp_path / "i", sample_config)  # a lone path, not its letters
+    before = {d.id for d in index.documents()}
+    edited = next(p for p in (tmp_path / "docs").iterdir() if p.suffix == ".txt")
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nThe harbour reopened in 2031.\n", encoding="utf-8")
+    queued = index.update(add=[edited], wait=False)
+    assert index.update(wait=False) is index and [j.status for j in index.jobs()] == ["queued"]
+    updated = index.update()
+    assert [j.status for j in updated.jobs()] == ["done"] and queued.added == 1
+    documents = {d.id: d.text for d in updated.documents()}
+    assert set(documents) == before and "reopened in 2031" in documents[edited.name]
+
+
+def test_open_overrides_nested_or_dotted_change_only_their_leaves_and_refuse_build_settings(tmp_path, sample_config):
+    """A nested override replaced its whole section with defaults (the index's budget 777 became 12000),
+    and build settings were accepted and then silently not used."""
+    from hopgraph import Index
+    from hopgraph.errors import ConfigError
+
+    config = sample_config.model_copy(update={"retrieval": sample_config.retrieval.model_copy(update={"budget": 777})})
+    Index.build([memo()], tmp_path / "i", config)
+    for overrides in ({"retrieval": {"method": "bm25"}}, {"retrieval.method": "bm25"}):
+        opened = Index.open(tmp_path / "i", overrides)
+        assert (opened.config.retrieval.method, opened.config.retrieval.budget) == ("bm25", 777)
+    with pytest.raises(ConfigError, match=r"chunking\.size.* are build settings"):
+        Index.open(tmp_path / "i", {"chunking": {"size": 4000}})
+    with pytest.raises(ConfigError, match="budget"):
+        opened.retrieve("Who voted to close the lighthouse?", budget=0)  # was read as "the default budget"

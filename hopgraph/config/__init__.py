@@ -81,6 +81,11 @@ __all__ = [
     "validate_section",
 ]
 
+# Settings by when they act, as dotted-key prefixes: a build's (the index keeps them) and a query's
+# (they may change from one question to the next).
+BUILD_SECTIONS = ("chunking.", "embedding.", "keywords.", "graph.", "extraction.", "llm.", "cluster.")
+QUERY_SECTIONS = ("retrieval.", "embedding.device", "llm.", "rerank.", "answer.")
+
 M = TypeVar("M", bound=BaseModel)
 
 

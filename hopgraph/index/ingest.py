@@ -15,6 +15,7 @@ copy in another tree (``update --add wiki2/people/x.md --root wiki2``) gets the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -189,6 +190,37 @@ def _base_metadata(default_metadata: dict[str, Any] | None) -> dict[str, Any]:
     except ValueError as error:
         raise InputError(f"default metadata: {error}") from None
     return base
+
+
+def checked_document(document: Document) -> Document:
+    """``document`` as it is stored (:func:`canonical_document`, its metadata normalised into a
+    copy), or ValueError saying what is wrong: the rules of every way in that takes a document as
+    given, a JSONL record's or one made in code (the Python API) alike, so that a string where a
+    list belongs is refused or read as meant, never misread (an ``acl`` of "board" as the groups
+    b, o, a, r, d)."""
+    text, doc_id, title, metadata = document.text, document.id, document.title, document.metadata
+    place = invalid_unicode_at([doc_id, text, title, document.source, metadata])
+    if place:
+        head, _, rest = place.partition(".")
+        field = {"0": "id", "1": "text", "2": "title", "3": "source"}.get(head) or rest or "metadata"
+        raise ValueError(f"{cut(field)!r} holds a lone surrogate (not Unicode text)")
+    if not isinstance(text, str):
+        raise ValueError("record has no non-empty 'text' string")
+    problem = text_problem(text)
+    if problem:
+        raise ValueError(f"'text': {problem}")
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError("'id' must be a non-empty string or an integer")
+    problem = id_problem(doc_id)
+    if problem:
+        raise ValueError(f"'id' {problem}")
+    if not isinstance(title, str) or not isinstance(document.source, str):
+        raise ValueError("'title' and 'source' must be strings")
+    if not isinstance(metadata, dict):
+        raise ValueError("'metadata' must be a dict")
+    metadata = dict(metadata)
+    normalise_metadata(metadata)
+    return canonical_document(dataclasses.replace(document, metadata=metadata))
 
 
 def normalise_metadata(metadata: dict[str, Any]) -> None:
@@ -468,31 +500,20 @@ class _Reader:
         place = too_deep_at(record)
         if place:
             raise ValueError(f"{cut(place)!r} is nested more than {MAX_JSON_DEPTH} levels deep")
-        place = invalid_unicode_at(record)
+        place = invalid_unicode_at(record)  # here, where the record's own place can be named
         if place:
             raise ValueError(f"{cut(place)!r} holds a lone surrogate (not Unicode text)")
-        text = record.get("text")
-        if not isinstance(text, str):
-            raise ValueError("record has no non-empty 'text' string")
-        problem = text_problem(text)
-        if problem:
-            raise ValueError(f"'text': {problem}")
         doc_id = record.get("id", default_id)
-        if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or not str(doc_id).strip():
-            raise ValueError("'id' must be a non-empty string or an integer")
-        problem = id_problem(str(doc_id))
-        if problem:
-            raise ValueError(f"'id' {problem}")
-        title = record.get("title") or ""
-        if not isinstance(title, str):
-            raise ValueError("'title' must be a string")
+        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+            doc_id = str(doc_id)
         nested = record.get("metadata") or {}
         if not isinstance(nested, dict):
             raise ValueError("'metadata' must be a JSON object")
         extra = {k: v for k, v in record.items() if k not in ("id", "text", "title", "metadata")}
         metadata = {**self.base, **nested, **extra, "source_path": source, "line": lineno}
-        normalise_metadata(metadata)
-        return Document(id=str(doc_id), text=text, title=title, source=source, metadata=metadata)
+        title = record.get("title") or ""
+        # Types are checked there: the dataclass takes what the record holds, text included.
+        return checked_document(Document(doc_id, record.get("text"), title, source, metadata))  # type: ignore[arg-type]
 
     def add_document(self, document: Document, where: Path | str, line: int | None = None) -> None:
         document = canonical_document(document)

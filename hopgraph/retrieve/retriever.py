@@ -125,11 +125,11 @@ class Retriever:
         overrides: dict[str, Any] | None,
     ) -> RetrievalResult:
         config = self.config
-        if method or budget or overrides:
+        if method or budget is not None or overrides:
             update: dict[str, Any] = dict(overrides or {})
             if method:
                 update["method"] = method
-            if budget:
+            if budget is not None:  # 0 is a budget the settings refuse, not "the default"
                 update["budget"] = budget
             config = validate_section(
                 RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings"
