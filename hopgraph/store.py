@@ -485,7 +485,14 @@ def _write_npy(tmp: Path, header: bytes, array: np.ndarray) -> None:
 # lives here rather than with the update jobs (hopgraph/index/versions.py) that write versions.
 CURRENT, VERSIONS, JOBS = "CURRENT", "versions", "jobs"
 PARTITIONS = "partitions"  # INDEX/partitions/<name>: the sub-indexes of an index built with access.isolation
-JOB_ID = re.compile(r"j\d{6}-[0-9a-f]{6}")  # update job ids; a version is named after the job that built it
+# Update job ids: "j" + a sequence number of at least six digits + "-" + six hex digits; a version is
+# named after the job that built it. Past job 999,999 the number simply grows a digit.
+JOB_ID = re.compile(r"j\d{6,}-[0-9a-f]{6}")
+
+
+def job_sequence(job_id: str) -> int:
+    """A job id's sequence number: ids sort by it, not as text ("j1000000-…" comes after "j999999-…")."""
+    return int(job_id[1 : job_id.index("-")])
 
 
 def version_dir(root: str | Path, version: str) -> Path:

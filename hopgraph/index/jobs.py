@@ -31,7 +31,7 @@ from typing import Any
 
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write, exclusive_lock, held_elsewhere
+from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write, exclusive_lock, held_elsewhere, job_sequence
 
 UNFINISHED = ("queued", "running")
 LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
@@ -115,14 +115,14 @@ def id_counts(record: Mapping[str, Any]) -> tuple[int, int]:
 def next_sequence(root: Path) -> int:
     """The next job's number: one past the highest of every record's name, read or not (a damaged
     record, left out of :func:`list_jobs`, must not have its number given again)."""
-    return 1 + max((int(name[1:7]) for name in _record_names(root)), default=0)
+    return 1 + max(map(job_sequence, _record_names(root)), default=0)
 
 
 def _record_names(root: str | Path) -> list[str]:
     """The job ids that have a record file, oldest first (not the .ids.json beside each)."""
     folder = Path(root) / JOBS
     found = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
-    return sorted(name for name in found if JOB_ID.fullmatch(name))
+    return sorted((name for name in found if JOB_ID.fullmatch(name)), key=lambda name: (job_sequence(name), name))
 
 
 def job_ids(root: Path, record: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -3,6 +3,7 @@ by a killed submit (the fixtures are test_versions.py's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -107,3 +108,21 @@ def test_a_job_queued_by_older_code_with_its_whole_id_lists_in_the_record_still_
     (done,) = versions.run_pending(index)
     ids = LoadedIndex(index).documents["id"]
     assert done["status"] == "done" and {tem.id, lismore.id} <= set(ids) and "press-2023" not in ids
+
+
+def test_numbering_goes_on_past_job_999999(index):  # noqa: F811 - the imported fixture
+    """Job 1,000,000 got the id "j1000000-…", which the id pattern did not match: its record was
+    never listed, so the update was accepted and silently never ran, and every later job reused its
+    number. Ids now grow a digit and sort by their number."""
+    first = versions.submit_update(index, [new_documents()[0]], [])
+    versions.run_pending(index)
+    old = jobs.read_job(index, first["id"])
+    long_ago = {**old, "id": "j999999-abcdef", "status": "failed", "error": "stands for 999,999 earlier jobs"}
+    jobs.job_path(index, long_ago["id"]).write_text(json.dumps(long_ago), encoding="utf-8")
+    job = versions.submit_update(index, [new_documents()[1]], [])
+    assert job["id"].startswith("j1000000-")
+    assert [j["id"] for j in jobs.list_jobs(index)] == [first["id"], "j999999-abcdef", job["id"]]  # oldest first
+    (done,) = versions.run_pending(index)
+    assert done["id"] == job["id"] and done["status"] == "done"
+    assert LoadedIndex(index).version == job["id"] and new_documents()[1].id in LoadedIndex(index).documents["id"]
+    assert versions.submit_update(index, [], [new_documents()[1].id])["id"].startswith("j1000001-")
