@@ -61,7 +61,9 @@ class RequestLog:
         self._reopen_seconds = reopen_seconds  # how often the path is compared with the file open (a stat each)
         self._looked = time.monotonic()
         self._reopen_failed = False  # said once on stderr, not per line
-        self.dropped = 0  # lines not logged because the queue was full (a stuck disk or stderr)
+        self._write_failed = False  # likewise: a full disk fails every line until it has room again
+        self.dropped = 0  # lines not logged: the queue was full (a stuck disk or stderr) or the write failed
+        self._dropped_lock = threading.Lock()  # dropped is counted by request threads and the log's own
         self._reported = 0
         if target != "-":
             self._path = Path(target)
@@ -117,6 +119,10 @@ class RequestLog:
         try:
             self._queue.put_nowait((time.time(), entry))
         except queue.Full:
+            self._drop()
+
+    def _drop(self) -> None:
+        with self._dropped_lock:
             self.dropped += 1
 
     def close(self) -> None:
@@ -132,9 +138,9 @@ class RequestLog:
     def _drain(self) -> None:
         while (item := self._queue.get()) is not None:
             stamp, entry = item
-            dropped = self.dropped
-            if dropped > self._reported:  # once the log keeps up again, it says how many lines it lost
-                entry = {**entry, "dropped_before": dropped - self._reported}
+            dropped, reported = self.dropped, self._reported
+            if dropped > reported:  # once the log keeps up again, it says how many lines it lost
+                entry = {**entry, "dropped_before": dropped - reported}
                 self._reported = dropped
             line = orjson.dumps(
                 {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(stamp)) + "Z", **entry},
@@ -147,7 +153,20 @@ class RequestLog:
                 else:
                     os.write(self._current_fd(), line)
             except (OSError, ValueError) as exc:  # a full disk or a closed stderr must not stop the server
-                print(f"hopgraph serve: cannot write the request log: {exc}", file=sys.stderr, flush=True)
+                # Counted (hopgraph_request_log_dropped_total, then dropped_before in the next line
+                # written) and said once: a line on stderr per request filled the other disk too.
+                self._reported = reported
+                self._drop()
+                if not self._write_failed:
+                    print(
+                        f"hopgraph serve: cannot write the request log ({exc}); lines are dropped and counted "
+                        "until it can",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                self._write_failed = True
+            else:
+                self._write_failed = False
 
 
 def entry(scope: dict[str, Any], endpoint: str, status: int, seconds: float) -> dict[str, Any]:

@@ -172,6 +172,7 @@ class IndexHolder:
 
 
 MAX_WORKER_BUILDS = 100  # builds one worker process runs before a fresh one takes over (bounds what it holds)
+LOOP_RETRY_MAX_SECONDS = 60.0  # the longest wait after a failed pass of the job loop (a full disk, say)
 FORGIVE_PATIENCE = 5.0  # seconds a stopped worker's forked helpers may still hold the job lock (they poll every 1 s)
 
 
@@ -259,6 +260,7 @@ class JobRunner:
         return versions.unfinished_count(jobs.list_jobs(self.root))
 
     def _loop(self) -> None:
+        failures = 0  # passes in a row that failed: the wait before the next one grows with them
         while not self._stop.is_set():
             self._wake.wait(timeout=self.idle_wait)
             self._wake.clear()
@@ -266,13 +268,20 @@ class JobRunner:
                 break
             try:
                 self._pass()
-            except Exception:  # noqa: BLE001 - the loop must outlive any one failure; the next pass retries
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any one failure; the next pass retries
+                # A full disk fails every pass alike for hours: the traceback once, then one line each
+                # time, at growing intervals (it started a worker and printed a traceback every second).
+                failures += 1
+                wait = min(LOOP_RETRY_MAX_SECONDS, 2.0 ** (failures - 1))
+                detail = traceback.format_exc() if failures == 1 else f"{type(exc).__name__}: {exc}\n"
                 print(
-                    "hopgraph serve: update job loop error (retrying):\n" + traceback.format_exc(),
+                    f"hopgraph serve: update job loop error ({failures} in a row; retrying in {wait:g} s):\n{detail}",
+                    end="",
                     file=sys.stderr,
                     flush=True,
                 )
-                self._stop.wait(1.0)
+                self._stop.wait(wait)
 
     def _pass(self) -> None:
         """One round: run the worker if jobs wait, switch to what is live, collect old versions."""
@@ -364,8 +373,10 @@ class JobRunner:
         self._crashes += 1
         attempts = max([self._crashes, *(j.get("attempts", 0) for j in running)])
         if attempts >= self.config.serve.job_attempts:
-            self._crashes = 0
+            # Counted until the failure is recorded: where it cannot be (a full disk), the loop's
+            # growing wait applies and the next worker is still the last attempt, not a first.
             ended = versions.fail_unfinished(self.root, f"{reason}; gave up after {attempts} attempts")
+            self._crashes = 0
             outcome = "run again one at a time" if any(j["status"] == "queued" for j in ended) else "failed"
             print(
                 f"hopgraph serve: jobs {', '.join(j['id'] for j in ended)} {outcome} after {attempts} attempts",

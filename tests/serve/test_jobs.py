@@ -249,3 +249,31 @@ def test_stopping_the_server_during_a_job_is_not_a_crash_and_the_job_finishes_la
         assert record["status"] == "done", record
         assert (record["attempts"], record["interrupted"]) == (2, 3), record
         assert "tem-observatory" in server.app.state.holder.current.doc_ids
+
+
+def test_a_job_loop_that_fails_every_pass_waits_longer_each_time_and_prints_one_traceback(
+    index_copy, serve_config, capsys
+):
+    """On a full disk every pass failed alike: the loop waited 1 s each time, started a worker on
+    each try (models loaded again) and printed a traceback every time, ~100 MB of log a day. The
+    fault is injected (a pass that raises ENOSPC): tests cannot fill a disk portably."""
+    import errno
+
+    with LiveServer(index_copy, configured(serve_config)) as server:
+        runner = server.app.state.jobs
+        passes: list[float] = []
+
+        def full_disk() -> None:
+            passes.append(time.monotonic())
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        runner._pass = full_disk
+        runner._wake.set()
+        wait_until(lambda: len(passes) == 3, timeout=3 * runner.idle_wait + 10)
+        runner._pass = lambda: None  # the disk has room again: the server goes on as before
+    # After a failed pass the loop waits 1, 2, 4 … s (and then its usual idle wait): growing gaps.
+    gaps = [round(b - a, 1) for a, b in zip(passes, passes[1:])]
+    assert gaps[1] >= gaps[0] + 0.8, gaps
+    err = capsys.readouterr().err
+    assert err.count("Traceback") == 1 and err.count("No space left on device") >= 3, err
+    assert "(2 in a row; retrying in 2 s)" in err

@@ -4,8 +4,10 @@ pieces, never text or tokens; with serve.trace, the seeds and graph paths of eac
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.serve.support import USERS, LiveServer, auth, log_lines, wait_until
 
@@ -190,3 +192,26 @@ def test_a_rotated_or_deleted_log_file_is_opened_again_at_the_next_line(tmp_path
     log.close()
     assert [line["n"] for line in log_lines(tmp_path / "requests.jsonl.1")] == [1]
     assert [line["n"] for line in log_lines(kept)] == [3, 4, 5]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full (it fails every write as a full disk does)")
+def test_lines_a_full_disk_refuses_are_counted_said_once_and_reported_when_it_has_room(tmp_path, capsys):
+    """A failed write printed one stderr line per request and was not counted: the metric said 0
+    lines lost while the log lost every one, and stderr grew on the disk that was full."""
+    from hopgraph.serve.logs import RequestLog
+
+    log_path = tmp_path / "requests.log"
+    log_path.symlink_to("/dev/full")  # every write fails with ENOSPC, as on a full disk
+    log = RequestLog(str(log_path), reopen_seconds=0.0)
+    line = {"endpoint": "/v1/retrieve", "pieces": ["c1"]}
+    for _ in range(50):
+        log.write(line)
+    wait_until(lambda: log.dropped == 50, timeout=10)
+    log_path.unlink()
+    log_path.symlink_to(tmp_path / "room.log")  # room again: the next line goes there
+    log.write(line)
+    log.close()
+    (written,) = log_lines(tmp_path / "room.log")
+    assert written["dropped_before"] == 50
+    err = capsys.readouterr().err
+    assert err.count("cannot write the request log") == 1 and "No space left on device" in err
