@@ -485,6 +485,23 @@ def _write_npy(tmp: Path, header: bytes, array: np.ndarray) -> None:
 # lives here rather than with the update jobs (hopgraph/index/versions.py) that write versions.
 CURRENT, VERSIONS, JOBS = "CURRENT", "versions", "jobs"
 PARTITIONS = "partitions"  # INDEX/partitions/<name>: the sub-indexes of an index built with access.isolation
+REPLICAS = "replicas"  # INDEX/replicas/<id>.json: one heartbeat per serving process (hopgraph.serve.replicas)
+
+
+def heartbeat_versions(root: str | Path) -> set[str]:
+    """Versions named by every heartbeat in INDEX/replicas: what serving processes read. A
+    collection outside a server (``hopgraph update``) cannot tell a live heartbeat from a dead one
+    in one look, so it spares them all; a server's leader removes dead ones after
+    ``serve.replica_timeout``, and a server that stops removes its own."""
+    folder, named = Path(root) / REPLICAS, set()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            named |= {str(v) for v in json.loads(path.read_text(encoding="utf-8"))["versions"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # gone meanwhile, or being written: the next collection looks again
+    return named
+
+
 # Update job ids: "j" + a sequence number of at least six digits + "-" + six hex digits; a version is
 # named after the job that built it. Past job 999,999 the number simply grows a digit.
 JOB_ID = re.compile(r"j\d{6,}-[0-9a-f]{6}")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hopgraph.config import ServeConfig
 from hopgraph.index.jobs import PAYLOAD, UNFINISHED, job_lock, job_path, list_jobs
-from hopgraph.store import JOB_ID, JOBS, VERSIONS, live_version
+from hopgraph.store import JOB_ID, JOBS, VERSIONS, heartbeat_versions, live_version
 
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
 # Failed jobs whose documents stay on disk (to look at, or to submit again), newest first. Each may hold
@@ -27,13 +27,14 @@ STALE_SECONDS = 3600.0
 def collect_garbage(
     root: str | Path,
     keep: int = 2,
-    protect: Callable[[], Iterable[str]] = tuple,
+    protect: Callable[[], Iterable[str]] | None = None,
     keep_jobs: int = KEEP_JOB_RECORDS,
     keep_failed_payloads: int = KEEP_FAILED_PAYLOADS,
 ) -> list[str]:
     """Delete version directories that are not live, not among the newest ``keep`` published
     ones, not used by an unfinished job and not named by ``protect()`` (versions readers still
-    use, asked for under the job lock, so no job can publish in between); returns their names.
+    use, asked for under the job lock, so no job can publish in between; by default every version
+    a serving process's heartbeat names, :func:`~hopgraph.store.heartbeat_versions`); returns their names.
     Readers still holding a removed version should reopen the index (``keep`` ≥ 1 spares the
     previous live version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job
     numbers keep growing) are deleted too, unless their version is still on disk: every look at
@@ -50,7 +51,8 @@ def collect_garbage(
         jobs = list_jobs(root)
         done = [j["id"] for j in jobs if j["status"] == "done"]
         published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
-        protected = {live_version(root), *(published[-keep:] if keep > 0 else []), *protect()}
+        in_use = protect() if protect is not None else heartbeat_versions(root)
+        protected = {live_version(root), *(published[-keep:] if keep > 0 else []), *in_use}
         protected |= {
             name
             for j in jobs

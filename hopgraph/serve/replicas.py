@@ -32,9 +32,8 @@ from typing import IO, Any
 from hopgraph.config import ServeConfig
 from hopgraph.index import versions
 from hopgraph.serve.state import IndexHolder, JobRunner
-from hopgraph.store import JOBS, atomic_write
+from hopgraph.store import JOBS, REPLICAS, atomic_write
 
-REPLICAS = "replicas"  # INDEX/replicas/<id>.json: one heartbeat per serving process
 LEADER = ".leader"  # INDEX/jobs/.leader: locked by the process that runs update jobs
 LEADER_RECORD = "leader.json"  # INDEX/jobs/leader.json: who took that lock last, replaced whole (never half-written)
 

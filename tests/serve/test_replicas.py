@@ -22,7 +22,8 @@ import pytest
 from hopgraph.index import garbage, versions
 from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.serve.replicas import REPLICAS, Heartbeats, read_heartbeats, read_leader
+from hopgraph.serve.replicas import Heartbeats, read_heartbeats, read_leader
+from hopgraph.store import REPLICAS
 from tests.serve.support import USERS, auth
 
 REFRESH = 0.5  # serve.refresh_seconds of the servers below
@@ -225,6 +226,18 @@ def test_garbage_collection_spares_versions_another_replica_serves_until_its_hea
     removed = garbage.collect_garbage(index_copy, keep=1, protect=lambda: leader.protected(timeout))
     assert removed == ["j000001-aaaaaa"]
     assert not list((index_copy / REPLICAS).glob("*.json"))  # the dead replica's heartbeat is removed
+
+
+def test_a_collection_outside_a_server_spares_every_version_a_heartbeat_names(index_copy):
+    """`hopgraph update` and the Python API collected without asking the heartbeats: they removed
+    a version a server was still serving (or a replica was still loading)."""
+    for name in ("j000001-aaaaaa", "j000002-bbbbbb"):
+        (index_copy / versions.VERSIONS / name).mkdir(parents=True)
+    serving = Heartbeats(index_copy, {"id": "elsewhere-1-abc", "host": "elsewhere", "pid": 1})
+    serving.beat({"j000001-aaaaaa"}, leader=False)
+    assert garbage.collect_garbage(index_copy, keep=0) == ["j000002-bbbbbb"]  # no protect given: the heartbeats
+    serving.path.unlink()  # that server stopped
+    assert garbage.collect_garbage(index_copy, keep=0) == ["j000001-aaaaaa"]
 
 
 def test_a_heartbeat_that_keeps_changing_keeps_its_versions(index_copy):
