@@ -225,7 +225,7 @@ def query(
 @click.option(
     "--methods", default="text,knng,keyword,concept,ppr", show_default=True, help="Comma-separated methods to compare."
 )
-@click.option("--limit", type=int, help="Only the first N questions.")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
 @click.option(
     "--out",
     "out",
@@ -255,11 +255,14 @@ def evaluate(
     from hopgraph.evaluate.runner import write_outputs
     from hopgraph.retrieve.methods import METHODS  # noqa: PLC0415
 
-    chosen = [m.strip() for m in methods.split(",") if m.strip()]
+    chosen = list(dict.fromkeys(m.strip() for m in methods.split(",") if m.strip()))  # each once, in order
     unknown = [m for m in chosen if m not in METHODS]
-    if unknown:
+    if unknown or not chosen:
         raise click.BadParameter(
-            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}", param_hint="--methods"
+            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}"
+            if unknown
+            else f"no method given; choose from {', '.join(METHODS)}",
+            param_hint="--methods",
         )
     config = build_config(config_file, options)
     payload = run(dataset, index_dir, config, chosen, limit=limit, progress=not quiet, answers=answers)

@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.errors import IndexFormatError, OtherIndexError
+from hopgraph.errors import IndexFormatError, InputError, OtherIndexError
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import (
     RECALL_AT,
@@ -28,6 +28,7 @@ from hopgraph.index.pipeline import build_index, peak_memory_mb
 from hopgraph.index.versions import live_version
 from hopgraph.llm import open_llm
 from hopgraph.retrieve.answer import answer_many
+from hopgraph.retrieve.methods import check_method
 from hopgraph.retrieve.rerank import reranker_for
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import IndexStore
@@ -70,6 +71,11 @@ def evaluate(
     adding EM, F1 and Accuracy and the answer-generation token counts.
     """
     bench = load_benchmark(dataset, limit=limit)
+    if not bench.questions:  # a corpus file without its questions, or a limit of 0: no Coverage to report
+        raise InputError(
+            f"{dataset}: no questions to evaluate (a HippoRAG NAME_corpus.json needs its questions, "
+            "NAME.json, beside it)"
+        )
     if live_version(index_dir):
         raise IndexFormatError(
             f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "
@@ -85,6 +91,8 @@ def evaluate(
             "where it builds the dataset's index",
             exc.what,
         ) from None
+    for method in methods:  # every method checked before the first runs: none's results are lost to a later one
+        check_method(method, manifest, str(index_dir))
     ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
     retriever = Retriever(index_dir, config.retrieval)
     started = time.perf_counter()

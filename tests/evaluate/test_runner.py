@@ -77,3 +77,24 @@ def test_an_index_eval_cannot_use_is_refused_with_what_eval_can_do(tmp_path):
         evaluate(data, index, load_config(None, SAMPLE_SETTINGS), ["text"], progress=False)
     message = str(refused.value)
     assert "a different corpus" in message and "--index" in message and "--overwrite" not in message
+
+
+def test_every_method_is_checked_before_the_first_runs_and_an_empty_question_set_is_refused(tmp_path):
+    """`--methods text,kg` ran all of text and then failed on kg (the index has no LLM graph), losing
+    text's results; a dataset with no questions "succeeded" with a NaN Coverage, not valid JSON."""
+    from click.testing import CliRunner
+
+    from hopgraph.cli import main
+    from hopgraph.errors import ConfigError, InputError
+
+    data, index = musique_file(tmp_path / "musique.jsonl"), tmp_path / "index"
+    settings = load_config(None, SAMPLE_SETTINGS)
+    with pytest.raises(ConfigError, match=r"method 'kg' needs parts this index lacks"):
+        evaluate(data, index, settings, ["text", "kg"], progress=False)
+    (hipporag := tmp_path / "hr").mkdir()
+    (hipporag / "mini_corpus.json").write_text(json.dumps([{"title": t, "text": p} for t, p, _ in PARAGRAPHS]))
+    with pytest.raises(InputError, match="no questions to evaluate"):
+        evaluate(hipporag / "mini_corpus.json", tmp_path / "hr_index", settings, ["text"], progress=False)
+    for bad in (["--methods", ","], ["--limit", "0"]):
+        refused = CliRunner().invoke(main, ["eval", str(data), "--index", str(index), *bad])
+        assert refused.exit_code == 2 and ("no method given" in refused.output or "--limit" in refused.output)
