@@ -169,3 +169,18 @@ def test_open_overrides_nested_or_dotted_change_only_their_leaves_and_refuse_bui
         Index.open(tmp_path / "i", {"chunking": {"size": 4000}})
     with pytest.raises(ConfigError, match="budget"):
         opened.retrieve("Who voted to close the lighthouse?", budget=0)  # was read as "the default budget"
+
+
+def test_a_question_that_is_not_unicode_text_is_refused_with_one_line(sample_index):
+    """A command line's undecodable byte (argv's b"\\xff" is the lone surrogate U+DCFF) reached the
+    tokenizer and ended in a traceback."""
+    from click.testing import CliRunner
+
+    from hopgraph import Index
+    from hopgraph.cli import main
+    from hopgraph.errors import InputError
+
+    with pytest.raises(InputError, match="lone surrogate U\\+DCFF at character 4"):
+        Index.open(sample_index).retrieve("who \udcff led")
+    refused = CliRunner().invoke(main, ["query", str(sample_index), "who \udcff led"])
+    assert refused.exit_code == 2 and "give it as UTF-8 text" in refused.output and "Traceback" not in refused.output

@@ -13,6 +13,8 @@ import numpy as np
 
 from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
 from hopgraph.deadline import deadline_after
+from hopgraph.documents import unicode_problem
+from hopgraph.errors import InputError
 from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -112,6 +114,9 @@ class Retriever:
         With ``deadline`` (seconds), the work stops with DeadlineExceeded once it runs that long:
         the searches check it as they go, so nothing keeps a core busy after its caller gave up.
         """
+        problem = unicode_problem(question)  # a command line's undecodable bytes arrive as lone surrogates
+        if problem:
+            raise InputError(f"the question {problem}; give it as UTF-8 text")
         with deadline_after(deadline):
             return self._retrieve(question, method, budget, metadata_filter, vector, overrides)
 
