@@ -348,7 +348,7 @@ class IndexStore:
                 columns = [c for c in columns if c in present]
             return pq.read_table(path, columns=columns)
         except FileNotFoundError:
-            raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
+            raise self._missing("table", name) from None
         except (pa.ArrowInvalid, OSError) as exc:
             raise IndexFormatError(f"{path}: corrupt table ({exc})") from None
 
@@ -358,7 +358,7 @@ class IndexStore:
         try:
             return list(pq.read_schema(path).names)
         except FileNotFoundError:
-            raise IndexFormatError(f"{self.root}: missing table {name} (partial index?)") from None
+            raise self._missing("table", name) from None
         except (pa.ArrowInvalid, OSError) as exc:
             raise IndexFormatError(f"{path}: corrupt table ({exc})") from None
 
@@ -385,12 +385,22 @@ class IndexStore:
             hashing.join()
         self._record(path, digest.hexdigest())
 
+    def _missing(self, kind: str, name: str) -> IndexFormatError:
+        """A file of this index is not there: the whole version gone (collected while a reader held
+        it open, which then read a lazily loaded part), or one file (a partial index)."""
+        if not self.root.exists():
+            return IndexFormatError(
+                f"{self.root}: this index version was removed while it was open (collected after an update, or "
+                "rebuilt); open the index again"
+            )
+        return IndexFormatError(f"{self.root}: missing {kind} {name} (partial index?)")
+
     def read_array(self, name: str, mmap: bool = False) -> np.ndarray:
         path = self._file("arrays", name, ".npy")
         try:
             return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
         except FileNotFoundError:
-            raise IndexFormatError(f"{self.root}: missing array {name} (partial index?)") from None
+            raise self._missing("array", name) from None
         except (ValueError, OSError, EOFError) as exc:
             raise IndexFormatError(f"{path}: corrupt array ({exc})") from None
 
@@ -405,7 +415,7 @@ class IndexStore:
         try:
             return sp.load_npz(path).tocsr()
         except FileNotFoundError:
-            raise IndexFormatError(f"{self.root}: missing graph {name} (partial index?)") from None
+            raise self._missing("graph", name) from None
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise IndexFormatError(f"{path}: corrupt graph ({exc})") from None
 

@@ -184,3 +184,19 @@ def test_a_question_that_is_not_unicode_text_is_refused_with_one_line(sample_ind
         Index.open(sample_index).retrieve("who \udcff led")
     refused = CliRunner().invoke(main, ["query", str(sample_index), "who \udcff led"])
     assert refused.exit_code == 2 and "give it as UTF-8 text" in refused.output and "Traceback" not in refused.output
+
+
+def test_a_reader_whose_version_was_collected_is_told_to_open_the_index_again(tmp_path, sample_config):
+    """It was told "missing array keyword_vectors (partial index?)", as if the index were damaged."""
+    from hopgraph import Document, Index
+    from hopgraph.errors import IndexFormatError
+
+    index = Index.build([memo()], tmp_path / "i", sample_config)
+    old = index.update(add=[Document(id="pier", text="The Sorvik pier was rebuilt in stone in 1911.")])
+    index = old.update(add=[Document(id="ferry", text="The Sorvik ferry crosses Lake Orrin twice a day.")], keep=0)
+    assert not (tmp_path / "i" / "versions" / old.version).exists()  # collected: keep=0 spares only the live one
+    with pytest.raises(IndexFormatError, match="this index version was removed while it was open") as told:
+        for method in old.methods:  # whichever part each method loads lazily
+            old.retrieve("Who rebuilt the Sorvik pier?", method=method, budget=200)
+    assert "open the index again" in str(told.value) and "partial index" not in str(told.value)
+    assert index.retrieve("Who rebuilt the Sorvik pier?", budget=200).evidence  # the new one reads fine

@@ -34,16 +34,17 @@ def collect_garbage(
     """Delete version directories that are not live, not among the newest ``keep`` published
     ones, not used by an unfinished job and not named by ``protect()`` (versions readers still
     use, asked for under the job lock, so no job can publish in between; by default every version
-    a serving process's heartbeat names, :func:`~hopgraph.store.heartbeat_versions`); returns their names.
-    Readers still holding a removed version should reopen the index (``keep`` ≥ 1 spares the
-    previous live version). Finished job records beyond the newest ``keep_jobs`` (≥ 1, so job
-    numbers keep growing) are deleted too, unless their version is still on disk: every look at
-    the queue reads every record, and a server runs for months. Of failed jobs, only the newest
-    ``keep_failed_payloads`` keep their documents. Payloads without a record and temporary files
-    in INDEX/jobs/ are deleted once :data:`STALE_SECONDS` old (left by a killed submit or
-    write). A version that cannot be removed whole (a file a shared file system keeps while
-    another machine has it open) is left with a RuntimeWarning and tried again next time; it
-    stopped the whole collection, and a server's job loop retried it with a traceback at every
+    a serving process's heartbeat names, :func:`~hopgraph.store.heartbeat_versions`); returns
+    their names. Readers still holding a removed version should reopen the index (``keep`` counts
+    the live version: ``keep`` ≥ 2 spares the one live before it). Finished job records beyond the
+    newest ``keep_jobs`` (≥ 1, so job numbers keep growing) are deleted too, unless their version
+    is still on disk: every look at the queue reads every record, and a server runs for months. Of
+    failed jobs, only the newest ``keep_failed_payloads`` keep their documents. Payloads without a
+    record and temporary files in INDEX/jobs/ are deleted once :data:`STALE_SECONDS` old (left by
+    a killed submit or write). A version that cannot be removed whole (a file a shared file system
+    keeps while another machine has it open) is left with a RuntimeWarning and tried again next
+    time; it stopped the whole collection, and a server's job loop retried it with a traceback at
+    every
     pass, never pruning a record."""
     root = Path(root)
     folder = root / VERSIONS
