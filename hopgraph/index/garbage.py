@@ -44,8 +44,7 @@ def collect_garbage(
     a killed submit or write). A version that cannot be removed whole (a file a shared file system
     keeps while another machine has it open) is left with a RuntimeWarning and tried again next
     time; it stopped the whole collection, and a server's job loop retried it with a traceback at
-    every
-    pass, never pruning a record."""
+    every pass, never pruning a record."""
     root = Path(root)
     folder = root / VERSIONS
     with job_lock(root, ".lock"):
