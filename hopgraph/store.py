@@ -133,6 +133,18 @@ class CorruptManifestError(IndexFormatError):
     was an index, so `hopgraph index --overwrite` may rebuild it."""
 
 
+Stamp = tuple[int, int, int]  # a file's (inode, size, mtime in ns): any write or replacement changes it
+
+
+def file_stamp(path: Path) -> Stamp | None:
+    """``path``'s :data:`Stamp`, or None where it cannot be looked at (gone)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_ino, found.st_size, found.st_mtime_ns)
+
+
 class IndexStore:
     """Reads and writes one index directory."""
 
@@ -389,11 +401,15 @@ class IndexStore:
         """A file of this index is not there: the whole version gone (collected while a reader held
         it open, which then read a lazily loaded part), or one file (a partial index)."""
         if not self.root.exists():
-            return IndexFormatError(
-                f"{self.root}: this index version was removed while it was open (collected after an update, or "
-                "rebuilt); open the index again"
-            )
+            return self.removed()
         return IndexFormatError(f"{self.root}: missing {kind} {name} (partial index?)")
+
+    def removed(self) -> IndexFormatError:
+        """What a reader is told when its version's folder is gone."""
+        return IndexFormatError(
+            f"{self.root}: this index version was removed while it was open (collected after an update, or "
+            "rebuilt); open the index again"
+        )
 
     def read_array(self, name: str, mmap: bool = False) -> np.ndarray:
         path = self._file("arrays", name, ".npy")

@@ -200,3 +200,24 @@ def test_a_reader_whose_version_was_collected_is_told_to_open_the_index_again(tm
             old.retrieve("Who rebuilt the Sorvik pier?", method=method, budget=200)
     assert "open the index again" in str(told.value) and "partial index" not in str(told.value)
     assert index.retrieve("Who rebuilt the Sorvik pier?", budget=200).evidence  # the new one reads fine
+
+
+def test_a_reader_of_an_index_rebuilt_in_place_is_told_to_open_it_again(tmp_path, sample_config):
+    """Parts load on first use: after `overwrite=True` rebuilt the folder with another corpus, an open
+    reader mixed the old index's arrays with the new one's tables (an IndexError in bm25, or another
+    corpus's text). Running the same build again changes nothing and disturbs no reader."""
+    from hopgraph import Document, Index
+    from hopgraph.errors import IndexFormatError
+
+    first = [memo(), Document(id="pier", text="The Sorvik pier was rebuilt in stone in 1911.")]
+    opened = Index.build(first, tmp_path / "i", sample_config)
+    question = "Who rebuilt the Sorvik pier?"
+    opened.retrieve(question, method="text", budget=200)
+    Index.build(first, tmp_path / "i", sample_config)  # the same build again: nothing to do
+    assert opened.retrieve(question, method="bm25", budget=200).evidence
+    other = [Document(id=f"d{n}", text=f"Ferry {n} crosses Lake Orrin at {n} o'clock.") for n in range(12)]
+    Index.build(other, tmp_path / "i", sample_config, overwrite=True)
+    with pytest.raises(IndexFormatError, match="rebuilt while it was open.*open it again"):
+        for method in opened.methods:  # whichever part a method loads first
+            opened.retrieve(question, method=method, budget=200)
+    assert {d.id for d in Index.open(tmp_path / "i").documents()} == {f"d{n}" for n in range(12)}

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from hopgraph.artifacts import UPDATE_COLUMNS
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import IndexFormatError
-from hopgraph.store import IndexStore, live_root
+from hopgraph.store import IndexStore, file_stamp, live_root
 
 T = TypeVar("T")
 
@@ -42,6 +42,7 @@ class LoadedIndex:
         # one LoadedIndex per published version, so no cache outside it may be keyed by an index.
         self._memo: dict[tuple[str, str], Any] = {}
         self._memo_lock = threading.RLock()
+        self._stamp = file_stamp(self.store.manifest_path)
 
     def memo(self, kind: str, name: str, make: Callable[[], T]) -> T:
         """``make()`` computed once per (kind, name) for this index (thread-safe; readers share it)."""
@@ -52,8 +53,33 @@ class LoadedIndex:
             pass
         with self._memo_lock:
             if key not in self._memo:
-                self._memo[key] = make()
+                self.still_the_index_opened()
+                made = make()
+                self.still_the_index_opened()  # a rebuild rewrites the manifest before any other file
+                self._memo[key] = made
             return self._memo[key]
+
+    def still_the_index_opened(self) -> None:
+        """IndexFormatError where the files were replaced since this object opened them: the root
+        index rebuilt in place (``hopgraph index --overwrite``). Parts load on first use, so a reader
+        would otherwise mix the old index's parts with the new one's, and fail on an index out of
+        bounds or, worse, answer with another corpus's text. A manifest rewritten with the same
+        stages (the same build run again) is the same index."""
+        stamp = file_stamp(self.store.manifest_path)
+        if stamp == self._stamp:
+            return
+        if not self.store.root.exists():
+            raise self.store.removed()
+        try:
+            same = self.store.read_manifest().get("stages") == self.manifest.get("stages")
+        except IndexFormatError:
+            same = False
+        if not same:
+            raise IndexFormatError(
+                f"{self.store.root}: the index was rebuilt while it was open (`hopgraph index --overwrite`); "
+                "open it again"
+            )
+        self._stamp = stamp
 
     # The tables below are the memoised ones (``table``), so each is held in memory once.
     @functools.cached_property

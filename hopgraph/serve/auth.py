@@ -48,11 +48,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from hopgraph.config import read_toml, validate_section
 from hopgraph.errors import ConfigError
 from hopgraph.serve.errors import APIError, shown
+from hopgraph.store import Stamp, file_stamp
 
 log = logging.getLogger("hopgraph.serve")
 RELOAD_CHECK_SECONDS = 1.0
 SETTLED_SECONDS = 1.0  # a tokens file written more recently may still be being written
-Stamp = tuple[int, int, int]  # a file's (inode, size, mtime in ns): any write or replacement changes it
 
 
 @dataclass(frozen=True)
@@ -115,14 +115,6 @@ def warn_if_writable_by_others(path: Path) -> None:
             UserWarning,
             stacklevel=2,
         )
-
-
-def file_stamp(path: Path) -> Stamp | None:
-    try:
-        found = path.stat()
-    except OSError:
-        return None
-    return (found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 class TokenBook:
