@@ -126,3 +126,16 @@ def test_numbering_goes_on_past_job_999999(index):  # noqa: F811 - the imported 
     assert done["id"] == job["id"] and done["status"] == "done"
     assert LoadedIndex(index).version == job["id"] and new_documents()[1].id in LoadedIndex(index).documents["id"]
     assert versions.submit_update(index, [], [new_documents()[1].id])["id"].startswith("j1000001-")
+
+
+def test_a_version_folder_is_not_an_index_to_update(index):  # noqa: F811 - the imported fixture
+    """A version opened as if it were an index root took update jobs: jobs/ was created inside a
+    version, which never changes once complete."""
+    from hopgraph.errors import InputError
+
+    first = versions.submit_update(index, [new_documents()[0]], [])
+    versions.run_pending(index)
+    version = index / "versions" / first["id"]
+    with pytest.raises(InputError, match=r"is a version of the index .*; update that index instead"):
+        versions.submit_update(version, [new_documents()[1]], [])
+    assert not (version / JOBS).exists()
