@@ -23,7 +23,7 @@ from hopgraph.evaluate.metrics import (
     supporting_recall,
     supporting_recall_at,
 )
-from hopgraph.index.datasets import load_benchmark
+from hopgraph.index.datasets import check_questions, load_benchmark
 from hopgraph.index.pipeline import build_index, peak_memory_mb
 from hopgraph.index.versions import live_version
 from hopgraph.llm import open_llm
@@ -71,6 +71,7 @@ def evaluate(
     adding EM, F1 and Accuracy and the answer-generation token counts.
     """
     bench = load_benchmark(dataset, limit=limit)
+    check_questions(bench, dataset)
     if not bench.questions:  # a corpus file without its questions, or a limit of 0: no Coverage to report
         raise InputError(
             f"{dataset}: no questions to evaluate (a HippoRAG NAME_corpus.json needs its questions, "
@@ -148,6 +149,7 @@ def evaluate(
         "splits": config.chunking.effective_splits,
         "budget": config.retrieval.budget,
         "embedding_model": config.embedding.model,
+        "skipped_passages": bench.skipped,  # left out, as `hopgraph index` leaves them (text_problem)
         "results": records,
         "index": {
             # Stage times of this run, and those of stages an earlier build finished (not repeated here).

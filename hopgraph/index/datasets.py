@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at, too_deep_at
-from hopgraph.errors import InputError, cut
+from hopgraph.documents import MAX_JSON_DEPTH, Document, invalid_unicode_at, text_problem, too_deep_at
+from hopgraph.errors import InputError, cut, listed
 
 KETRAG, HIPPORAG, IRCOT, MUSIQUE = "ketrag", "hipporag", "ircot", "musique"
 _CORPUS_SUFFIX = "_corpus.json"
@@ -39,6 +40,7 @@ class Benchmark:
     name: str
     documents: list[Document]
     questions: list[Question]
+    skipped: list[str] = field(default_factory=list)  # passages left out, with why (as `hopgraph index` leaves them)
 
 
 def paragraph_id(title: str, text: str) -> str:
@@ -98,7 +100,35 @@ def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
         IRCOT: _load_ircot,
         MUSIQUE: _load_musique,
     }
-    return loaders[kind](path, limit)
+    return _checked(loaders[kind](path, limit))
+
+
+def check_questions(bench: Benchmark, path: str | Path) -> None:
+    """Refuse (InputError, naming them) questions that cannot be scored: an empty one, an id given
+    twice (results are kept per id), one without a gold answer (it could never be covered, so
+    Coverage would be capped unseen). For evaluation only: indexing reads the passages alone."""
+    counts = Counter(q.id for q in bench.questions)
+    for problem, ids in (
+        ("empty question", [q.id for q in bench.questions if not q.text.strip()]),
+        ("question id given more than once", sorted(i for i, n in counts.items() if n > 1)),
+        ("question without a gold answer", [q.id for q in bench.questions if not any(a.strip() for a in q.answers)]),
+    ):
+        if ids:
+            raise InputError(f"{path}: {len(ids)} {problem}(s): {listed([repr(cut(i)) for i in ids])}")
+
+
+def _checked(bench: Benchmark) -> Benchmark:
+    """Passages that no way in indexes (:func:`text_problem`) left out into ``skipped``, so eval
+    indexes what `hopgraph index` does from the same file."""
+    kept = []
+    for document in bench.documents:
+        reason = text_problem(document.text)
+        if reason:
+            bench.skipped.append(f"paragraph {document.id!r} ({cut(document.title)!r}): {reason}")
+        else:
+            kept.append(document)
+    bench.documents = kept
+    return bench
 
 
 def _record_format(record: dict[str, Any]) -> str | None:

@@ -4,6 +4,7 @@ run only, and its result file says which stage times are its own and what its pe
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,34 @@ def test_every_method_is_checked_before_the_first_runs_and_an_empty_question_set
     for bad in (["--methods", ","], ["--limit", "0"]):
         refused = CliRunner().invoke(main, ["eval", str(data), "--index", str(index), *bad])
         assert refused.exit_code == 2 and ("no method given" in refused.output or "--limit" in refused.output)
+
+
+def test_questions_that_cannot_be_scored_are_refused_and_bad_passages_left_out_as_index_leaves_them(tmp_path):
+    """A question without a gold answer counted as a miss (Coverage capped unseen); an empty question
+    and a repeated id were accepted; a passage `hopgraph index` skips (control characters) was indexed."""
+    from hopgraph.errors import InputError
+    from hopgraph.index.datasets import load_benchmark
+
+    data = musique_file(tmp_path / "musique.jsonl")
+    record = json.loads(data.read_text(encoding="utf-8"))
+    noise = {"idx": 9, "title": "Noise", "paragraph_text": "Binary\x00junk", "is_supporting": False}
+    record["paragraphs"].append(noise)
+    data.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    bench = load_benchmark(data)
+    assert sorted(d.title for d in bench.documents) == sorted(t for t, _, _ in PARAGRAPHS)
+    assert len(bench.skipped) == 1 and "'Noise'" in bench.skipped[0] and "control character" in bench.skipped[0]
+    settings = load_config(None, SAMPLE_SETTINGS)
+    result = evaluate(data, tmp_path / "index", settings, ["text"], progress=False)
+    assert result["skipped_passages"] == bench.skipped
+    for change, problem in (
+        ({"answer": "", "answer_aliases": []}, "1 question without a gold answer(s): '2hop__1'"),
+        ({"question": "  "}, "1 empty question(s)"),
+    ):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps({**record, **change}) + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(problem)):
+            evaluate(bad, tmp_path / "bad_index", settings, ["text"], progress=False)
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text((json.dumps(record) + "\n") * 2, encoding="utf-8")
+    with pytest.raises(InputError, match="question id given more than once"):
+        evaluate(twice, tmp_path / "twice_index", settings, ["text"], progress=False)
