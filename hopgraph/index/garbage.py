@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hopgraph.config import ServeConfig
 from hopgraph.index.jobs import PAYLOAD, UNFINISHED, job_lock, job_path, list_jobs
-from hopgraph.store import JOB_ID, JOBS, VERSIONS, heartbeat_versions, live_version
+from hopgraph.store import JOB_ID, JOBS, REPLICAS, VERSIONS, heartbeat_versions, live_version
 
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
 # Failed jobs whose documents stay on disk (to look at, or to submit again), newest first. Each may hold
@@ -84,7 +84,9 @@ def collect_garbage(
             if not (job.get("version") and (folder / job["version"]).is_dir()):
                 _drop_payload(root, job["id"])  # a failed job's
                 job_path(root, job["id"]).unlink(missing_ok=True)
-        _drop_stale(root / JOBS)
+        clock = root / JOBS / ".lock"  # held now, so it exists
+        _drop_stale(root / JOBS, clock)
+        _drop_stale(root / REPLICAS, clock)  # a heartbeat write killed midway leaves its temporary file
     return removed
 
 
@@ -93,13 +95,12 @@ def _drop_payload(root: Path, job_id: str) -> None:
         job_path(root, job_id, suffix).unlink(missing_ok=True)
 
 
-def _drop_stale(folder: Path) -> None:
+def _drop_stale(folder: Path, clock: Path) -> None:
     """Delete payloads without a record and temporary files, once :data:`STALE_SECONDS` old by the
     clock of the storage that holds them (replicas' own clocks need not agree with it): "now" is
-    the time the lock file, just touched, was given there."""
+    the time the ``clock`` file (the job lock, held by the caller), just touched, was given there."""
     if not folder.is_dir():
         return
-    clock = folder / ".lock"  # held by the caller, so it exists
     os.utime(clock)
     old = clock.stat().st_mtime - STALE_SECONDS
     for path in folder.iterdir():

@@ -13,7 +13,7 @@ from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError
 from hopgraph.index import garbage, jobs, versions
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.store import JOBS
+from hopgraph.store import JOBS, REPLICAS
 from tests.index.test_versions import built, index, new_documents  # noqa: F401 - fixtures and data
 
 
@@ -74,10 +74,12 @@ def test_what_a_killed_submit_or_write_leaves_in_jobs_is_collected_once_stale(in
     """A submit killed between its payload and its record left the payload (up to an insert's 10 MB)
     and a killed write its temporary file; nothing deleted them. They go once an hour old; younger
     ones may belong to a submit or a write still under way and stay."""
-    folder = index / JOBS
+    folder, beats = index / JOBS, index / REPLICAS
     folder.mkdir(exist_ok=True)
+    beats.mkdir(exist_ok=True)
     stale = [folder / "j000007-aaaaaa.documents.jsonl", folder / "j000007-aaaaaa.ids.json", folder / ".x.json.k2.tmp"]
-    young = [folder / "j000008-bbbbbb.documents.jsonl", folder / ".y.json.q9.tmp"]
+    stale.append(beats / ".host-1-abc.json.k3.tmp")  # a heartbeat write killed midway (serving processes beat)
+    young = [folder / "j000008-bbbbbb.documents.jsonl", folder / ".y.json.q9.tmp", beats / ".host-2-d.json.q1.tmp"]
     for path in stale + young:
         path.write_text("{}", encoding="utf-8")
     hour_ago = time.time() - garbage.STALE_SECONDS - 60
@@ -86,7 +88,7 @@ def test_what_a_killed_submit_or_write_leaves_in_jobs_is_collected_once_stale(in
     job = versions.submit_update(index, [new_documents()[0]], [])  # a payload with its record stays
     os.utime(jobs.job_path(index, job["id"], jobs.DOCUMENTS), (hour_ago, hour_ago))
     garbage.collect_garbage(index)
-    assert [p.exists() for p in stale] == [False, False, False] and all(p.exists() for p in young)
+    assert [p.exists() for p in stale] == [False] * 4 and all(p.exists() for p in young)
     assert (
         jobs.job_path(index, job["id"], jobs.DOCUMENTS).exists() and jobs.job_path(index, job["id"], jobs.IDS).exists()
     )
