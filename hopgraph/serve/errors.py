@@ -5,6 +5,7 @@ problems are listed."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 from collections.abc import Sequence
@@ -170,6 +171,22 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(422, "invalid_request", str(exc))
         log.error("%s %s: %s", request.method, request.url.path, exc)
         return error_response(500, "server_error", "the server failed to handle the request (logged)")
+
+    @app.exception_handler(OSError)
+    async def storage(request: Request, exc: OSError) -> JSONResponse:
+        # A full or read-only disk is the server's state, not a bug: said as such, with a retry hint
+        # (the path and details go to the log only). Other OS errors are unexpected.
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            return await unexpected(request, exc)
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        full = exc.errno != errno.EROFS
+        return error_response(
+            507 if full else 503,
+            "storage_full" if full else "storage_read_only",
+            f"the server's storage is {'full' if full else 'read-only'}; nothing was changed, try again once an "
+            "operator has fixed it",
+            {"Retry-After": "60"},
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -277,3 +277,30 @@ def test_a_job_loop_that_fails_every_pass_waits_longer_each_time_and_prints_one_
     err = capsys.readouterr().err
     assert err.count("Traceback") == 1 and err.count("No space left on device") >= 3, err
     assert "(2 in a row; retrying in 2 s)" in err
+
+
+@pytest.mark.parametrize(
+    "error,status,code", [("ENOSPC", 507, "storage_full"), ("EROFS", 503, "storage_read_only")], ids=["full", "ro"]
+)
+def test_an_insert_on_a_full_or_read_only_disk_says_so_instead_of_a_server_error(
+    index_copy, serve_config, error, status, code
+):
+    """It was a 500 "server_error" with a traceback. The fault is injected where the job would be
+    written (tests cannot fill or remount a disk portably); the server goes on after it."""
+    import errno
+
+    with LiveServer(index_copy, configured(serve_config)) as server:
+        runner = server.app.state.jobs
+        submit = runner.submit
+
+        def no_room(add, delete):
+            raise OSError(getattr(errno, error), os.strerror(getattr(errno, error)), str(index_copy / JOBS))
+
+        runner.submit = no_room
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            refused = insert(client, "memo", "The Sorvik pier was rebuilt in stone in 1911.")
+            runner.submit = submit
+            body = refused.json()["error"]
+            assert refused.status_code == status and body["code"] == code, refused.text
+            assert str(index_copy) not in body["message"] and refused.headers["retry-after"] == "60"
+            assert insert(client, "memo", "The Sorvik pier was rebuilt in stone in 1911.").status_code == 202
