@@ -139,9 +139,12 @@ Stamp = tuple[int, int, int]  # a file's (inode, size, mtime in ns): any write o
 def file_stamp(path: Path) -> Stamp | None:
     """``path``'s :data:`Stamp`, or None where it cannot be looked at (gone)."""
     try:
-        found = path.stat()
+        return stat_stamp(path.stat())
     except OSError:
         return None
+
+
+def stat_stamp(found: os.stat_result) -> Stamp:
     return (found.st_ino, found.st_size, found.st_mtime_ns)
 
 

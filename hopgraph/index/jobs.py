@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
@@ -31,7 +33,17 @@ from typing import Any
 
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.store import JOB_ID, JOBS, IndexStore, atomic_write, exclusive_lock, held_elsewhere, job_sequence
+from hopgraph.store import (
+    JOB_ID,
+    JOBS,
+    IndexStore,
+    Stamp,
+    atomic_write,
+    exclusive_lock,
+    held_elsewhere,
+    job_sequence,
+    stat_stamp,
+)
 
 UNFINISHED = ("queued", "running")
 LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
@@ -120,9 +132,26 @@ def next_sequence(root: Path) -> int:
 
 def _record_names(root: str | Path) -> list[str]:
     """The job ids that have a record file, oldest first (not the .ids.json beside each)."""
-    folder = Path(root) / JOBS
-    found = (p.name[: -len(".json")] for p in folder.glob("j*.json")) if folder.is_dir() else ()
-    return sorted((name for name in found if JOB_ID.fullmatch(name)), key=lambda name: (job_sequence(name), name))
+    return list(_record_entries(root))
+
+
+def _record_entries(root: str | Path) -> dict[str, Stamp]:
+    """Job id → its record file's stamp, oldest first: one pass over the folder (a server lists it
+    every few seconds, with up to ``serve.keep_jobs`` records)."""
+    found: dict[str, Stamp] = {}
+    try:
+        entries = os.scandir(os.path.join(root, JOBS))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".json") and JOB_ID.fullmatch(name[:-5]):
+                try:
+                    found[name[:-5]] = stat_stamp(entry.stat())
+                except FileNotFoundError:  # pruned meanwhile
+                    continue
+    return {name: found[name] for name in sorted(found, key=lambda name: (job_sequence(name), name))}
 
 
 def job_ids(root: Path, record: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -144,21 +173,69 @@ def write_job(root: Path, record: dict[str, Any]) -> None:
     atomic_write(job_path(root, record["id"]), lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+class _RecordTexts:
+    """The text of each job record by its file's stamp. A server looks at the queue every
+    ``serve.refresh_seconds`` and reads every record (up to ``serve.keep_jobs``, 1,000 by default)
+    each time; records are rewritten only by atomic replacement (a new stamp), so a record whose
+    stamp is unchanged is read from here: a stat instead of an open and a read. Per folder, holding
+    only the records the last listing found."""
+
+    def __init__(self) -> None:
+        self.folders: dict[str, dict[str, tuple[Stamp, str]]] = {}
+        self.lock = threading.Lock()
+
+    def text(self, folder: str, name: str, stamp: Stamp | None = None) -> str:
+        """The record file ``name`` in ``folder`` (FileNotFoundError where it is gone); ``stamp``
+        where the caller has just looked at it (a listing's directory entry)."""
+        path = os.path.join(folder, name)
+        stamp = stamp or stat_stamp(os.stat(path))
+        with self.lock:
+            known = self.folders.get(folder, {}).get(name)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+            if stat_stamp(os.fstat(file.fileno())) != stamp:
+                return text  # replaced (and this one read) since it was looked at: not kept
+        with self.lock:
+            self.folders.setdefault(folder, {})[name] = (stamp, text)
+        return text
+
+    def keep_only(self, folder: str, names: set[str]) -> None:
+        with self.lock:
+            held = self.folders.get(folder)
+            if held is not None:
+                for name in [n for n in held if n not in names]:
+                    del held[name]
+
+
+_RECORDS = _RecordTexts()
+
+
 def read_job(root: str | Path, job_id: str) -> dict[str, Any]:
     """The record; InputError where there is none, IndexFormatError where it cannot be read."""
-    path = job_path(Path(root), job_id)
-    missing = InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
     if not JOB_ID.fullmatch(job_id):
-        raise missing
+        raise _no_job(root, job_id)
+    return _read_record(root, job_id)
+
+
+def _read_record(root: str | Path, job_id: str, stamp: Stamp | None = None) -> dict[str, Any]:
+    folder = os.path.join(root, JOBS)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(_RECORDS.text(folder, f"{job_id}.json", stamp))
     except FileNotFoundError:  # never submitted, or pruned (collect_garbage), even while being read
-        raise missing from None
+        raise _no_job(root, job_id) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        path = job_path(Path(root), job_id)
         raise IndexFormatError(f"{path}: damaged job record ({exc}); move it out of {path.parent}") from None
     if not isinstance(record, dict) or record.get("id") != job_id:
+        path = job_path(Path(root), job_id)
         raise IndexFormatError(f"{path}: not the record of job {job_id}; move it out of {path.parent}")
     return record
+
+
+def _no_job(root: str | Path, job_id: str) -> InputError:
+    return InputError(f"{root}: no update job {job_id!r} (see `hopgraph jobs {root}`)")
 
 
 def list_jobs(root: str | Path) -> list[dict[str, Any]]:
@@ -166,9 +243,11 @@ def list_jobs(root: str | Path) -> list[dict[str, Any]]:
     (:func:`~hopgraph.index.garbage.collect_garbage`) is left out, and so is a damaged one, with a
     warning: it stopped every look at the queue (submits, job pages, the job loop, collection)."""
     records = []
-    for name in _record_names(root):
+    listed = _record_entries(root)
+    _RECORDS.keep_only(os.path.join(root, JOBS), {f"{name}.json" for name in listed})
+    for name, stamp in listed.items():
         try:
-            records.append(read_job(root, name))
+            records.append(_read_record(root, name, stamp))
         except InputError:  # pruned since the listing
             continue
         except IndexFormatError as exc:

@@ -141,3 +141,18 @@ def test_a_version_folder_is_not_an_index_to_update(index):  # noqa: F811 - the 
     with pytest.raises(InputError, match=r"is a version of the index .*; update that index instead"):
         versions.submit_update(version, [new_documents()[1]], [])
     assert not (version / JOBS).exists()
+
+
+def test_a_listing_reads_again_every_record_that_changed_since_the_last(index):  # noqa: F811
+    """Records are kept by their file's stamp between looks at the queue (a server looks every few
+    seconds): a record rewritten, even in place with the same size, is read again."""
+    job = versions.submit_update(index, [new_documents()[0]], [])
+    assert [j["status"] for j in jobs.list_jobs(index)] == ["queued"]
+    jobs.write_job(index, {**job, "status": "failed", "error": "x"})  # atomic: a new file
+    assert [j["status"] for j in jobs.list_jobs(index)] == ["failed"]
+    path = jobs.job_path(index, job["id"])
+    same_size = path.read_text(encoding="utf-8").replace('"error": "x"', '"error": "y"')
+    path.write_text(same_size, encoding="utf-8")  # in place: the same inode and size, a later mtime
+    assert [j["error"] for j in jobs.list_jobs(index)] == ["y"]
+    path.unlink()
+    assert jobs.list_jobs(index) == [] and not jobs._RECORDS.folders[str(index / JOBS)]  # nothing held for it

@@ -476,14 +476,14 @@ def test_a_record_pruned_while_it_is_read_is_no_job_not_a_crash(index, monkeypat
     That window cannot be hit on purpose, so the read is made to find the file gone (a mock)."""
     job = versions.submit_update(index, [new_documents()[0]], [])
     record = jobs.job_path(index, job["id"])
-    read_text = Path.read_text
+    text = jobs._RECORDS.text
 
-    def vanished(path: Path, *args, **kwargs) -> str:
-        if path == record:
-            raise FileNotFoundError(path)
-        return read_text(path, *args, **kwargs)
+    def vanished(folder: str, name: str, stamp=None) -> str:
+        if name == record.name:
+            raise FileNotFoundError(name)
+        return text(folder, name, stamp)
 
-    monkeypatch.setattr(Path, "read_text", vanished)
+    monkeypatch.setattr(jobs._RECORDS, "text", vanished)
     with pytest.raises(InputError, match="no update job"):
         versions.read_job(index, job["id"])
     assert versions.list_jobs(index) == []
