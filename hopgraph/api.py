@@ -13,6 +13,7 @@ only by the calls that need them (:meth:`Index.build`, :meth:`Index.update`, :me
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from hopgraph.retrieve.answer import Answer
 
 Config = HopgraphConfig
-Source = str | Path | Document
+Source = str | os.PathLike[str] | Document
 
 
 @dataclass(frozen=True)
@@ -97,28 +98,28 @@ def _items(values: Any, what: str, kinds: tuple[type, ...]) -> list[Any]:
     the groups b, o, a, r, d)."""
     if isinstance(values, kinds):
         return [values]
+    names = " or ".join(k.__name__ for k in kinds)
     if not isinstance(values, Iterable) or isinstance(values, (bytes, Mapping)):
-        raise InputError(
-            f"{what}: give a list of {' or '.join(k.__name__ for k in kinds)}, not {type(values).__name__}"
-        )
+        raise InputError(f"{what}: give a list of {names}, not {type(values).__name__}")
     items = list(values)
-    wrong = next((item for item in items if not isinstance(item, kinds)), None)
-    if wrong is not None or any(isinstance(item, bool) for item in items):
-        raise InputError(f"{what}: {wrong!r} is not a {' or '.join(k.__name__ for k in kinds)}")
+    wrong = [item for item in items if not isinstance(item, kinds)]
+    if wrong:
+        raise InputError(f"{what}: {cut(repr(wrong[0]))} is not a {names}")
     return items
 
 
 def _documents(
-    sources: Iterable[Source] | Source, root: str | Path | None = None, known_ids: Mapping[str, str] | None = None
+    sources: Iterable[Source] | Source, root: str | Path | None = None, index: Path | None = None
 ) -> tuple[list[Document], list[str]]:
     """Documents given as objects, checked by the rules of every other way in, plus those read
     from paths (files, folders, JSONL, PDF, DOCX, HTML, benchmark files; ids relative to ``root``
-    where given, else a file read before keeps its id in ``known_ids``), and the problems of
-    skipped inputs. The same id twice is an InputError: the CLI drops a duplicate file, but
-    objects made in code are the caller's to fix."""
-    from hopgraph.index.ingest import checked_document, read_corpus  # noqa: PLC0415  (build side only)
+    where given, else a file ``index`` holds keeps its id there), and the problems of skipped
+    inputs. The same id twice is an InputError: the CLI drops a duplicate file, but objects made in
+    code are the caller's to fix."""
+    from hopgraph.index.catalog import file_ids  # noqa: PLC0415  (build side only)
+    from hopgraph.index.ingest import checked_document, read_corpus  # noqa: PLC0415
 
-    given = _items(sources, "sources", (str, Path, Document))
+    given = _items(sources, "sources", (str, os.PathLike, Document))
     documents = []
     for n, item in enumerate(given, 1):
         if isinstance(item, Document):
@@ -128,7 +129,8 @@ def _documents(
                 raise InputError(f"document {n} (id {cut(str(item.id))!r}): {exc}") from None
     paths = [s for s in given if not isinstance(s, Document)]
     problems: list[str] = []
-    if paths:
+    if paths:  # the index's file ids are read only where files are given (the whole documents table)
+        known_ids = file_ids(index) if index is not None and root is None else None
         corpus = read_corpus(paths, root=root, known_ids=known_ids)
         documents += corpus.documents
         problems = [str(p) for p in corpus.problems]
@@ -298,9 +300,8 @@ class Index:
         document or id may be given without a list.
         """
         from hopgraph.index import versions  # noqa: PLC0415
-        from hopgraph.index.catalog import file_ids  # noqa: PLC0415
 
-        documents, problems = _documents(add, root, file_ids(self.path) if root is None else None)
+        documents, problems = _documents(add, root, self.path)
         deletes = _items(delete, "delete", (str,))
         job = None
         if documents or deletes:

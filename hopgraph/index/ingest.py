@@ -22,7 +22,7 @@ import re
 import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -199,6 +199,8 @@ def checked_document(document: Document) -> Document:
     list belongs is refused or read as meant, never misread (an ``acl`` of "board" as the groups
     b, o, a, r, d)."""
     text, doc_id, title, metadata = document.text, document.id, document.title, document.metadata
+    if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+        doc_id = str(doc_id)  # as a JSONL record's integer id
     place = invalid_unicode_at([doc_id, text, title, document.source, metadata])
     if place:
         head, _, rest = place.partition(".")
@@ -219,8 +221,12 @@ def checked_document(document: Document) -> Document:
     if not isinstance(metadata, dict):
         raise ValueError("'metadata' must be a dict")
     metadata = dict(metadata)
+    if isinstance(metadata.get("acl"), tuple):
+        metadata["acl"] = list(metadata["acl"])
+    if isinstance(metadata.get("timestamp"), (datetime, date)):  # made in code: stored as ISO 8601
+        metadata["timestamp"] = metadata["timestamp"].isoformat()
     normalise_metadata(metadata)
-    return canonical_document(dataclasses.replace(document, metadata=metadata))
+    return canonical_document(dataclasses.replace(document, id=doc_id, metadata=metadata))
 
 
 def normalise_metadata(metadata: dict[str, Any]) -> None:
@@ -502,8 +508,6 @@ class _Reader:
         if place:
             raise ValueError(f"{cut(place)!r} holds a lone surrogate (not Unicode text)")
         doc_id = record.get("id", default_id)
-        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
-            doc_id = str(doc_id)
         nested = record.get("metadata") or {}
         if not isinstance(nested, dict):
             raise ValueError("'metadata' must be a JSON object")

@@ -34,8 +34,10 @@ from typing import Any
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
 from hopgraph.store import (
+    CURRENT,
     JOB_ID,
     JOBS,
+    VERSIONS,
     IndexStore,
     Stamp,
     atomic_write,
@@ -260,6 +262,9 @@ def job_lock(root: Path, name: str, wait: bool = True) -> Iterator[None]:
     """An exclusive flock on INDEX/jobs/<name>; the kernel releases it when a holder dies.
     ``wait=False`` raises BlockingIOError at once when another process holds it."""
     IndexStore(root).read_manifest()  # a clear error, and no jobs/ folder, where ``root`` is no index
+    whole = Path(root).resolve().parent.parent
+    if Path(root).resolve().parent.name == VERSIONS and (whole / CURRENT).is_file():
+        raise InputError(f"{root} is a version of the index {whole}, which never changes once complete; use {whole}")
     path = root / JOBS / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(path, None if wait else 0):

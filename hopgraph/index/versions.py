@@ -172,10 +172,6 @@ def submit_update(
     submission that would leave more unfinished jobs than that raises :class:`QueueFullError`.
     """
     root = Path(root)
-    if root.resolve().parent.name == VERSIONS and (root.resolve().parent.parent / CURRENT).is_file():
-        raise InputError(  # an update would write jobs into a version, which never changes once complete
-            f"{root} is a version of the index {root.resolve().parent.parent}; update that index instead"
-        )
     add = [canonical_document(d) for d in add]
     delete = list(dict.fromkeys(delete))  # as given: a delete names exactly the id it spells where one does
     add_ids = [d.id for d in add]

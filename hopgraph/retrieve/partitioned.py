@@ -34,7 +34,7 @@ from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import check_method
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
-from hopgraph.retrieve.retriever import Retriever
+from hopgraph.retrieve.retriever import Retriever, check_question
 from hopgraph.store import PARTITIONS, IndexStore, live_root
 
 # Table whose rows candidates of each kind number (pieces composed at query time included).
@@ -148,6 +148,7 @@ class PartitionedRetriever(Retriever):
         overrides: dict[str, Any] | None = None,
         **options: Any,
     ) -> RetrievalResult:
+        check_question(question)
         chosen = method or (overrides or {}).get("method") or self.config.method
         check_method(chosen)
         started = time.perf_counter()

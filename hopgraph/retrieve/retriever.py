@@ -26,6 +26,14 @@ if TYPE_CHECKING:
     from hopgraph.retrieve.partitioned import PartitionedIndex
 
 
+def check_question(question: str) -> None:
+    """InputError where ``question`` is not Unicode text: a command line's undecodable bytes arrive
+    as lone surrogates, which the tokenizer fails on with a traceback."""
+    problem = unicode_problem(question)
+    if problem:
+        raise InputError(f"the question {problem}; give it as UTF-8 text")
+
+
 class Retriever:
     """Answers ``retrieve(question)`` over one index with any method; retrieval itself never calls the LLM."""
 
@@ -114,9 +122,7 @@ class Retriever:
         With ``deadline`` (seconds), the work stops with DeadlineExceeded once it runs that long:
         the searches check it as they go, so nothing keeps a core busy after its caller gave up.
         """
-        problem = unicode_problem(question)  # a command line's undecodable bytes arrive as lone surrogates
-        if problem:
-            raise InputError(f"the question {problem}; give it as UTF-8 text")
+        check_question(question)
         with deadline_after(deadline):
             return self._retrieve(question, method, budget, metadata_filter, vector, overrides)
 

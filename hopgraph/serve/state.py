@@ -33,7 +33,7 @@ from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
 from hopgraph.retrieve.partitioned import PartitionedIndex, open_index
 from hopgraph.retrieve.retriever import Retriever
-from hopgraph.store import IndexStore, version_dir
+from hopgraph.store import IndexStore, job_sequence, version_dir
 
 
 def warm(index: LoadedIndex | PartitionedIndex) -> None:
@@ -248,8 +248,9 @@ class JobRunner:
         """The job record; 'done' only once the server answers from its version (before that,
         'publishing'). InputError for an id that is not one (ids are checked against a pattern)."""
         record = jobs.read_job(self.root, job_id)
-        if record["status"] == "done" and (record.get("version") or "") > self.holder.current.version:
-            record = {**record, "status": "publishing"}
+        version, serving = record.get("version"), self.holder.current.version
+        if record["status"] == "done" and version and (not serving or job_sequence(version) > job_sequence(serving)):
+            record = {**record, "status": "publishing"}  # versions are named by job ids: ordered by number
         return record
 
     def check_room(self) -> None:
