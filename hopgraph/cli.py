@@ -25,6 +25,7 @@ from hopgraph.cli_options import (
     config_file_option,
     config_options,
     fail,
+    settings,
 )
 from hopgraph.cli_output import cluster_cost, echo_llm_usage, print_result, questions_to_ask, read_inputs
 from hopgraph.cli_updates import documents, jobs, update
@@ -85,6 +86,14 @@ def index(
     from hopgraph.store import CorruptManifestError, IndexStore  # noqa: PLC0415
 
     config = build_config(config_file, {**options, "cluster__engine": engine})
+    given = [k for k in settings(config_file, options, only=("cluster.",)) if k != "cluster.engine"]
+    if given and config.cluster.engine != "ray":  # an operator who forgot --engine ray would not know
+        click.secho(
+            f"note: {', '.join(given[:3])}{' …' if len(given) > 3 else ''} apply to --engine ray only; this build "
+            "runs in this process",
+            fg="yellow",
+            err=True,
+        )
     from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
 
     check_method(config.retrieval.method, source=config_file or "settings")

@@ -59,6 +59,10 @@ class DependencyError(HopgraphError):
     """An optional dependency (GPU, BGE weights, ...) is not available here."""
 
 
+class ClusterError(HopgraphError):
+    """The Ray cluster cannot do the work asked: no room for a worker, or a worker that cannot start there."""
+
+
 class LLMUnavailableError(HopgraphError):
     """The LLM backend is down, too slow or refuses requests (the message names it; work done is cached)."""
 

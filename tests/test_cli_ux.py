@@ -103,6 +103,13 @@ def test_update_takes_a_config_file(index, tmp_path):
     assert "no pending jobs" in out.stdout
 
 
+def test_cluster_settings_without_the_ray_engine_are_named_as_unused(index):
+    """An operator who forgot --engine ray got a build on one machine and no hint."""
+    again = hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL, "--cluster.embed_actors", "16")
+    assert "note: cluster.embed_actors apply to --engine ray only; this build runs in this process" in again.stderr
+    assert "note:" not in hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL).stderr
+
+
 def test_a_resumed_index_reports_its_own_time(index):
     out = hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL).stdout
     assert f"0 stages run, {len(STAGES) - 2} finished earlier" in out  # the two LLM stages are not configured

@@ -22,6 +22,8 @@ import json
 import logging
 import math
 import os
+import re
+import socket
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -31,18 +33,15 @@ from tqdm import tqdm
 
 from hopgraph import ner
 from hopgraph.config import EmbeddingConfig, HopgraphConfig, LLMConfig
-from hopgraph.config.base import llm_address
-from hopgraph.errors import ConfigError, DependencyError
+from hopgraph.errors import ClusterError, ConfigError, DependencyError, HopgraphError, cut
 from hopgraph.index.chunking import TextAnalysis, analyse_texts
-from hopgraph.llm.client import chat_body, completion_from_json
-from hopgraph.llm.types import ChatRequest, Completion, Done
-from hopgraph.llm.vllm_engine import engine_arguments
 from hopgraph.models import model_batches
 
 # Restarts of one embedding actor (and retries of its batch) before the build fails: enough for lost
 # nodes and killed workers, few enough that an actor that crashes every time ends the build.
 ACTOR_RESTARTS = 8
-LIGHT_CPU = 0.05  # CPUs reserved by a worker that mostly waits (HTTP requests, reshaping rows)
+ACTOR_START_SECONDS = 600.0  # waited for the first embedding actor of a stage (a model loads in seconds to minutes)
+CONNECT_SECONDS = 5.0  # for a cluster address to answer at all
 MISSING_RAY = (
     "--engine ray needs Ray on this node and on every node of the cluster: pip install 'hopgraph[cluster]' "
     "(ray[data] and aiohttp)"
@@ -65,6 +64,30 @@ def import_ray() -> Any:
     return ray
 
 
+def _first_line(exc: BaseException) -> str:
+    """The reason a Ray error carries, in one line: the last "SomeError: message" line of the
+    remote traceback it holds (the hopgraph error a worker raised), else its first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
+    line = raised[-1] if raised else (lines[0] if lines else type(exc).__name__)
+    return cut(re.sub(r"^hopgraph\.errors\.\w+: ", "", line), 300)
+
+
+def _listening(address: str) -> None:
+    """ConfigError at once where nothing listens at a HOST:PORT address: Ray's own connection
+    attempts went on for 14 minutes."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray reports on itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {address!r} ({exc.strerror or exc}); start it (`ray start --head`) "
+            "or fix cluster.address"
+        ) from None
+
+
 class RayEngine:
     """A connection to a Ray cluster (started here when no address is given) and the workers on it.
 
@@ -84,16 +107,23 @@ class RayEngine:
                 "log_to_driver": False,
                 "logging_level": logging.ERROR,
             }
-            if cluster.address:
-                ray.init(address=cluster.address, **options)
-            else:
-                ray.init(
-                    address="local",  # a new instance, even where another one runs on this node
-                    num_cpus=cluster.num_cpus,
-                    num_gpus=cluster.num_gpus,
-                    object_store_memory=cluster.object_store_mb * 1024**2 or None,
-                    **options,
-                )
+            try:
+                if cluster.address:
+                    _listening(cluster.address)
+                    ray.init(address=cluster.address, **options)
+                else:
+                    ray.init(
+                        address="local",  # a new instance, even where another one runs on this node
+                        num_cpus=cluster.num_cpus,
+                        num_gpus=cluster.num_gpus,
+                        object_store_memory=cluster.object_store_mb * 1024**2 or None,
+                        **options,
+                    )
+            except HopgraphError:
+                raise
+            except Exception as exc:  # Ray's own: no instance at "auto", a refused token, a bad setting
+                where = f"the Ray cluster at {cluster.address!r}" if cluster.address else "a local Ray instance"
+                raise ConfigError(f"cannot start or join {where}: {_first_line(exc)}") from None
             self.started_here = True
         logging.getLogger("ray.data").setLevel(logging.ERROR)  # no lines per dataset execution or progress bar
         context = ray.data.DataContext.get_current()
@@ -154,7 +184,22 @@ class RayEngine:
         """
         self.release_actors()
         self._pool_size, self.pool_gpus = self.embedding_actors()
+        self._check_placeable(self.config.cluster.cpus_per_actor, self.pool_gpus)
         self._pool_key = model_key(config)
+
+    def _check_placeable(self, cpus: float, gpus: float) -> None:
+        """ConfigError where no node of the cluster could ever hold an actor of ``cpus`` and ``gpus``:
+        Ray would keep it pending for good, and the build would wait without a word."""
+        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+            return
+        most_cpus = max((n.get("CPU", 0) for n in nodes), default=0)
+        most_gpus = max((n.get("GPU", 0) for n in nodes), default=0)
+        raise ConfigError(
+            f"no node of the Ray cluster can hold an embedding actor of cluster.cpus_per_actor {cpus:g} and "
+            f"{gpus:g} GPUs (cluster.gpus_per_actor): its nodes have at most {most_cpus:g} CPUs and "
+            f"{most_gpus:g} GPUs"
+        )
 
     def _grow_pool(self, config: EmbeddingConfig, wanted: int) -> None:
         """Start actors until the pool has ``wanted`` (at most its configured size)."""
@@ -174,12 +219,27 @@ class RayEngine:
         if self._pool_key != model_key(config):
             self._start_pool(config)
         self._grow_pool(config, wanted)
+        wait = wait and not self._ready  # actors that started already do the work: never wait for more
+        patience = time.monotonic() + ACTOR_START_SECONDS
         while self._starting:
-            started, _ = self.ray.wait(list(self._starting), num_returns=1, timeout=None if wait else 0)
+            timeout = min(5.0, max(0.0, patience - time.monotonic())) if wait else 0
+            started, _ = self.ray.wait(list(self._starting), num_returns=1, timeout=timeout)
+            if not started and wait and time.monotonic() < patience:
+                continue
+            if not started and wait:
+                raise ClusterError(
+                    f"no embedding actor started on the Ray cluster within {ACTOR_START_SECONDS:g} s: its CPUs or "
+                    "GPUs are held by other work (another build?); try again when they are free, or lower "
+                    "cluster.cpus_per_actor / cluster.gpus_per_actor"
+                )
             if not started:
                 break
             for ref in started:
-                self._ready[self._starting.pop(ref)] = int(self.ray.get(ref))
+                actor = self._starting.pop(ref)
+                try:
+                    self._ready[actor] = int(self.ray.get(ref))
+                except self.ray.exceptions.RayActorError as exc:  # its model did not load there
+                    raise ClusterError(f"an embedding actor could not start: {_first_line(exc)}") from None
             wait = False
         return self._ready
 
@@ -235,6 +295,8 @@ class RayEngine:
     # ------------------------------------------------------------------ LLM
     def llm(self, config: LLMConfig) -> Any:
         """The LLM on the cluster; its calls release the embedding actors first (their CPUs and GPUs)."""
+        from hopgraph.index.cluster_llm import RayHttpLLM, RayVllm  # noqa: PLC0415
+
         return RayVllm(self, config) if config.backend == "vllm" else RayHttpLLM(self, config)
 
 
@@ -360,200 +422,3 @@ def actor_batches(texts: Sequence[str], batch_size: int, size: int) -> list[np.n
             group.extend(batch)
         out.append(np.array(group, dtype=np.int64))
     return out
-
-
-class RayHttpLLM:
-    """Chat requests through ``ray.data.llm``'s HTTP request processor, spread over the endpoints.
-
-    Rows go round-robin to ``cluster.llm_endpoints`` (or ``llm.base_url``), one processor per
-    endpoint with ``cluster.llm_workers_per_endpoint`` workers each; every completion is handed to
-    ``on_done`` as its row arrives (the completion cache stores it then). A request the server
-    refuses on its own (e.g. longer than the context) comes back as a refused completion.
-    """
-
-    def __init__(self, engine: RayEngine, config: LLMConfig):
-        self.engine, self.config, self.name = engine, config, config.model
-        cluster = engine.config.cluster
-        if not cluster.llm_endpoints:  # the endpoints are checked with the settings; the stored address here
-            llm_address(config.base_url)
-        self.endpoints = cluster.llm_endpoints or [config.base_url]
-
-    def complete(
-        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
-    ) -> list[Completion]:
-        if not requests:
-            return []
-        self.engine.release_actors()
-        ray = self.engine.ray
-        from ray.data.llm import HttpRequestProcessorConfig, build_processor  # noqa: PLC0415
-
-        cluster = self.engine.config.cluster
-        key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
-        headers = {"Authorization": f"Bearer {key}"} if key else None
-        timeout = self.config.timeout
-        outputs = []
-        for e, endpoint in enumerate(self.endpoints):
-            share = [i for i in range(len(requests)) if i % len(self.endpoints) == e]
-            if not share:
-                continue
-            rows = [{"position": i, "body": json.dumps(chat_body(self.config, requests[i]))} for i in share]
-            processor = build_processor(
-                HttpRequestProcessorConfig(
-                    url=endpoint.rstrip("/") + "/chat/completions",
-                    headers=headers,
-                    batch_size=cluster.llm_batch_size,
-                    concurrency=cluster.llm_workers_per_endpoint,
-                    max_retries=self.config.retries,
-                    base_retry_wait_time_in_s=0.5,
-                    session_factory=_SessionFactory(timeout),
-                    http_request_stage={"num_cpus": LIGHT_CPU},
-                ),
-                preprocess=_to_payload,
-                postprocess=_from_response,
-                # Light steps: reserving a whole CPU each would starve a small cluster. One task at a
-                # time each: at 0.05 CPU Ray Data would otherwise start a task (and a worker process,
-                # ~1.3 CPU-seconds to start) per block at once; on 2 cores with two pinned replicas that
-                # start-up took more CPU than the requests (measured: 13 worker processes, 17.7 s).
-                preprocess_map_kwargs=_light_step(ray),
-                postprocess_map_kwargs=_light_step(ray),
-            )
-            blocks = max(1, math.ceil(len(rows) / cluster.llm_batch_size))
-            outputs.append(processor(ray.data.from_items(rows, override_num_blocks=blocks)))
-        dataset = outputs[0] if len(outputs) == 1 else outputs[0].union(*outputs[1:])
-        out: list[Completion | None] = [None] * len(requests)
-        started = time.perf_counter()
-        with tqdm(total=len(requests), desc=f"{desc} (ray)", unit="call", disable=not progress) as bar:
-            for row in dataset.iter_rows():
-                i = int(row["position"])
-                completion = completion_from_json(self.config, json.loads(row["response"]), 0.0)
-                completion.seconds = (time.perf_counter() - started) / (bar.n + 1)
-                out[i] = completion
-                if on_done:
-                    on_done(i, completion)
-                bar.update(1)
-        self.engine.add_costs(time.perf_counter() - started, 0.0)
-        return [c for c in out if c is not None]
-
-
-def _light_step(ray: Any) -> dict[str, Any]:
-    return {"num_cpus": LIGHT_CPU, "compute": ray.data.TaskPoolStrategy(size=1)}
-
-
-class _SessionFactory:
-    """aiohttp sessions with the configured per-request timeout (a picklable callable for Ray)."""
-
-    def __init__(self, timeout: float):
-        self.timeout = timeout
-
-    def __call__(self) -> Any:
-        import aiohttp  # noqa: PLC0415
-
-        return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
-
-
-def _to_payload(row: dict[str, Any]) -> dict[str, Any]:
-    return {"position": row["position"], "payload": json.loads(row["body"])}
-
-
-def _from_response(row: dict[str, Any]) -> dict[str, Any]:
-    return {"position": row["position"], "response": json.dumps(row["http_response"], default=str)}
-
-
-class RayVllm:
-    """Chat requests through ``ray.data.llm``'s vLLM engine processor on the cluster's GPUs.
-
-    ``cluster.vllm_replicas`` engines (data parallelism), each over ``llm.tensor_parallel_size``
-    GPUs, with the in-process engine's settings (``llm.max_model_len``, ``gpu_memory_utilization``);
-    a row that fails (e.g. longer than ``max_model_len``) comes back refused instead of failing
-    the batch.
-    """
-
-    def __init__(self, engine: RayEngine, config: LLMConfig):
-        self.engine, self.config, self.name = engine, config, config.model
-        if not os.path.isdir(config.model):
-            raise ConfigError(
-                f"llm.model {config.model!r}: with llm.backend=vllm it must be a local model folder (never downloaded)"
-            )
-
-    def complete(
-        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
-    ) -> list[Completion]:
-        if not requests:
-            return []
-        self.engine.release_actors()
-        from ray.data.llm import build_processor, vLLMEngineProcessorConfig  # noqa: PLC0415
-
-        cluster = self.engine.config.cluster
-        engine_kwargs = {k: v for k, v in engine_arguments(self.config).items() if k != "model"}
-        processor = build_processor(
-            vLLMEngineProcessorConfig(
-                model_source=self.config.model,
-                engine_kwargs=engine_kwargs,
-                concurrency=cluster.vllm_replicas,
-                batch_size=cluster.llm_batch_size,
-                accelerator_type=cluster.vllm_accelerator or None,
-                should_continue_on_error=True,
-            ),
-            preprocess=_VllmRow(self.config.structured),
-            postprocess=_from_generation,
-        )
-        rows = [{"position": i, "request": json.dumps(_request_fields(r))} for i, r in enumerate(requests)]
-        out: list[Completion | None] = [None] * len(requests)
-        started = time.perf_counter()
-        with tqdm(total=len(requests), desc=f"{desc} (vllm on ray)", unit="call", disable=not progress) as bar:
-            for row in processor(self.engine.ray.data.from_items(rows)).iter_rows():
-                i = int(row["position"])
-                completion = Completion(
-                    text=row["text"] or "",
-                    prompt_tokens=int(row["prompt_tokens"] or 0),
-                    completion_tokens=int(row["completion_tokens"] or 0),
-                    seconds=(time.perf_counter() - started) / (bar.n + 1),
-                    refused=row["error"] or "",
-                )
-                out[i] = completion
-                if on_done:
-                    on_done(i, completion)
-                bar.update(1)
-        wall = time.perf_counter() - started
-        gpus = cluster.vllm_replicas * self.config.tensor_parallel_size
-        self.engine.add_costs(wall * gpus, wall * gpus)
-        return [c for c in out if c is not None]
-
-
-def _request_fields(request: ChatRequest) -> dict[str, Any]:
-    return {
-        "messages": [{"role": role, "content": content} for role, content in request.messages],
-        "schema": request.schema,
-        "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "seed": request.attempt,
-    }
-
-
-class _VllmRow:
-    """A request as the vLLM engine processor wants it (sampling parameters per row)."""
-
-    def __init__(self, structured: bool):
-        self.structured = structured
-
-    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        request = json.loads(row["request"])
-        sampling: dict[str, Any] = {
-            "max_tokens": request["max_tokens"],
-            "temperature": request["temperature"],
-            "seed": request["seed"],
-        }
-        if request["schema"] is not None and self.structured:
-            sampling["structured_outputs"] = {"json": request["schema"]}
-        return {"position": row["position"], "messages": request["messages"], "sampling_params": sampling}
-
-
-def _from_generation(row: dict[str, Any]) -> dict[str, Any]:
-    error = row.get("__inference_error__") or ""
-    return {
-        "position": row["position"],
-        "text": row.get("generated_text") or "",
-        "prompt_tokens": int(row.get("num_input_tokens") or 0),
-        "completion_tokens": int(row.get("num_generated_tokens") or 0),
-        "error": str(error)[:300] if error else "",
-    }

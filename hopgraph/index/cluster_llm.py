@@ -1,0 +1,223 @@
+"""The LLM on the Ray cluster: chat requests through ``ray.data.llm``'s HTTP request processor
+(:class:`RayHttpLLM`) or vLLM engines on the cluster's GPUs (:class:`RayVllm`). The engine they run
+on, and its embedding actors, are in :mod:`hopgraph.index.cluster`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+from hopgraph.config import LLMConfig
+from hopgraph.config.base import llm_address
+from hopgraph.errors import ConfigError
+from hopgraph.llm.client import chat_body, completion_from_json
+from hopgraph.llm.types import ChatRequest, Completion, Done
+from hopgraph.llm.vllm_engine import engine_arguments
+
+if TYPE_CHECKING:
+    from hopgraph.index.cluster import RayEngine
+
+LIGHT_CPU = 0.05  # CPUs reserved by a worker that mostly waits (HTTP requests, reshaping rows)
+
+
+class RayHttpLLM:
+    """Chat requests through ``ray.data.llm``'s HTTP request processor, spread over the endpoints.
+
+    Rows go round-robin to ``cluster.llm_endpoints`` (or ``llm.base_url``), one processor per
+    endpoint with ``cluster.llm_workers_per_endpoint`` workers each; every completion is handed to
+    ``on_done`` as its row arrives (the completion cache stores it then). A request the server
+    refuses on its own (e.g. longer than the context) comes back as a refused completion.
+    """
+
+    def __init__(self, engine: RayEngine, config: LLMConfig):
+        self.engine, self.config, self.name = engine, config, config.model
+        cluster = engine.config.cluster
+        if not cluster.llm_endpoints:  # the endpoints are checked with the settings; the stored address here
+            llm_address(config.base_url)
+        self.endpoints = cluster.llm_endpoints or [config.base_url]
+
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
+        if not requests:
+            return []
+        self.engine.release_actors()
+        ray = self.engine.ray
+        from ray.data.llm import HttpRequestProcessorConfig, build_processor  # noqa: PLC0415
+
+        cluster = self.engine.config.cluster
+        key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        timeout = self.config.timeout
+        outputs = []
+        for e, endpoint in enumerate(self.endpoints):
+            share = [i for i in range(len(requests)) if i % len(self.endpoints) == e]
+            if not share:
+                continue
+            rows = [{"position": i, "body": json.dumps(chat_body(self.config, requests[i]))} for i in share]
+            processor = build_processor(
+                HttpRequestProcessorConfig(
+                    url=endpoint.rstrip("/") + "/chat/completions",
+                    headers=headers,
+                    batch_size=cluster.llm_batch_size,
+                    concurrency=cluster.llm_workers_per_endpoint,
+                    max_retries=self.config.retries,
+                    base_retry_wait_time_in_s=0.5,
+                    session_factory=_SessionFactory(timeout),
+                    http_request_stage={"num_cpus": LIGHT_CPU},
+                ),
+                preprocess=_to_payload,
+                postprocess=_from_response,
+                # Light steps: reserving a whole CPU each would starve a small cluster. One task at a
+                # time each: at 0.05 CPU Ray Data would otherwise start a task (and a worker process,
+                # ~1.3 CPU-seconds to start) per block at once; on 2 cores with two pinned replicas that
+                # start-up took more CPU than the requests (measured: 13 worker processes, 17.7 s).
+                preprocess_map_kwargs=_light_step(ray),
+                postprocess_map_kwargs=_light_step(ray),
+            )
+            blocks = max(1, math.ceil(len(rows) / cluster.llm_batch_size))
+            outputs.append(processor(ray.data.from_items(rows, override_num_blocks=blocks)))
+        dataset = outputs[0] if len(outputs) == 1 else outputs[0].union(*outputs[1:])
+        out: list[Completion | None] = [None] * len(requests)
+        started = time.perf_counter()
+        with tqdm(total=len(requests), desc=f"{desc} (ray)", unit="call", disable=not progress) as bar:
+            for row in dataset.iter_rows():
+                i = int(row["position"])
+                completion = completion_from_json(self.config, json.loads(row["response"]), 0.0)
+                completion.seconds = (time.perf_counter() - started) / (bar.n + 1)
+                out[i] = completion
+                if on_done:
+                    on_done(i, completion)
+                bar.update(1)
+        self.engine.add_costs(time.perf_counter() - started, 0.0)
+        return [c for c in out if c is not None]
+
+
+def _light_step(ray: Any) -> dict[str, Any]:
+    return {"num_cpus": LIGHT_CPU, "compute": ray.data.TaskPoolStrategy(size=1)}
+
+
+class _SessionFactory:
+    """aiohttp sessions with the configured per-request timeout (a picklable callable for Ray)."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+
+    def __call__(self) -> Any:
+        import aiohttp  # noqa: PLC0415
+
+        return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+
+
+def _to_payload(row: dict[str, Any]) -> dict[str, Any]:
+    return {"position": row["position"], "payload": json.loads(row["body"])}
+
+
+def _from_response(row: dict[str, Any]) -> dict[str, Any]:
+    return {"position": row["position"], "response": json.dumps(row["http_response"], default=str)}
+
+
+class RayVllm:
+    """Chat requests through ``ray.data.llm``'s vLLM engine processor on the cluster's GPUs.
+
+    ``cluster.vllm_replicas`` engines (data parallelism), each over ``llm.tensor_parallel_size``
+    GPUs, with the in-process engine's settings (``llm.max_model_len``, ``gpu_memory_utilization``);
+    a row that fails (e.g. longer than ``max_model_len``) comes back refused instead of failing
+    the batch.
+    """
+
+    def __init__(self, engine: RayEngine, config: LLMConfig):
+        self.engine, self.config, self.name = engine, config, config.model
+        if not os.path.isdir(config.model):
+            raise ConfigError(
+                f"llm.model {config.model!r}: with llm.backend=vllm it must be a local model folder (never downloaded)"
+            )
+
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
+        if not requests:
+            return []
+        self.engine.release_actors()
+        from ray.data.llm import build_processor, vLLMEngineProcessorConfig  # noqa: PLC0415
+
+        cluster = self.engine.config.cluster
+        engine_kwargs = {k: v for k, v in engine_arguments(self.config).items() if k != "model"}
+        processor = build_processor(
+            vLLMEngineProcessorConfig(
+                model_source=self.config.model,
+                engine_kwargs=engine_kwargs,
+                concurrency=cluster.vllm_replicas,
+                batch_size=cluster.llm_batch_size,
+                accelerator_type=cluster.vllm_accelerator or None,
+                should_continue_on_error=True,
+            ),
+            preprocess=_VllmRow(self.config.structured),
+            postprocess=_from_generation,
+        )
+        rows = [{"position": i, "request": json.dumps(_request_fields(r))} for i, r in enumerate(requests)]
+        out: list[Completion | None] = [None] * len(requests)
+        started = time.perf_counter()
+        with tqdm(total=len(requests), desc=f"{desc} (vllm on ray)", unit="call", disable=not progress) as bar:
+            for row in processor(self.engine.ray.data.from_items(rows)).iter_rows():
+                i = int(row["position"])
+                completion = Completion(
+                    text=row["text"] or "",
+                    prompt_tokens=int(row["prompt_tokens"] or 0),
+                    completion_tokens=int(row["completion_tokens"] or 0),
+                    seconds=(time.perf_counter() - started) / (bar.n + 1),
+                    refused=row["error"] or "",
+                )
+                out[i] = completion
+                if on_done:
+                    on_done(i, completion)
+                bar.update(1)
+        wall = time.perf_counter() - started
+        gpus = cluster.vllm_replicas * self.config.tensor_parallel_size
+        self.engine.add_costs(wall * gpus, wall * gpus)
+        return [c for c in out if c is not None]
+
+
+def _request_fields(request: ChatRequest) -> dict[str, Any]:
+    return {
+        "messages": [{"role": role, "content": content} for role, content in request.messages],
+        "schema": request.schema,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "seed": request.attempt,
+    }
+
+
+class _VllmRow:
+    """A request as the vLLM engine processor wants it (sampling parameters per row)."""
+
+    def __init__(self, structured: bool):
+        self.structured = structured
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        request = json.loads(row["request"])
+        sampling: dict[str, Any] = {
+            "max_tokens": request["max_tokens"],
+            "temperature": request["temperature"],
+            "seed": request["seed"],
+        }
+        if request["schema"] is not None and self.structured:
+            sampling["structured_outputs"] = {"json": request["schema"]}
+        return {"position": row["position"], "messages": request["messages"], "sampling_params": sampling}
+
+
+def _from_generation(row: dict[str, Any]) -> dict[str, Any]:
+    error = row.get("__inference_error__") or ""
+    return {
+        "position": row["position"],
+        "text": row.get("generated_text") or "",
+        "prompt_tokens": int(row.get("num_input_tokens") or 0),
+        "completion_tokens": int(row.get("num_generated_tokens") or 0),
+        "error": str(error)[:300] if error else "",
+    }

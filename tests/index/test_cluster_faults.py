@@ -1,0 +1,93 @@
+"""The Ray engine where the cluster cannot do what is asked, on the real local two-node cluster
+(tests/conftest.py `ray_cluster`, one CPU per node, no GPU): every case is one clear error or goes
+on with what it has, never a wait without end or a Ray traceback."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hopgraph.config import HopgraphConfig
+from hopgraph.errors import ClusterError, ConfigError
+from tests.index.test_cluster import configure
+from tests.ports import dead_port
+
+pytestmark = pytest.mark.slow  # a Ray cluster and model loads in worker processes
+
+
+def engine_for(ray_cluster, tmp_path, **dotted):
+    from hopgraph.index.cluster import RayEngine
+
+    base = HopgraphConfig.model_validate({})
+    settings = {"cluster__engine": "ray", "cluster__address": ray_cluster.address, "cluster__embed_batch_size": 16}
+    return RayEngine(configure(base, tmp_path, "faults", **{**settings, **dotted}))
+
+
+@pytest.mark.parametrize(
+    "dotted,problem",
+    [
+        ({"cluster__gpus_per_actor": 1.0}, "its nodes have at most 1 CPUs and 0 GPUs"),
+        ({"cluster__cpus_per_actor": 4.0}, "cluster.cpus_per_actor 4"),
+    ],
+    ids=["gpu-on-a-cpu-cluster", "more-cpus-than-a-node"],
+)
+def test_actors_no_node_can_hold_are_refused_at_once(ray_cluster, tmp_path, dotted, problem):
+    """Ray kept such an actor pending for good: the build waited at 'embed_units' without a word."""
+    engine = engine_for(ray_cluster, tmp_path, **dotted)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ConfigError, match="no node of the Ray cluster can hold an embedding actor") as refused:
+            engine.embedder(engine.config.embedding)
+    finally:
+        engine.close()
+    assert problem in str(refused.value) and time.monotonic() - started < 30
+
+
+def test_a_stage_goes_on_with_the_actors_that_started(ray_cluster, tmp_path):
+    """Three actors of one CPU on two CPUs: the third can never start while the others live, and the
+    next stage waited for it before its first batch, for good (two builds on one cluster did the same)."""
+    engine = engine_for(ray_cluster, tmp_path, cluster__embed_actors=3)
+    shapes: list[tuple[int, ...]] = []
+
+    def two_stages() -> None:  # the second stage's first look at the pool waited for the third actor
+        embedder = engine.embedder(engine.config.embedding)
+        for stage in ("units", "sentences"):
+            texts = [f"{stage} {i} about the analytical engine" for i in range(600)]  # > 4 model batches: 3 actors
+            shapes.append(embedder.encode(texts).shape)
+
+    worker = threading.Thread(target=two_stages, daemon=True)
+    try:
+        worker.start()
+        worker.join(timeout=240)
+        assert not worker.is_alive(), "the pool waited for an actor that cannot start"
+        assert [shape[0] for shape in shapes] == [600, 600]
+    finally:
+        engine.close()
+
+
+def test_an_actor_that_cannot_load_its_model_is_one_line(ray_cluster, tmp_path):
+    """A model folder missing on a node ended the build in an 81-line ActorDiedError traceback."""
+    engine = engine_for(ray_cluster, tmp_path, embedding__model=str(tmp_path / "no-such-model"))
+    try:
+        with pytest.raises(ClusterError) as failed:
+            engine.embedder(engine.config.embedding)
+    finally:
+        engine.close()
+    message = str(failed.value)
+    assert message.startswith("an embedding actor could not start: embedding.model ") and "\n" not in message
+    assert "is not a local folder" in message
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path):
+    """Ray's own connection attempts went on for 14 minutes before a traceback."""
+    from hopgraph.index.cluster import RayEngine
+
+    config = configure(
+        HopgraphConfig.model_validate({}), tmp_path, "nowhere", cluster__address=f"127.0.0.1:{dead_port()}"
+    )
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="cannot reach the Ray cluster at '127.0.0.1:"):
+        RayEngine(config)
+    assert time.monotonic() - started < 15
