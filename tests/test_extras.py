@@ -16,4 +16,4 @@ def test_the_extra_named_by_the_ray_engine_exists_and_brings_ray_data() -> None:
     named = re.findall(r"hopgraph\[(\w+)\]", MISSING_RAY)
     assert named == ["cluster"]
     requirements = " ".join(extras["cluster"])
-    assert "ray[data]" in requirements and "aiohttp" in requirements
+    assert "ray[data,client]" in requirements and "aiohttp" in requirements  # client: ray:// addresses

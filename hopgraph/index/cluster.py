@@ -44,7 +44,7 @@ ACTOR_START_SECONDS = 600.0  # waited for the first embedding actor of a stage (
 CONNECT_SECONDS = 5.0  # for a cluster address to answer at all
 MISSING_RAY = (
     "--engine ray needs Ray on this node and on every node of the cluster: pip install 'hopgraph[cluster]' "
-    "(ray[data] and aiohttp)"
+    "(ray[data,client] and aiohttp)"
 )
 
 
