@@ -517,14 +517,17 @@ PARTITIONS = "partitions"  # INDEX/partitions/<name>: the sub-indexes of an inde
 REPLICAS = "replicas"  # INDEX/replicas/<id>.json: one heartbeat per serving process (hopgraph.serve.replicas)
 
 
-def heartbeat_versions(root: str | Path) -> set[str]:
-    """Versions named by every heartbeat in INDEX/replicas: what serving processes read. A
-    collection outside a server (``hopgraph update``) cannot tell a live heartbeat from a dead one
-    in one look, so it spares them all; a server's leader removes dead ones after
-    ``serve.replica_timeout``, and a server that stops removes its own."""
+def heartbeat_versions(root: str | Path, since: float) -> set[str]:
+    """Versions named by the heartbeats in INDEX/replicas written at ``since`` or later (by the
+    storage's clock): what serving processes read. A collection outside a server (``hopgraph
+    update``) cannot tell a live heartbeat from a dead one in one look, so it spares every recent
+    one; a serving process rewrites its own every ``serve.refresh_seconds`` (at most 600 s), and a
+    dead one's is removed by a server's leader, or stops counting once older than that."""
     folder, named = Path(root) / REPLICAS, set()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
+            if path.stat().st_mtime < since:
+                continue
             named |= {str(v) for v in json.loads(path.read_text(encoding="utf-8"))["versions"]}
         except (OSError, ValueError, KeyError, TypeError):
             continue  # gone meanwhile, or being written: the next collection looks again

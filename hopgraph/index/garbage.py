@@ -51,7 +51,10 @@ def collect_garbage(
         jobs = list_jobs(root)
         done = [j["id"] for j in jobs if j["status"] == "done"]
         published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
-        in_use = protect() if protect is not None else heartbeat_versions(root)
+        clock = root / JOBS / ".lock"  # held now, so it exists: "now" by the storage's clock
+        os.utime(clock)
+        now = clock.stat().st_mtime
+        in_use = protect() if protect is not None else heartbeat_versions(root, since=now - STALE_SECONDS)
         protected = {live_version(root), *(published[-keep:] if keep > 0 else []), *in_use}
         protected |= {
             name
@@ -84,9 +87,8 @@ def collect_garbage(
             if not (job.get("version") and (folder / job["version"]).is_dir()):
                 _drop_payload(root, job["id"])  # a failed job's
                 job_path(root, job["id"]).unlink(missing_ok=True)
-        clock = root / JOBS / ".lock"  # held now, so it exists
-        _drop_stale(root / JOBS, clock)
-        _drop_stale(root / REPLICAS, clock)  # a heartbeat write killed midway leaves its temporary file
+        _drop_stale(root / JOBS, now)
+        _drop_stale(root / REPLICAS, now)  # a heartbeat write killed midway leaves its temporary file
     return removed
 
 
@@ -95,14 +97,13 @@ def _drop_payload(root: Path, job_id: str) -> None:
         job_path(root, job_id, suffix).unlink(missing_ok=True)
 
 
-def _drop_stale(folder: Path, clock: Path) -> None:
+def _drop_stale(folder: Path, now: float) -> None:
     """Delete payloads without a record and temporary files, once :data:`STALE_SECONDS` old by the
-    clock of the storage that holds them (replicas' own clocks need not agree with it): "now" is
-    the time the ``clock`` file (the job lock, held by the caller), just touched, was given there."""
+    clock of the storage that holds them (replicas' own clocks need not agree with it): ``now`` is
+    the time the job lock, just touched, was given there."""
     if not folder.is_dir():
         return
-    os.utime(clock)
-    old = clock.stat().st_mtime - STALE_SECONDS
+    old = now - STALE_SECONDS
     for path in folder.iterdir():
         name = path.name
         job_id = name.split(".", 1)[0]

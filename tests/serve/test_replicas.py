@@ -236,7 +236,8 @@ def test_a_collection_outside_a_server_spares_every_version_a_heartbeat_names(in
     serving = Heartbeats(index_copy, {"id": "elsewhere-1-abc", "host": "elsewhere", "pid": 1})
     serving.beat({"j000001-aaaaaa"}, leader=False)
     assert garbage.collect_garbage(index_copy, keep=0) == ["j000002-bbbbbb"]  # no protect given: the heartbeats
-    serving.path.unlink()  # that server stopped
+    long_ago = time.time() - garbage.STALE_SECONDS - 60
+    os.utime(serving.path, (long_ago, long_ago))  # killed an hour ago, and no leader ever removed its heartbeat
     assert garbage.collect_garbage(index_copy, keep=0) == ["j000001-aaaaaa"]
 
 
