@@ -112,7 +112,8 @@ def test_a_lone_string_acl_is_one_group_not_its_letters(tmp_path, sample_config)
         ([memo(timestamp=1700000000)], "'timestamp' must be an ISO-8601 string"),
         ([memo(acl=5)], "'acl' must be a list of strings"),
         ([memo(), memo(text="Another text under the same id.")], "document id 'memo' is given twice"),
-        ([memo(), 5], "5 is not a str or Path or Document"),
+        ([memo(), 5], "5 is not a str or PathLike or Document"),
+        ([memo(), None], "None is not a str or PathLike or Document"),  # a None in the list slipped through
     ],
     ids=[
         "empty-id",
@@ -125,6 +126,7 @@ def test_a_lone_string_acl_is_one_group_not_its_letters(tmp_path, sample_config)
         "acl",
         "twice",
         "int",
+        "none",
     ],
 )
 def test_documents_made_in_code_pass_the_rules_of_every_other_way_in(tmp_path, sample_config, documents, problem):
@@ -221,3 +223,17 @@ def test_a_reader_of_an_index_rebuilt_in_place_is_told_to_open_it_again(tmp_path
         for method in opened.methods:  # whichever part a method loads first
             opened.retrieve(question, method=method, budget=200)
     assert {d.id for d in Index.open(tmp_path / "i").documents()} == {f"d{n}" for n in range(12)}
+
+
+def test_documents_made_in_code_keep_what_loaded_before_the_checks():
+    """Tuples of groups, datetime timestamps and integer ids loaded before the rules were applied to
+    documents made in code, and still do, as the JSON records they stand for."""
+    from datetime import datetime
+
+    from hopgraph import Document
+    from hopgraph.index.ingest import checked_document
+
+    made = checked_document(
+        Document(id=5, text="The Sorvik pier.", metadata={"acl": ("board", "legal"), "timestamp": datetime(2024, 3, 1)})
+    )
+    assert (made.id, made.acl, made.metadata["timestamp"]) == ("5", ["board", "legal"], "2024-03-01T00:00:00")

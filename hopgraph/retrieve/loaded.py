@@ -32,6 +32,7 @@ class LoadedIndex:
         live = live_root(path)
         self.version = "" if live == Path(path) else live.name  # "" = the root index
         self.store = IndexStore(live)
+        self._stamp = file_stamp(self.store.manifest_path)  # before reading it: a rebuild meanwhile is seen
         self.manifest = self.store.require_complete()
         if self.manifest.get("partitions"):
             raise IndexFormatError(
@@ -42,7 +43,6 @@ class LoadedIndex:
         # one LoadedIndex per published version, so no cache outside it may be keyed by an index.
         self._memo: dict[tuple[str, str], Any] = {}
         self._memo_lock = threading.RLock()
-        self._stamp = file_stamp(self.store.manifest_path)
 
     def memo(self, kind: str, name: str, make: Callable[[], T]) -> T:
         """``make()`` computed once per (kind, name) for this index (thread-safe; readers share it)."""
@@ -113,7 +113,8 @@ class LoadedIndex:
     @functools.cached_property
     def sentence_units(self) -> np.ndarray:
         """The sub-chunk of each sentence (read once; the sentences' text is not kept)."""
-        return np.asarray(self.store.read_table("sentences", ["unit"])["unit"], dtype=np.int64)
+        read = lambda: np.asarray(self.store.read_table("sentences", ["unit"])["unit"], dtype=np.int64)  # noqa: E731
+        return self.memo("column", "sentences.unit", read)
 
     @functools.cached_property
     def sentence_runs(self) -> tuple[np.ndarray, np.ndarray]:

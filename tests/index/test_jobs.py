@@ -138,8 +138,13 @@ def test_a_version_folder_is_not_an_index_to_update(index):  # noqa: F811 - the 
     first = versions.submit_update(index, [new_documents()[0]], [])
     versions.run_pending(index)
     version = index / "versions" / first["id"]
-    with pytest.raises(InputError, match=r"is a version of the index .*; update that index instead"):
-        versions.submit_update(version, [new_documents()[1]], [])
+    for touch in (
+        lambda: versions.submit_update(version, [new_documents()[1]], []),
+        lambda: versions.run_pending(version),  # `hopgraph update VERSION --resume`
+        lambda: garbage.collect_garbage(version),
+    ):
+        with pytest.raises(InputError, match=r"is a version of the index .*, which never changes once complete"):
+            touch()
     assert not (version / JOBS).exists()
 
 
