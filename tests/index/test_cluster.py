@@ -102,6 +102,9 @@ def test_ray_build_equals_the_embedded_build_with_llm_extraction_over_two_replic
     # Nothing came from the other build's caches: the cluster embedded every text and made every call.
     llm = manifest["stages"]["kg_extract"]["llm"]
     assert llm["new_calls"] == llm["calls"] > 0 and manifest["stages"]["embed_units"]["embedded_cached"] == 0
+    # The calls' seconds add up to at most the stage's wall time (summed running averages made
+    # them several times the stage's).
+    assert 0 < llm["seconds"] <= manifest["stages"]["kg_extract"]["seconds"]
     assert manifest["stages"]["embed_units"]["worker_seconds"] > 0
     # Both replicas answered (round-robin), and each stage says what the cluster spent on it.
     local_rows = cache_rows(tmp_path / "local-llm.sqlite", "completions")
