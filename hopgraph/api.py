@@ -317,10 +317,11 @@ class Index:
         return type(self)(self.path, self.config, skipped=problems)
 
     def jobs(self) -> list[Job]:
-        """Every update job of this index directory, oldest first."""
-        from hopgraph.index.jobs import list_jobs  # noqa: PLC0415
+        """Every update job of this index directory, oldest first ("stopped": left running by a run
+        that was killed; it resumes with the next update)."""
+        from hopgraph.index.jobs import as_seen, list_jobs  # noqa: PLC0415
 
-        return [Job.from_record(r) for r in list_jobs(self.path)]
+        return [Job.from_record(r) for r in as_seen(self.path, list_jobs(self.path))]
 
     def __repr__(self) -> str:
         return f"Index({str(self.path)!r}, version={self.version or 'root'!r})"

@@ -87,12 +87,13 @@ def update(
     if resume and (add_paths or delete_ids):
         raise click.UsageError("--resume runs the jobs already submitted; give --add/--delete without it")
     versions.live_version(index_dir)  # a clear error where INDEX is no index directory or CURRENT is garbage
-    method = settings(config_file, {}).get("retrieval.method")
+    given = settings(config_file, options)  # the file read once (its retrieval.method only from the file)
+    method = given.get("retrieval.method")
     if method is not None:  # the index keeps its own, but a method that cannot exist is a mistake to name now
         from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
 
         check_method(str(method), source=config_file or "settings")
-    overrides = settings(config_file, options, only=UPDATE_SETTINGS)
+    overrides = {key: value for key, value in given.items() if key.startswith(UPDATE_SETTINGS)}
     llm_overrides = {k.removeprefix("llm."): v for k, v in overrides.items() if k.startswith("llm.")}
     llm = None
     if llm_overrides:
@@ -151,14 +152,11 @@ def update(
 def jobs(index_dir: str, as_json: bool) -> None:
     """List the update jobs of INDEX, oldest first, and the live version."""
     from hopgraph.index import versions  # noqa: PLC0415
-    from hopgraph.index.jobs import id_counts, jobs_running, list_jobs  # noqa: PLC0415
+    from hopgraph.index.jobs import as_seen, id_counts, list_jobs  # noqa: PLC0415
     from hopgraph.store import IndexStore  # noqa: PLC0415
 
     IndexStore(index_dir).read_manifest()  # a clear error where INDEX is no index
-    records = list_jobs(index_dir)
-    if any(job["status"] == "running" for job in records) and jobs_running(Path(index_dir)) is False:
-        for job in records:  # left running by a run that was killed or interrupted
-            job["status"] = "stopped" if job["status"] == "running" else job["status"]
+    records = as_seen(Path(index_dir), list_jobs(index_dir))
     if as_json:
         click.echo(json.dumps(records, indent=2))
         return

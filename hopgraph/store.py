@@ -517,20 +517,29 @@ PARTITIONS = "partitions"  # INDEX/partitions/<name>: the sub-indexes of an inde
 REPLICAS = "replicas"  # INDEX/replicas/<id>.json: one heartbeat per serving process (hopgraph.serve.replicas)
 
 
-def heartbeat_versions(root: str | Path, since: float) -> set[str]:
-    """Versions named by the heartbeats in INDEX/replicas written at ``since`` or later (by the
-    storage's clock): what serving processes read. A collection outside a server (``hopgraph
-    update``) cannot tell a live heartbeat from a dead one in one look, so it spares every recent
-    one; a serving process rewrites its own every ``serve.refresh_seconds`` (at most 600 s), and a
-    dead one's is removed by a server's leader, or stops counting once older than that."""
-    folder, named = Path(root) / REPLICAS, set()
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+def read_heartbeats(root: str | Path, since: float | None = None) -> list[dict[str, Any]]:
+    """The heartbeat records of the serving processes (dead ones too, until a server's leader
+    removes them); with ``since``, only those written then or later by the storage's clock."""
+    found = []
+    for path in sorted((Path(root) / REPLICAS).glob("*.json")):
         try:
-            if path.stat().st_mtime < since:
-                continue
-            named |= {str(v) for v in json.loads(path.read_text(encoding="utf-8"))["versions"]}
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # gone meanwhile, or being written: the next collection looks again
+            if since is None or path.stat().st_mtime >= since:
+                found.append(json.loads(path.read_text(encoding="utf-8")))
+        except (FileNotFoundError, ValueError):
+            continue  # gone meanwhile, or being written: the next look sees it
+    return found
+
+
+def heartbeat_versions(root: str | Path, since: float) -> set[str]:
+    """Versions named by the heartbeats written at ``since`` or later: what serving processes read.
+    A collection outside a server (``hopgraph update``) cannot tell a live heartbeat from a dead
+    one in one look, so it spares every recent one; a serving process rewrites its own every
+    ``serve.refresh_seconds`` (at most 600 s), and a dead one's is removed by a server's leader, or
+    stops counting once older than that."""
+    named: set[str] = set()
+    for beat in read_heartbeats(root, since):
+        versions = beat.get("versions") if isinstance(beat, dict) else None
+        named |= {str(v) for v in versions} if isinstance(versions, list) else set()
     return named
 
 

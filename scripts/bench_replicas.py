@@ -32,8 +32,8 @@ from hopgraph import Index, load_config
 from hopgraph.evaluate import report
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import free_port
-from hopgraph.serve.replicas import read_heartbeats, read_leader
-from hopgraph.store import CURRENT
+from hopgraph.serve.replicas import read_leader
+from hopgraph.store import CURRENT, read_heartbeats
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN = "admin-token-bench-000000"

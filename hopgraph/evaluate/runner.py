@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.errors import IndexFormatError, InputError, OtherIndexError
+from hopgraph.errors import IndexFormatError, OtherIndexError
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import (
     RECALL_AT,
@@ -72,11 +72,6 @@ def evaluate(
     """
     bench = load_benchmark(dataset, limit=limit)
     check_questions(bench, dataset)
-    if not bench.questions:  # a corpus file without its questions, or a limit of 0: no Coverage to report
-        raise InputError(
-            f"{dataset}: no questions to evaluate (a HippoRAG NAME_corpus.json needs its questions, "
-            "NAME.json, beside it)"
-        )
     if live_version(index_dir):
         raise IndexFormatError(
             f"{index_dir} was changed by `hopgraph update` (live version {live_version(index_dir)}), "

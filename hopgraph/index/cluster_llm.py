@@ -8,7 +8,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
@@ -26,7 +26,43 @@ if TYPE_CHECKING:
 LIGHT_CPU = 0.05  # CPUs reserved by a worker that mostly waits (HTTP requests, reshaping rows)
 
 
-class RayHttpLLM:
+class _ClusterLLM:
+    """What both cluster LLMs share: ``complete`` releases the embedding actors (their CPUs and
+    GPUs), reads the rows :meth:`_rows` yields as they arrive (a bar, ``on_done`` per completion,
+    each completion's seconds the time since the row before) and books the wall time (:meth:`_spent`)."""
+
+    label = "ray"
+
+    def __init__(self, engine: RayEngine, config: LLMConfig):
+        self.engine, self.config, self.name = engine, config, config.model
+
+    def complete(
+        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
+    ) -> list[Completion]:
+        if not requests:
+            return []
+        self.engine.release_actors()
+        rows = self._rows(requests)
+        out: list[Completion | None] = [None] * len(requests)
+        clock = _Clock()
+        with tqdm(total=len(requests), desc=f"{desc} ({self.label})", unit="call", disable=not progress) as bar:
+            for i, completion in rows(clock):
+                out[i] = completion
+                if on_done:
+                    on_done(i, completion)
+                bar.update(1)
+        self._spent(clock.total())
+        return [c for c in out if c is not None]
+
+    def _rows(self, requests: Sequence[ChatRequest]) -> Callable[[_Clock], Iterator[tuple[int, Completion]]]:
+        """The rows of ``requests`` to read: (position, completion) as they arrive, timed by the clock."""
+        raise NotImplementedError
+
+    def _spent(self, wall: float) -> None:
+        raise NotImplementedError
+
+
+class RayHttpLLM(_ClusterLLM):
     """Chat requests through ``ray.data.llm``'s HTTP request processor, spread over the endpoints.
 
     Rows go round-robin to ``cluster.llm_endpoints`` (or ``llm.base_url``), one processor per
@@ -36,18 +72,13 @@ class RayHttpLLM:
     """
 
     def __init__(self, engine: RayEngine, config: LLMConfig):
-        self.engine, self.config, self.name = engine, config, config.model
+        super().__init__(engine, config)
         cluster = engine.config.cluster
         if not cluster.llm_endpoints:  # the endpoints are checked with the settings; the stored address here
             llm_address(config.base_url)
         self.endpoints = cluster.llm_endpoints or [config.base_url]
 
-    def complete(
-        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
-    ) -> list[Completion]:
-        if not requests:
-            return []
-        self.engine.release_actors()
+    def _rows(self, requests: Sequence[ChatRequest]) -> Callable[[_Clock], Iterator[tuple[int, Completion]]]:
         ray = self.engine.ray
         from ray.data.llm import HttpRequestProcessorConfig, build_processor  # noqa: PLC0415
 
@@ -60,7 +91,7 @@ class RayHttpLLM:
             share = [i for i in range(len(requests)) if i % len(self.endpoints) == e]
             if not share:
                 continue
-            rows = [{"position": i, "body": json.dumps(chat_body(self.config, requests[i]))} for i in share]
+            bodies = [{"position": i, "body": json.dumps(chat_body(self.config, requests[i]))} for i in share]
             processor = build_processor(
                 HttpRequestProcessorConfig(
                     url=endpoint.rstrip("/") + "/chat/completions",
@@ -81,21 +112,18 @@ class RayHttpLLM:
                 preprocess_map_kwargs=_light_step(ray),
                 postprocess_map_kwargs=_light_step(ray),
             )
-            blocks = max(1, math.ceil(len(rows) / cluster.llm_batch_size))
-            outputs.append(processor(ray.data.from_items(rows, override_num_blocks=blocks)))
+            blocks = max(1, math.ceil(len(bodies) / cluster.llm_batch_size))
+            outputs.append(processor(ray.data.from_items(bodies, override_num_blocks=blocks)))
         dataset = outputs[0] if len(outputs) == 1 else outputs[0].union(*outputs[1:])
-        out: list[Completion | None] = [None] * len(requests)
-        clock = _Clock()
-        with tqdm(total=len(requests), desc=f"{desc} (ray)", unit="call", disable=not progress) as bar:
+
+        def rows(clock: _Clock) -> Iterator[tuple[int, Completion]]:
             for row in dataset.iter_rows():
-                i = int(row["position"])
-                completion = completion_from_json(self.config, json.loads(row["response"]), clock.lap())
-                out[i] = completion
-                if on_done:
-                    on_done(i, completion)
-                bar.update(1)
-        self.engine.add_costs(clock.total(), 0.0)
-        return [c for c in out if c is not None]
+                yield int(row["position"]), completion_from_json(self.config, json.loads(row["response"]), clock.lap())
+
+        return rows
+
+    def _spent(self, wall: float) -> None:
+        self.engine.add_costs(wall, 0.0)  # the driver's wait: the endpoints' time is theirs
 
 
 class _Clock:
@@ -139,7 +167,7 @@ def _from_response(row: dict[str, Any]) -> dict[str, Any]:
     return {"position": row["position"], "response": json.dumps(row["http_response"], default=str)}
 
 
-class RayVllm:
+class RayVllm(_ClusterLLM):
     """Chat requests through ``ray.data.llm``'s vLLM engine processor on the cluster's GPUs.
 
     ``cluster.vllm_replicas`` engines (data parallelism), each over ``llm.tensor_parallel_size``
@@ -148,19 +176,16 @@ class RayVllm:
     the batch.
     """
 
+    label = "vllm on ray"
+
     def __init__(self, engine: RayEngine, config: LLMConfig):
-        self.engine, self.config, self.name = engine, config, config.model
+        super().__init__(engine, config)
         if not os.path.isdir(config.model):
             raise ConfigError(
                 f"llm.model {config.model!r}: with llm.backend=vllm it must be a local model folder (never downloaded)"
             )
 
-    def complete(
-        self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
-    ) -> list[Completion]:
-        if not requests:
-            return []
-        self.engine.release_actors()
+    def _rows(self, requests: Sequence[ChatRequest]) -> Callable[[_Clock], Iterator[tuple[int, Completion]]]:
         from ray.data.llm import build_processor, vLLMEngineProcessorConfig  # noqa: PLC0415
 
         cluster = self.engine.config.cluster
@@ -177,27 +202,26 @@ class RayVllm:
             preprocess=_VllmRow(self.config.structured),
             postprocess=_from_generation,
         )
-        rows = [{"position": i, "request": json.dumps(_request_fields(r))} for i, r in enumerate(requests)]
-        out: list[Completion | None] = [None] * len(requests)
-        clock = _Clock()
-        with tqdm(total=len(requests), desc=f"{desc} (vllm on ray)", unit="call", disable=not progress) as bar:
-            for row in processor(self.engine.ray.data.from_items(rows)).iter_rows():
-                i = int(row["position"])
-                completion = Completion(
-                    text=row["text"] or "",
-                    prompt_tokens=int(row["prompt_tokens"] or 0),
-                    completion_tokens=int(row["completion_tokens"] or 0),
-                    seconds=clock.lap(),
-                    refused=row["error"] or "",
+        requested = [{"position": i, "request": json.dumps(_request_fields(r))} for i, r in enumerate(requests)]
+
+        def rows(clock: _Clock) -> Iterator[tuple[int, Completion]]:
+            for row in processor(self.engine.ray.data.from_items(requested)).iter_rows():
+                yield (
+                    int(row["position"]),
+                    Completion(
+                        text=row["text"] or "",
+                        prompt_tokens=int(row["prompt_tokens"] or 0),
+                        completion_tokens=int(row["completion_tokens"] or 0),
+                        seconds=clock.lap(),
+                        refused=row["error"] or "",
+                    ),
                 )
-                out[i] = completion
-                if on_done:
-                    on_done(i, completion)
-                bar.update(1)
-        wall = clock.total()
-        gpus = cluster.vllm_replicas * self.config.tensor_parallel_size
+
+        return rows
+
+    def _spent(self, wall: float) -> None:
+        gpus = self.engine.config.cluster.vllm_replicas * self.config.tensor_parallel_size
         self.engine.add_costs(wall * gpus, wall * gpus)
-        return [c for c in out if c is not None]
 
 
 def _request_fields(request: ChatRequest) -> dict[str, Any]:

@@ -104,9 +104,14 @@ def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
 
 
 def check_questions(bench: Benchmark, path: str | Path) -> None:
-    """Refuse (InputError, naming them) questions that cannot be scored: an empty one, an id given
-    twice (results are kept per id), one without a gold answer (it could never be covered, so
-    Coverage would be capped unseen). For evaluation only: indexing reads the passages alone."""
+    """Refuse (InputError, naming them) a benchmark without questions (a HippoRAG corpus file alone:
+    no Coverage to report) and questions that cannot be scored: an empty one, an id given twice
+    (results are kept per id), one without a gold answer (it could never be covered, so Coverage
+    would be capped unseen). For evaluation only: indexing reads the passages alone."""
+    if not bench.questions:
+        raise InputError(
+            f"{path}: no questions to evaluate (a HippoRAG NAME_corpus.json needs its questions, NAME.json, beside it)"
+        )
     counts = Counter(q.id for q in bench.questions)
     for problem, ids in (
         ("empty question", [q.id for q in bench.questions if not q.text.strip()]),

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hopgraph.config import ServeConfig
-from hopgraph.index.jobs import PAYLOAD, UNFINISHED, job_lock, job_path, list_jobs
+from hopgraph.index.jobs import PAYLOAD, RUN_LOCK, UNFINISHED, job_lock, job_path, list_jobs
 from hopgraph.store import JOB_ID, JOBS, REPLICAS, VERSIONS, heartbeat_versions, live_version
 
 KEEP_JOB_RECORDS: int = ServeConfig.model_fields["keep_jobs"].default  # finished records kept (collect_garbage)
@@ -47,11 +47,11 @@ def collect_garbage(
     every pass, never pruning a record."""
     root = Path(root)
     folder = root / VERSIONS
-    with job_lock(root, ".lock"):
+    with job_lock(root, RUN_LOCK):
         jobs = list_jobs(root)
         done = [j["id"] for j in jobs if j["status"] == "done"]
         published = list(dict.fromkeys(j["version"] for j in jobs if j["status"] == "done" and j.get("version")))
-        clock = root / JOBS / ".lock"  # held now, so it exists: "now" by the storage's clock
+        clock = root / JOBS / RUN_LOCK  # held now, so it exists: "now" by the storage's clock
         os.utime(clock)
         now = clock.stat().st_mtime
         in_use = protect() if protect is not None else heartbeat_versions(root, since=now - STALE_SECONDS)

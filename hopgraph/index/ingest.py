@@ -204,7 +204,7 @@ def checked_document(document: Document) -> Document:
     place = invalid_unicode_at([doc_id, text, title, document.source, metadata])
     if place:
         head, _, rest = place.partition(".")
-        field = {"0": "id", "1": "text", "2": "title", "3": "source"}.get(head) or rest or "metadata"
+        field = {"0": "id", "1": "text", "2": "title", "3": "source"}.get(head) or f"metadata.{rest}".rstrip(".")
         raise ValueError(f"{cut(field)!r} holds a lone surrogate (not Unicode text)")
     if not isinstance(text, str):
         raise ValueError("record has no non-empty 'text' string")
@@ -504,9 +504,6 @@ class _Reader:
         place = too_deep_at(record)
         if place:
             raise ValueError(f"{cut(place)!r} is nested more than {MAX_JSON_DEPTH} levels deep")
-        place = invalid_unicode_at(record)  # here, where the record's own place can be named
-        if place:
-            raise ValueError(f"{cut(place)!r} holds a lone surrogate (not Unicode text)")
         doc_id = record.get("id", default_id)
         nested = record.get("metadata") or {}
         if not isinstance(nested, dict):

@@ -48,6 +48,7 @@ from hopgraph.store import (
 )
 
 UNFINISHED = ("queued", "running")
+RUN_LOCK = ".lock"  # INDEX/jobs/.lock: held by the process that runs the jobs (or collects old versions)
 LISTED_IDS = 20  # ids a record names of those its job adds (and of those it deletes)...
 LISTED_CHARS = 1000  # ...and their characters in all (at least one id is named)
 IDS, DOCUMENTS = ".ids.json", ".documents.jsonl"  # the payload beside a record
@@ -275,4 +276,12 @@ def jobs_running(root: Path) -> bool | None:
     """Whether a process runs jobs of ``root`` now (holds its job lock; None where that cannot be
     told): a record still "running" when none does was left by a run that was killed or
     interrupted, and resumes with the next. Reads only: an index may be mounted read-only."""
-    return held_elsewhere(root / JOBS / ".lock")
+    return held_elsewhere(root / JOBS / RUN_LOCK)
+
+
+def as_seen(root: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with each "running" one that no process runs now (:func:`jobs_running`) shown as
+    "stopped": it resumes with the next run (``hopgraph update --resume``, or a server's start)."""
+    if not any(job["status"] == "running" for job in records) or jobs_running(root) is not False:
+        return records
+    return [{**job, "status": "stopped"} if job["status"] == "running" else job for job in records]

@@ -557,8 +557,7 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         if "tokens" in counts:
             run.counted(counts["tokens"])
         record = {"done": True, "seconds": round(time.perf_counter() - started, 3), "files": store.take_written()}
-        for key, value in counts.items():
-            manifest["counts"][key] = value
+        manifest["counts"].update({k: v for k, v in counts.items() if k != "embedding_tokens"})
         if "embedding_tokens" in counts:  # the count of the stages that embed, each once however often it ran
             record["embedding_tokens"] = counts["embedding_tokens"]
         for other in manifest["stages"].values():  # a file belongs to the stage that wrote it last

@@ -58,6 +58,7 @@ from hopgraph.deadline import time_limit
 from hopgraph.documents import Document, canonical_document, canonical_id
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
 from hopgraph.index.jobs import (
+    RUN_LOCK,
     UNFINISHED,
     job_documents,
     job_ids,
@@ -387,7 +388,7 @@ def run_job(
     pipeline stage) ends the run there with the job still 'running', as a killed job is left.
     """
     root = Path(root)
-    with job_lock(root, ".lock"):
+    with job_lock(root, RUN_LOCK):
         record = read_job(root, job_id)
         if record["status"] == "done":
             return record
@@ -433,7 +434,7 @@ def run_pending(
     """
     root = Path(root)
     done: list[dict[str, Any]] = []
-    with job_lock(root, ".lock"):
+    with job_lock(root, RUN_LOCK):
         while batches is None or batches > 0:
             batch = _next_batch(list_jobs(root))
             if not batch:
@@ -460,7 +461,7 @@ def forgive_interrupted(root: str | Path, run: str, patience: float = 0.0) -> li
     deadline = time.monotonic() + patience
     while True:
         try:
-            with job_lock(root, ".lock", wait=False):
+            with job_lock(root, RUN_LOCK, wait=False):
                 forgiven = [j for j in list_jobs(root) if j["status"] in UNFINISHED and j.get("run") == run]
                 for record in forgiven:
                     record.update(
@@ -483,7 +484,7 @@ def fail_unfinished(root: str | Path, reason: str) -> list[dict[str, Any]]:
 
     Waits for the job lock, so it never touches a batch a live process is running."""
     root = Path(root)
-    with job_lock(root, ".lock"):
+    with job_lock(root, RUN_LOCK):
         batch = _next_batch(list_jobs(root))
         if len(batch) > 1:
             _split(root, batch, batch[-1]["id"], reason, attempts=0)

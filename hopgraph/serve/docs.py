@@ -21,6 +21,8 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
+from hopgraph.serve.errors import NOSNIFF_HEADER
+
 WEB = Path(__file__).resolve().parent / "web"
 WEB_ASSETS = "/static/web"
 DOCS_ASSETS = "/static/docs"
@@ -37,7 +39,7 @@ DOCS_POLICY = (
 )
 PAGE_HEADERS = {
     "Content-Security-Policy": PAGE_POLICY,
-    "X-Content-Type-Options": "nosniff",
+    **NOSNIFF_HEADER,
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }

@@ -30,6 +30,7 @@ from hopgraph.errors import (
 )
 
 log = logging.getLogger("hopgraph.serve")
+NOSNIFF_HEADER = {"X-Content-Type-Options": "nosniff"}  # on every response: no type is ever guessed
 
 
 def shown(value: str, limit: int = SHOWN_CHARS) -> str:
@@ -194,4 +195,4 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)
         # Starlette answers this outside every middleware: the header the guard adds to all else.
         failed = "the server failed to handle the request (logged)"
-        return error_response(500, "server_error", failed, {"X-Content-Type-Options": "nosniff"})
+        return error_response(500, "server_error", failed, NOSNIFF_HEADER)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from hopgraph.serve.errors import APIError
+from hopgraph.serve.errors import NOSNIFF_HEADER, APIError
 from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
 
@@ -47,7 +47,8 @@ class _BodyTooLarge(Exception):
 
 # Requests whose body the app reads: under /v1/ every one needs a token, checked before the body is.
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-NOSNIFF = (b"x-content-type-options", b"nosniff")
+((_NAME, _VALUE),) = NOSNIFF_HEADER.items()
+NOSNIFF = (_NAME.lower().encode(), _VALUE.encode())  # the header as an ASGI message spells it
 # (Authorization header, client address) → the principal of a known token; raises APIError otherwise.
 Gate = Callable[[str, str], Any]
 

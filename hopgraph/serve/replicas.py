@@ -51,17 +51,6 @@ def read_leader(root: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def read_heartbeats(root: str | Path) -> list[dict[str, Any]]:
-    """The heartbeat records of the serving processes (dead ones too, until the leader removes them)."""
-    found = []
-    for path in sorted((Path(root) / REPLICAS).glob("*.json")):
-        try:
-            found.append(json.loads(path.read_text(encoding="utf-8")))
-        except (FileNotFoundError, ValueError):
-            continue
-    return found
-
-
 class LeaderLock:
     """The non-blocking exclusive lock on INDEX/jobs/.leader, held until :meth:`release` or death."""
 

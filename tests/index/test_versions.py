@@ -257,6 +257,9 @@ def test_a_stopped_cli_update_leaves_index_servable_and_resumes(index, tmp_path,
     assert [j["status"] for j in json.loads(CliRunner().invoke(main, ["jobs", str(index), "--json"]).output)] == [
         "stopped"
     ]
+    from hopgraph import Index
+
+    assert [j.status for j in Index.open(index).jobs()] == ["stopped"]  # the Python API sees it as the CLI does
     assert Retriever(index).retrieve(QUERIES[0], method="ppr").evidence
     resumed = CliRunner().invoke(main, ["update", str(index), "--resume", "-q"])
     assert resumed.exit_code == 0, resumed.output

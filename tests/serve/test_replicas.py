@@ -22,8 +22,8 @@ import pytest
 from hopgraph.index import garbage, versions
 from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.serve.replicas import Heartbeats, read_heartbeats, read_leader
-from hopgraph.store import REPLICAS
+from hopgraph.serve.replicas import Heartbeats, read_leader
+from hopgraph.store import REPLICAS, read_heartbeats
 from tests.serve.support import USERS, auth
 
 REFRESH = 0.5  # serve.refresh_seconds of the servers below
