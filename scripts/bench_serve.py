@@ -216,6 +216,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of load before each phase, not counted")
     parser.add_argument("--insert-batch", type=int, default=20, help="documents per insert job in the insert phase")
     parser.add_argument("--baseline", default="4cd2298", help="commit whose server is the baseline ('' to skip)")
+    parser.add_argument(
+        "--baseline-dir",
+        type=Path,
+        help="the baseline commit's files already on disk (e.g. unpacked from `git archive`), for a copy of "
+        "the repository without its history; --baseline then only names the commit in the results",
+    )
     parser.add_argument("--serve", default="", help="extra `--serve.*` options of this checkout's server")
     parser.add_argument("--out", type=Path, default=REPO / "scripts" / "results" / "serve_throughput.json")
     args = parser.parse_args()
@@ -245,10 +251,11 @@ def main() -> None:
     phases: dict[str, dict[str, Any]] = {}
     try:
         if args.baseline:
-            base = work / "baseline"
-            subprocess.run(
-                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True
-            )
+            base = args.baseline_dir or work / "baseline"
+            if args.baseline_dir is None:
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True
+                )
             build(corpus, work / "index-baseline", env, base)
             phases["baseline"] = measured(
                 work / "index-baseline", env, base, [], [("baseline", open_tokens, None)], args, questions
@@ -278,7 +285,7 @@ def main() -> None:
             )
         )
     finally:
-        if args.baseline:
+        if args.baseline and args.baseline_dir is None:
             subprocess.run(
                 ["git", "-C", str(REPO), "worktree", "remove", "--force", str(work / "baseline")], check=False
             )
