@@ -353,9 +353,10 @@ def serve(index_dir: str, config_file: str | None, **options: Any) -> None:
     """
     import uvicorn  # noqa: PLC0415
 
-    from hopgraph.serve.app import check_address, create_app, run_workers  # noqa: PLC0415
+    from hopgraph.serve.app import check_address, create_app  # noqa: PLC0415
     from hopgraph.serve.auth import TokenBook  # noqa: PLC0415
     from hopgraph.serve.connections import uvicorn_options  # noqa: PLC0415
+    from hopgraph.serve.workers import run_workers  # noqa: PLC0415
     from hopgraph.store import IndexStore, live_root  # noqa: PLC0415
 
     manifest = IndexStore(live_root(index_dir)).require_complete()

@@ -10,16 +10,13 @@ pages in ``docs``.
 from __future__ import annotations
 
 import contextlib
-import inspect
-import json
-import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import FastAPI
 
-from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.config import HopgraphConfig
 from hopgraph.errors import ConfigError
 from hopgraph.serve import connections, openai
 from hopgraph.serve.auth import TokenBook
@@ -104,50 +101,3 @@ def check_address(host: str, port: int) -> None:
             f"cannot serve at {host}:{port}: {exc.strerror or exc}; choose another --serve.port or --serve.host, "
             "or stop what listens there"
         ) from None
-
-
-# ---------------------------------------------------------------------- several worker processes
-SPEC_ENV = "HOPGRAPH_SERVE_SPEC"  # what the worker processes of one `hopgraph serve` are handed
-
-
-def app_from_environment() -> FastAPI:
-    """The app factory each worker process calls: index, settings and token digests from its parent."""
-    raw = os.environ.pop(SPEC_ENV, "")  # not inherited further (by the update worker)
-    if not raw:
-        raise RuntimeError(f"${SPEC_ENV} is not set: this factory is for the worker processes of `hopgraph serve`")
-    spec = json.loads(raw)
-    config = validate_config(spec["config"], "serve settings (from the parent `hopgraph serve` process)")
-    tokens = TokenBook.from_records(spec["tokens"], "tokens (from the parent `hopgraph serve` process)")
-    given = spec["tokens_stamp"]
-    stamp = (int(given[0]), int(given[1]), int(given[2])) if given else None
-    tokens.following(config.serve.tokens_file, config.serve.tokens_env, stamp)
-    return create_app(spec["root"], config, tokens)
-
-
-def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **options: object) -> None:
-    """Serve with ``serve.workers`` processes on one port (uvicorn's supervisor binds the socket once,
-    every process accepts from it, a dead one is replaced).
-
-    The processes are spawned fresh, so each is handed the settings and the tokens in an environment
-    variable (only this user may read it): token SHA-256 digests, never the tokens themselves, and
-    never on a command line that `ps` shows to everyone."""
-    import uvicorn  # noqa: PLC0415
-
-    spec = {
-        "root": str(root),
-        "config": config.model_dump(mode="json"),
-        "tokens": tokens.digest_records(),
-        "tokens_stamp": tokens.stamp,  # each process reads the tokens file again once it changes
-    }
-    os.environ[SPEC_ENV] = json.dumps(spec)
-    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
-        options.setdefault("timeout_worker_healthcheck", 30)  # a process loading a large index answers slowly
-    uvicorn.run(
-        f"{__name__}:app_from_environment",
-        factory=True,
-        workers=config.serve.workers,
-        host=config.serve.host,
-        port=config.serve.port,
-        **connections.uvicorn_options(config.serve),
-        **options,  # type: ignore[arg-type]
-    )

@@ -1,12 +1,16 @@
 """Helpers shared by the server tests and the ACL benchmark (``scripts/bench_acl.py``): a real uvicorn
-server on a loopback port (:class:`LiveServer`), users and restricted documents, and the ACL audit
-(:func:`audit_acl`). Fixtures live in ``conftest.py``; these are plain importable helpers."""
+server on a loopback port (:class:`LiveServer`) or `hopgraph serve` as a child process
+(:class:`ServeProcess`), users and restricted documents, and the ACL audit (:func:`audit_acl`).
+Fixtures live in ``conftest.py``; these are plain importable helpers."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -18,6 +22,7 @@ import httpx
 import uvicorn
 
 from hopgraph.config import HopgraphConfig
+from hopgraph.llm.standin import free_port
 from hopgraph.serve.app import create_app
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.connections import uvicorn_options
@@ -204,3 +209,74 @@ def audit_acl(
                 }
             )
     return report
+
+
+# ---------------------------------------------------------------- `hopgraph serve` as a child process
+REFRESH = 0.5  # serve.refresh_seconds of the servers below
+TOKENS = json.dumps(
+    [
+        {"token": u["token"], "user": name, "groups": u["groups"], "admin": u.get("admin", False)}
+        for name, u in USERS.items()
+    ]
+)
+
+
+class ServeProcess:
+    """`hopgraph serve INDEX` as a child process on a free loopback port; its output goes to a log file."""
+
+    def __init__(self, index: Path, log: Path, *options: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        command = [sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(self.port)]
+        command += ["--serve.rate_limit", "0", "--serve.refresh_seconds", str(REFRESH), *options]
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen(
+                command, env={**os.environ, "HOPGRAPH_TOKENS": TOKENS}, stdout=out, stderr=subprocess.STDOUT
+            )
+        self.pid = self.process.pid
+
+    def wait_ready(self, timeout: float = 180) -> ServeProcess:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"server did not answer in {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def version(self) -> str:
+        return str(httpx.get(f"{self.url}/healthz", timeout=10).json()["version"])
+
+    def retrieve(self, query: str, user: str = "admin") -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.url}/v1/retrieve",
+            json={"query": query, "method": "ppr", "budget": 600},
+            headers=auth(user),
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def until(predicate: Any, timeout: float) -> float:
+    """Seconds until ``predicate()`` held; TimeoutError after ``timeout``."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"condition not reached in {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - started

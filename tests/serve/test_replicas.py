@@ -5,13 +5,11 @@ memory-mapped so that processes share their pages."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,71 +18,12 @@ import psutil
 import pytest
 
 from hopgraph.index import garbage, versions
-from hopgraph.llm.standin import free_port
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.serve.replicas import Heartbeats, read_leader
 from hopgraph.store import REPLICAS, read_heartbeats
-from tests.serve.support import USERS, auth
+from tests.serve.support import REFRESH, ServeProcess, auth, until
 
-REFRESH = 0.5  # serve.refresh_seconds of the servers below
 SWITCH_BOUND = 20.0  # seconds: REFRESH plus loading the small test index, with room for a busy 2-core machine
-TOKENS = json.dumps(
-    [
-        {"token": u["token"], "user": name, "groups": u["groups"], "admin": u.get("admin", False)}
-        for name, u in USERS.items()
-    ]
-)
-
-
-class ServeProcess:
-    """`hopgraph serve INDEX` as a child process on a free loopback port; its output goes to a log file."""
-
-    def __init__(self, index: Path, log: Path, *options: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        command = [sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(self.port)]
-        command += ["--serve.rate_limit", "0", "--serve.refresh_seconds", str(REFRESH), *options]
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                command, env={**os.environ, "HOPGRAPH_TOKENS": TOKENS}, stdout=out, stderr=subprocess.STDOUT
-            )
-        self.pid = self.process.pid
-
-    def wait_ready(self, timeout: float = 180) -> ServeProcess:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"server did not answer in {timeout} s:\n{self.log.read_text()[-3000:]}")
-
-    def version(self) -> str:
-        return str(httpx.get(f"{self.url}/healthz", timeout=10).json()["version"])
-
-    def retrieve(self, query: str, user: str = "admin") -> dict[str, Any]:
-        response = httpx.post(
-            f"{self.url}/v1/retrieve",
-            json={"query": query, "method": "ppr", "budget": 600},
-            headers=auth(user),
-            timeout=60,
-        )
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 def insert(url: str, doc_id: str, text: str) -> dict[str, Any]:
@@ -106,16 +45,6 @@ def job_done(url: str, job_id: str, timeout: float = 300) -> dict[str, Any]:
             return dict(record)
         time.sleep(0.1)
     raise TimeoutError(f"job {job_id} did not end in {timeout} s")
-
-
-def until(predicate: Any, timeout: float) -> float:
-    """Seconds until ``predicate()`` held; TimeoutError after ``timeout``."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"condition not reached in {timeout} s")
-        time.sleep(0.05)
-    return time.monotonic() - started
 
 
 def doc_ids(result: dict[str, Any]) -> set[str]:
@@ -182,14 +111,6 @@ def test_two_worker_processes_answer_on_one_port_and_each_follows_new_versions(i
         children = {c.pid for c in psutil.Process(server.pid).children()}
         assert len(pids) == 2 and pids <= children
         assert read_leader(index_copy)["pid"] in pids  # exactly one of them runs the jobs
-        for stopped in pids:  # with either one frozen, the other answers every new connection on the port
-            os.kill(stopped, signal.SIGSTOP)
-            try:
-                for _ in range(5):
-                    with httpx.Client(base_url=server.url, timeout=30) as client:
-                        assert client.get("/healthz").status_code == 200
-            finally:
-                os.kill(stopped, signal.SIGCONT)
 
         # A token removed from the tokens file is refused by every process, without a restart.
         def visitor_status() -> set[int]:

@@ -1,0 +1,250 @@
+"""``serve.workers`` processes of one `hopgraph serve` on one port, each with its own listening socket.
+
+uvicorn's own supervisor binds one socket that every process accepts from, and a woken process
+accepts every connection waiting: 50 clients connecting together all went to one process of four
+(``scripts/bench_connection_spread.py``), and with keep-alive that process served them all while the
+others idled. Here each process binds the port itself with ``SO_REUSEPORT``, so the kernel hands
+each new connection to one of them by a hash of its addresses. Where the kernel does not spread
+connections that way (not Linux), uvicorn's supervisor is used as before.
+
+The :class:`Supervisor` starts the processes, starts another in place of one that dies, restarts
+them one at a time on SIGHUP (each new one serving before the old one stops), stops them on
+SIGINT or SIGTERM, and gives up when one cannot start (its error is in the log above).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.errors import ConfigError
+from hopgraph.serve import connections
+from hopgraph.serve.app import create_app
+from hopgraph.serve.auth import TokenBook
+
+SPEC_ENV = "HOPGRAPH_SERVE_SPEC"  # what the worker processes of one `hopgraph serve` are handed
+STARTUP_FAILURE = 3  # a worker's exit status when it never served (uvicorn's own code for this)
+STOP_SECONDS = 15.0  # a stopping worker's graceful shutdown (5 s) and deadline, with room to spare
+SILENT_SECONDS = 20.0  # a serving worker's event loop silent this long is taken for stuck
+READY_SECONDS = 600.0  # a worker loading a large index may take minutes before it serves
+
+
+def app_from_environment() -> FastAPI:
+    """The app factory each worker process calls: index, settings and token digests from its parent."""
+    raw = os.environ.pop(SPEC_ENV, "")  # not inherited further (by the update worker)
+    if not raw:
+        raise RuntimeError(f"${SPEC_ENV} is not set: this factory is for the worker processes of `hopgraph serve`")
+    spec = json.loads(raw)
+    config = validate_config(spec["config"], "serve settings (from the parent `hopgraph serve` process)")
+    tokens = TokenBook.from_records(spec["tokens"], "tokens (from the parent `hopgraph serve` process)")
+    given = spec["tokens_stamp"]
+    stamp = (int(given[0]), int(given[1]), int(given[2])) if given else None
+    tokens.following(config.serve.tokens_file, config.serve.tokens_env, stamp)
+    return create_app(spec["root"], config, tokens)
+
+
+def spreads_connections() -> bool:
+    """Whether sockets bound to one port with SO_REUSEPORT share its connections (Linux 3.9 and later)."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **options: Any) -> None:
+    """Serve with ``serve.workers`` processes on one port until SIGINT or SIGTERM.
+
+    The processes are spawned fresh, so each is handed the settings and the tokens in an environment
+    variable (only this user may read it): token SHA-256 digests, never the tokens themselves, and
+    never on a command line that `ps` shows to everyone."""
+    import uvicorn  # noqa: PLC0415
+
+    spec = {
+        "root": str(root),
+        "config": config.model_dump(mode="json"),
+        "tokens": tokens.digest_records(),
+        "tokens_stamp": tokens.stamp,  # each process reads the tokens file again once it changes
+    }
+    os.environ[SPEC_ENV] = json.dumps(spec)
+    serve = config.serve
+    settings = {
+        "factory": True,
+        "host": serve.host,
+        "port": serve.port,
+        **connections.uvicorn_options(serve),
+        **options,
+    }
+    if spreads_connections():
+        Supervisor(serve.workers, functools.partial(serve_one, settings)).run()
+        return
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
+        settings.setdefault("timeout_worker_healthcheck", 30)  # a process loading a large index answers slowly
+    uvicorn.run(f"{__name__}:app_from_environment", workers=serve.workers, **settings)
+
+
+def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A socket of its own on ``host:port`` that shares the port's connections with the other workers'."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot serve at {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(backlog)
+    sock.set_inheritable(False)  # not held open by the update worker this process may start
+    return sock
+
+
+def serve_one(settings: dict[str, Any], said: Connection) -> None:
+    """One worker process: the app from its parent's spec, then a socket of its own once the app is
+    loaded (so no connection waits on a process still loading the index); tells ``said`` "serving",
+    then "alive" every second from its event loop, so a loop that stops is seen and replaced."""
+    import uvicorn  # noqa: PLC0415
+
+    settings = dict(settings)
+    host, port = settings.pop("host"), settings.pop("port")
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            try:
+                sock = listening_socket(host, port, settings["backlog"])
+            except ConfigError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+                sys.exit(STARTUP_FAILURE)
+            await super().startup([sock])
+            if self.started:
+                said.send_bytes(b"serving")
+                self.alive = asyncio.ensure_future(self.tell_alive())
+
+        async def tell_alive(self) -> None:
+            while not self.should_exit:
+                await asyncio.sleep(1.0)
+                said.send_bytes(b"alive")
+
+    server = Server(uvicorn.Config(f"{__name__}:app_from_environment", **settings))
+    server.run()
+    sys.exit(0 if server.started else STARTUP_FAILURE)
+
+
+class Worker:
+    """One started process and whether it has said it serves."""
+
+    def __init__(self, context: Any, target: Callable[[Connection], None]) -> None:
+        self.said, told = context.Pipe(duplex=False)
+        self.process: BaseProcess = context.Process(target=target, args=(told,), name="hopgraph-serve-worker")
+        self.process.start()
+        told.close()  # the child holds its end: once it ends, polling here sees the pipe closed
+        self.ready = False
+        self.heard = time.monotonic()
+
+    def serving(self, wait: float = 0.0) -> bool:
+        """Whether it has said it serves (waiting up to ``wait`` seconds for that); reads what it said since."""
+        try:
+            while self.said.poll(0.0 if self.ready else wait):
+                self.ready |= self.said.recv_bytes() == b"serving"
+                self.heard = time.monotonic()
+        except (EOFError, OSError):  # it has ended
+            pass
+        return self.ready
+
+    def silent_for(self) -> float:
+        """Seconds since it last said anything (its event loop says "alive" every second once serving)."""
+        return time.monotonic() - self.heard
+
+
+class Supervisor:
+    """Keeps ``count`` processes running ``target(ready)`` until told to stop."""
+
+    def __init__(
+        self, count: int, target: Callable[[Connection], None], log: Callable[[str], None] | None = None
+    ) -> None:
+        self.count, self.target = count, target
+        self.log = log or (lambda line: print(f"hopgraph serve: {line}", file=sys.stderr, flush=True))
+        self.context = multiprocessing.get_context("spawn")  # no copy of this process's threads and locks
+        self.workers: list[Worker] = []
+        self.stop = threading.Event()
+        self.restart = threading.Event()
+
+    def start(self) -> Worker:
+        return Worker(self.context, self.target)
+
+    def run(self) -> None:
+        """Start the processes and watch them; returns once they have stopped."""
+        handled = {signal.SIGINT: self.stop, signal.SIGTERM: self.stop, signal.SIGHUP: self.restart}
+        previous = {sig: signal.signal(sig, lambda sig, _frame: handled[signal.Signals(sig)].set()) for sig in handled}
+        try:
+            self.workers = [self.start() for _ in range(self.count)]
+            while not self.stop.wait(0.5):
+                if self.restart.is_set():
+                    self.restart.clear()
+                    self.restart_all()
+                self.replace_dead()
+        finally:
+            self.halt(self.workers)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def replace_dead(self) -> None:
+        """Start another process in place of one that ended, or whose event loop has stopped (its
+        socket's share of new connections would wait for it): that one is killed first."""
+        for slot, worker in enumerate(self.workers):
+            if self.stop.is_set():
+                return
+            if worker.process.is_alive():
+                if not worker.serving() or worker.silent_for() < SILENT_SECONDS:
+                    continue
+                self.log(f"worker process {worker.process.pid} has not answered for {SILENT_SECONDS:g} s; killing it")
+                worker.process.kill()
+                worker.process.join()
+            status = worker.process.exitcode
+            if not worker.serving():
+                self.stop.set()
+                raise ConfigError(f"a worker process could not start (exit status {status}): its error is above")
+            self.log(f"worker process {worker.process.pid} ended (exit status {status}); starting another")
+            self.workers[slot] = self.start()
+
+    def restart_all(self) -> None:
+        """Each process in turn: a new one serves before the old one stops (SIGHUP)."""
+        for slot, old in enumerate(self.workers):
+            new = self.start()
+            deadline = time.monotonic() + READY_SECONDS
+            while not new.serving(0.5) and new.process.is_alive() and not self.stop.is_set():
+                if time.monotonic() > deadline:
+                    break
+            if not new.serving():  # the old ones keep serving
+                self.halt([new])
+                self.log(f"a new worker process did not start (exit status {new.process.exitcode}); kept the old ones")
+                return
+            self.workers[slot] = new
+            self.halt([old])
+        self.log(f"restarted {len(self.workers)} worker processes")
+
+    def halt(self, workers: list[Worker]) -> None:
+        """SIGTERM (uvicorn's graceful shutdown), then SIGKILL for any still running after STOP_SECONDS."""
+        for worker in workers:
+            if worker.process.is_alive():
+                worker.process.terminate()
+        deadline = time.monotonic() + STOP_SECONDS
+        for worker in workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.said.close()

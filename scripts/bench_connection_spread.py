@@ -1,0 +1,149 @@
+"""How `hopgraph serve --serve.workers N` shares a burst of new connections among its processes,
+on a baseline commit (one socket that every process accepts from, uvicorn's supervisor) and on
+this checkout (a socket per process, SO_REUSEPORT), side by side in one run on one machine.
+
+Each side: one server over an index of ``examples/wiki``; ``--trials`` times, ``--connections``
+connections are opened together, held a second, and counted per worker process (from the kernel's
+socket table), then closed. Then ``--clients`` keep-alive readers send ``ppr`` retrievals for
+``--seconds``, as ``bench_serve.py``'s clients do, and their requests/s and latencies are recorded.
+
+    python3 scripts/bench_connection_spread.py            # 4 processes → scripts/results/connection_spread.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_serve import REPO, build, client_loop, start_server, summarise  # noqa: E402
+
+from hopgraph.evaluate.report import provenance, write_json  # noqa: E402
+from hopgraph.llm.standin import free_port  # noqa: E402
+
+RESULT = REPO / "scripts" / "results" / "connection_spread.json"
+QUESTIONS = [
+    "Who leads the Osaka office?",
+    "Which office did Lena Fischer move to?",
+    "What does the remote work policy allow?",
+    "Who founded the Toronto office?",
+]
+
+
+def held_per_process(server: psutil.Process, port: int) -> list[int]:
+    """Established connections on ``port`` per worker process (a process holding none counts 0)."""
+    counts = []
+    for child in server.children():
+        try:
+            connections = child.net_connections(kind="tcp")
+        except psutil.NoSuchProcess:
+            continue
+        listening = any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in connections)
+        if listening:
+            counts.append(sum(c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port for c in connections))
+    return sorted(counts, reverse=True)
+
+
+async def burst(port: int, count: int, server: psutil.Process) -> list[int]:
+    opened = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in range(count)))
+    await asyncio.sleep(1.0)
+    held = held_per_process(server, port)
+    for _, writer in opened:
+        writer.close()
+    await asyncio.sleep(0.5)
+    return held
+
+
+async def load(url: str, token: str, args: argparse.Namespace) -> dict[str, Any]:
+    samples: list = []
+    until = time.monotonic() + args.seconds
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(client_loop(url, token, QUESTIONS, i, "ppr", 2000, until, samples) for i in range(args.clients))
+    )
+    return summarise(samples, time.perf_counter() - started)
+
+
+def measure(code: Path, index: Path, env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+    port = free_port()
+    server = start_server(index, port, {**env, "PYTHONPATH": str(code)}, "--serve.workers", str(args.workers), cwd=code)
+    try:
+        process = psutil.Process(server.pid)
+        deadline = time.monotonic() + 300
+        while len(held_per_process(process, port)) < args.workers and time.monotonic() < deadline:
+            time.sleep(0.5)  # each process loads the index, then listens
+        trials = [asyncio.run(burst(port, args.connections, process)) for _ in range(args.trials)]
+        busiest = [max(t) / max(1, sum(t)) for t in trials]
+        return {
+            "held_per_process": trials,
+            "busiest_share_mean": round(statistics.mean(busiest), 3),
+            "busiest_share_max": round(max(busiest), 3),
+            "processes_with_none_mean": round(statistics.mean(t.count(0) for t in trials), 2),
+            "keep_alive_load": asyncio.run(load(f"http://127.0.0.1:{port}", "spread-reader-token-000000", args)),
+        }
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default="f9c6743", help="commit with uvicorn's supervisor (one shared socket)")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--connections", type=int, default=50)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--clients", type=int, default=50, help="keep-alive readers of the load phase")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of the load phase")
+    parser.add_argument("--out", type=Path, default=RESULT)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="hopgraph-spread-"))
+    tokens = [{"token": "spread-reader-token-000000", "user": "reader"}]
+    env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(tokens)}
+    base = work / "baseline"
+    sides: dict[str, dict[str, Any]] = {}
+    try:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True)
+        for name, code in (("shared_socket", base), ("socket_per_process", REPO)):
+            build(REPO / "examples" / "wiki", work / f"index-{name}", env, code)
+            sides[name] = measure(code, work / f"index-{name}", env, args)
+            print(name, json.dumps({k: v for k, v in sides[name].items() if k != "held_per_process"}), flush=True)
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
+    before, after = sides["shared_socket"], sides["socket_per_process"]
+    write_json(
+        args.out,
+        {
+            "benchmark": "new connections shared among `hopgraph serve` worker processes",
+            "workers": args.workers,
+            "connections": args.connections,
+            "trials": args.trials,
+            "baseline_commit": args.baseline,
+            "busiest_share_mean": {
+                "shared_socket": before["busiest_share_mean"],
+                "socket_per_process": after["busiest_share_mean"],
+            },
+            "rps_ratio": round(
+                after["keep_alive_load"]["throughput_rps"] / before["keep_alive_load"]["throughput_rps"], 2
+            ),
+            "sides": sides,
+            **provenance(),
+        },
+    )
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

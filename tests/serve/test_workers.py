@@ -1,0 +1,111 @@
+"""`serve.workers` processes on one port (``hopgraph.serve.workers``), as real child processes of
+`hopgraph serve`: each listens on a socket of its own, so a burst of new connections spreads over
+them; one that dies, or whose event loop stops, is replaced; one that cannot start stops the server
+with its reason."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import httpx
+import psutil
+import pytest
+
+from hopgraph.serve.workers import SILENT_SECONDS, spreads_connections
+from tests.serve.support import ServeProcess, until
+
+pytestmark = pytest.mark.skipif(not spreads_connections(), reason="SO_REUSEPORT spreads connections on Linux only")
+
+
+def sockets_on(server: ServeProcess, status: str) -> dict[int, list[int]]:
+    """Socket inodes of the server's child processes on its port, by pid, in one TCP state."""
+    found: dict[int, list[int]] = {}
+    for child in psutil.Process(server.pid).children():
+        try:
+            for c in child.net_connections(kind="tcp"):
+                if c.status == status and c.laddr.port == server.port:
+                    inode = os.readlink(f"/proc/{child.pid}/fd/{c.fd}").removeprefix("socket:[").rstrip("]")
+                    found.setdefault(child.pid, []).append(int(inode))
+        except (psutil.NoSuchProcess, FileNotFoundError):
+            continue
+    return found
+
+
+def listening(server: ServeProcess, count: int) -> dict[int, list[int]]:
+    """Waits until ``count`` child processes listen on the port, and returns their sockets."""
+    until(lambda: len(sockets_on(server, psutil.CONN_LISTEN)) == count, 120)
+    return sockets_on(server, psutil.CONN_LISTEN)
+
+
+async def connect_together(port: int, count: int) -> list[asyncio.StreamWriter]:
+    opened = await asyncio.gather(*(asyncio.open_connection("127.0.0.1", port) for _ in range(count)))
+    return [writer for _, writer in opened]
+
+
+@pytest.mark.slow
+def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_shared(index_copy, tmp_path):
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    try:
+        server.wait_ready()
+        sockets = listening(server, 2)
+        assert len({inode for inodes in sockets.values() for inode in inodes}) == 2  # not one shared socket
+
+        async def burst() -> list[int]:
+            writers = await connect_together(server.port, 40)
+            await asyncio.sleep(1.0)  # every connection accepted
+            held = [len(inodes) for inodes in sockets_on(server, psutil.CONN_ESTABLISHED).values()]
+            for writer in writers:
+                writer.close()
+            return held
+
+        held = asyncio.run(burst())
+        # A shared socket gave 40 and 0 (the first process woken accepts every waiting connection);
+        # the kernel's hash over two sockets gives fewer than 5 of 40 to one about once in 10 million.
+        assert sum(held) == 40 and len(held) == 2 and min(held) >= 5, held
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_killed_or_frozen_worker_is_replaced_and_the_port_answers_again(index_copy, tmp_path):
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    try:
+        server.wait_ready()
+        first = set(listening(server, 2))
+        killed = min(first)
+        os.kill(killed, signal.SIGKILL)
+        until(lambda: len(set(sockets_on(server, psutil.CONN_LISTEN)) - first) == 1, 120)
+        # A frozen process keeps its socket, and new connections the kernel hands it would wait: it is
+        # killed once its event loop has been silent for SILENT_SECONDS, and another takes its place.
+        second = set(listening(server, 2))
+        frozen = min(second)
+        os.kill(frozen, signal.SIGSTOP)
+        waited = until(lambda: frozen not in sockets_on(server, psutil.CONN_LISTEN), SILENT_SECONDS + 30)
+        assert waited >= SILENT_SECONDS - 1
+        listening(server, 2)
+        for _ in range(6):  # new connections, so both processes are asked
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                assert client.get("/healthz").status_code == 200
+        log = server.log.read_text()
+        assert f"worker process {killed} ended (exit status -9); starting another" in log
+        assert f"worker process {frozen} has not answered for {SILENT_SECONDS:g} s; killing it" in log
+    finally:
+        server.stop()
+    assert server.process.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_load_the_index_stops_the_server_with_its_reason(index_copy, tmp_path):
+    for array in (index_copy / "arrays").glob("*.npy"):  # same sizes, so only loading them fails
+        with array.open("r+b") as damaged:
+            damaged.write(b"XXXXXX")  # over numpy's magic string
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    try:
+        assert server.process.wait(timeout=180) == 2  # hopgraph's exit status for an error
+    finally:
+        server.stop()
+    log = server.log.read_text()
+    assert "corrupt array" in log  # the worker's reason, then the server's
+    assert "error: a worker process could not start (exit status 1): its error is above" in log
