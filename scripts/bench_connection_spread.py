@@ -1,13 +1,15 @@
 """How `hopgraph serve --serve.workers N` shares a burst of new connections among its processes,
-on a baseline commit (one socket that every process accepts from, uvicorn's supervisor) and on
-this checkout (a socket per process, SO_REUSEPORT), side by side in one run on one machine.
+with one socket that every process accepts from (uvicorn's supervisor, the default) and with a
+socket per process (``--serve.socket_per_worker true``), side by side in one run on one machine.
 
-Each side: one server over an index of ``examples/wiki``; ``--trials`` times, ``--connections``
-connections are opened together, held a second, and counted per worker process (from the kernel's
-socket table), then closed. Then ``--clients`` keep-alive readers send ``ppr`` retrievals for
-``--seconds``, as ``bench_serve.py``'s clients do, and their requests/s and latencies are recorded.
+For each process count in ``--workers`` and each way: one server over an index of
+``examples/wiki``; ``--trials`` times, ``--connections`` connections are opened together, held a
+second, and counted per worker process (from the kernel's socket table), then closed. Then
+``--clients`` keep-alive readers send ``ppr`` retrievals for ``--seconds``, as ``bench_serve.py``'s
+clients do, and their requests/s and latencies are recorded. On a small machine the load generator
+shares the server's cores.
 
-    python3 scripts/bench_connection_spread.py            # 4 processes → scripts/results/connection_spread.json
+    python3 scripts/bench_connection_spread.py           # 2 and 4 processes → scripts/results/connection_spread.json
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -82,7 +83,7 @@ def measure(code: Path, index: Path, env: dict[str, str], args: argparse.Namespa
     try:
         process = psutil.Process(server.pid)
         deadline = time.monotonic() + 300
-        while len(held_per_process(process, port)) < args.workers and time.monotonic() < deadline:
+        while len(held_per_process(process, port)) < workers and time.monotonic() < deadline:
             time.sleep(0.5)  # each process loads the index, then listens
         trials = [asyncio.run(burst(port, args.connections, process)) for _ in range(args.trials)]
         busiest = [max(t) / max(1, sum(t)) for t in trials]
@@ -100,8 +101,7 @@ def measure(code: Path, index: Path, env: dict[str, str], args: argparse.Namespa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", default="f9c6743", help="commit with uvicorn's supervisor (one shared socket)")
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="process counts to measure")
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--clients", type=int, default=50, help="keep-alive readers of the load phase")
@@ -111,34 +111,34 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="hopgraph-spread-"))
     tokens = [{"token": "spread-reader-token-000000", "user": "reader"}]
     env = {**os.environ, "HOPGRAPH_TOKENS": json.dumps(tokens)}
-    base = work / "baseline"
-    sides: dict[str, dict[str, Any]] = {}
+    runs: dict[str, dict[str, Any]] = {}
     try:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.baseline], check=True)
-        for name, code in (("shared_socket", base), ("socket_per_process", REPO)):
-            build(REPO / "examples" / "wiki", work / f"index-{name}", env, code)
-            sides[name] = measure(code, work / f"index-{name}", env, args)
-            print(name, json.dumps({k: v for k, v in sides[name].items() if k != "held_per_process"}), flush=True)
+        build(REPO / "examples" / "wiki", work / "index", env, REPO)
+        for workers in args.workers:
+            sides = {
+                name: measure(work / "index", env, workers, name == "socket_per_process", args)
+                for name in ("shared_socket", "socket_per_process")
+            }
+            before, after = sides["shared_socket"], sides["socket_per_process"]
+            runs[str(workers)] = {
+                "busiest_share_mean": {name: side["busiest_share_mean"] for name, side in sides.items()},
+                "rps_ratio": round(
+                    after["keep_alive_load"]["throughput_rps"] / before["keep_alive_load"]["throughput_rps"], 2
+                ),
+                "sides": sides,
+            }
+            print(workers, json.dumps({k: v for k, v in runs[str(workers)].items() if k != "sides"}), flush=True)
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
         shutil.rmtree(work, ignore_errors=True)
-    before, after = sides["shared_socket"], sides["socket_per_process"]
     write_json(
         args.out,
         {
             "benchmark": "new connections shared among `hopgraph serve` worker processes",
-            "workers": args.workers,
             "connections": args.connections,
             "trials": args.trials,
-            "baseline_commit": args.baseline,
-            "busiest_share_mean": {
-                "shared_socket": before["busiest_share_mean"],
-                "socket_per_process": after["busiest_share_mean"],
-            },
-            "rps_ratio": round(
-                after["keep_alive_load"]["throughput_rps"] / before["keep_alive_load"]["throughput_rps"], 2
-            ),
-            "sides": sides,
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "workers": runs,
             **provenance(),
         },
     )

@@ -212,6 +212,37 @@ def server() -> str:
             f"{sum(j['documents'] for j in jobs)} documents in all, taking {', '.join(str(j['seconds']) for j in jobs)} s; "
             "the update worker lingers between jobs, so only the first starts a process and loads models)."
         )
+    if (RESULTS / "serve_throughput_h100_machine.json").exists():
+        d = _load("serve_throughput_h100_machine.json")
+        phases, m = d["phases"], d["machine"]
+        parts.append(
+            f"The same benchmark on a {m['cpu_count']}-core machine (one GPU machine's CPUs; `python3 {d['command']}` "
+            f"→ `serve_throughput_h100_machine.json`, {d['seconds_per_phase']:g} s per phase, commit "
+            f"{d['git_commit'][:7]}, before each worker process had a socket of its own): the baseline's one "
+            f"process {d['baseline_rps']} requests/s, this checkout's `{d['serve_options']}` **{d['rps']}** "
+            f"(**{d['rps_over_baseline']}×**, {d['errors']} errors), but p50/p95/p99 "
+            f"{phases['open']['latency_ms_p50']}/{phases['open']['latency_ms_p95']}/{d['p99_ms']} ms: the "
+            "latencies split in two, as the connection spread below explains (with keep-alive, the clients "
+            "of a crowded process wait, those of an idle one do not). Restricted / open readers "
+            f"{phases['restricted']['throughput_rps']} against {phases['acl_all_readable']['throughput_rps']} "
+            f"requests/s, with inserts {phases['with_inserts']['throughput_rps']} against {d['rps']}; the p50 "
+            f"ratios ({d['restricted_over_open']}×, {d['with_insert_over_read_only']}×) follow the same split."
+        )
+    if (RESULTS / "connection_spread.json").exists():
+        d = _load("connection_spread.json")
+        before, after = d["sides"]["shared_socket"], d["sides"]["socket_per_process"]
+        load_before, load_after = before["keep_alive_load"], after["keep_alive_load"]
+        parts.append(
+            f"Connections among worker processes (`python3 {d['command']}` → `connection_spread.json`, "
+            f"{d['workers']} processes, {d['trials']} bursts of {d['connections']} connections opened together, "
+            f"{d['machine']['cpu_count']} cores): with one shared socket (commit {d['baseline_commit']}) the busiest "
+            f"process held {before['busiest_share_mean']:.0%} of a burst on average and "
+            f"{before['processes_with_none_mean']} processes none; with a socket per process "
+            f"{after['busiest_share_mean']:.0%} and {after['processes_with_none_mean']}. Keep-alive readers "
+            f"then: {load_before['throughput_rps']} → {load_after['throughput_rps']} requests/s, p99 "
+            f"{load_before['latency_ms_p99']} → {load_after['latency_ms_p99']} ms (on 2 cores the processes "
+            "share the same two cores either way; the spread matters where there are cores to spread to)."
+        )
     if (RESULTS / "serve_floor.json").exists():
         d = _load("serve_floor.json")
         q = d["int8_embedding"]  # {} where the embedder is no torch model

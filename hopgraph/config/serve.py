@@ -205,6 +205,14 @@ class ServeConfig(Section):
         description="Server processes on this machine sharing the port; each loads the index (vectors are "
         "memory-mapped, so their pages are shared) and follows the live version on its own.",
     )
+    socket_per_worker: bool = Field(
+        False,
+        description="With workers > 1 on Linux: each process binds the port itself (SO_REUSEPORT) once it has "
+        "loaded the index, so the kernel spreads new connections over the processes, and hopgraph supervises them "
+        "(replaces one that ends or whose event loop is silent for 20 s; stops if one cannot start). false = "
+        "uvicorn's supervisor: one socket that every process accepts from, where a burst of connections mostly "
+        "goes to one process (README, Results: on 2 cores that was faster; spread for many cores).",
+    )
     jobs: Literal["auto", "always", "never"] = Field(
         "auto",
         description="Who runs update jobs: auto = the one process (of every worker and replica over this index "

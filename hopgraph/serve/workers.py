@@ -1,15 +1,17 @@
-"""``serve.workers`` processes of one `hopgraph serve` on one port, each with its own listening socket.
+"""``serve.workers`` processes of one `hopgraph serve` on one port.
 
-uvicorn's own supervisor binds one socket that every process accepts from, and a woken process
-accepts every connection waiting: 50 clients connecting together all went to one process of four
-(``scripts/bench_connection_spread.py``), and with keep-alive that process served them all while the
-others idled. Here each process binds the port itself with ``SO_REUSEPORT``, so the kernel hands
-each new connection to one of them by a hash of its addresses. Where the kernel does not spread
-connections that way (not Linux), uvicorn's supervisor is used as before.
+By default uvicorn's supervisor runs them: it binds one socket that every process accepts from, and
+a woken process accepts every connection waiting, so a burst of 50 connections mostly went to one
+process of four (``scripts/bench_connection_spread.py``); with keep-alive that process serves them
+while others idle. On 2 cores, where the load generator shares the cores, that still gave the most
+requests/s. With ``serve.socket_per_worker`` (Linux) each process binds the port itself with
+``SO_REUSEPORT``, so the kernel hands each new connection to one of them by a hash of its addresses:
+for machines with cores to spread to.
 
-The :class:`Supervisor` starts the processes, starts another in place of one that dies, restarts
-them one at a time on SIGHUP (each new one serving before the old one stops), stops them on
-SIGINT or SIGTERM, and gives up when one cannot start (its error is in the log above).
+Then the :class:`Supervisor` starts the processes, starts another in place of one that dies or
+whose event loop stops, restarts them one at a time on SIGHUP (each new one serving before the old
+one stops), stops them on SIGINT or SIGTERM, and gives up when one cannot start (its error is in
+the log above).
 """
 
 from __future__ import annotations
@@ -88,9 +90,13 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
         **connections.uvicorn_options(serve),
         **options,
     }
-    if spreads_connections():
+    if serve.socket_per_worker and spreads_connections():
         Supervisor(serve.workers, functools.partial(serve_one, settings)).run()
         return
+    if serve.socket_per_worker:
+        print(
+            "note: serve.socket_per_worker needs Linux's SO_REUSEPORT; serving from one shared socket", file=sys.stderr
+        )
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
         settings.setdefault("timeout_worker_healthcheck", 30)  # a process loading a large index answers slowly
     uvicorn.run(f"{__name__}:app_from_environment", workers=serve.workers, **settings)

@@ -112,6 +112,15 @@ def test_two_worker_processes_answer_on_one_port_and_each_follows_new_versions(i
         assert len(pids) == 2 and pids <= children
         assert read_leader(index_copy)["pid"] in pids  # exactly one of them runs the jobs
 
+        for stopped in pids:  # with either one frozen, the other answers every new connection on the port
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                for _ in range(5):
+                    with httpx.Client(base_url=server.url, timeout=30) as client:
+                        assert client.get("/healthz").status_code == 200
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+
         # A token removed from the tokens file is refused by every process, without a restart.
         def visitor_status() -> set[int]:
             statuses = set()

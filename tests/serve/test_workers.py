@@ -1,7 +1,7 @@
-"""`serve.workers` processes on one port (``hopgraph.serve.workers``), as real child processes of
-`hopgraph serve`: each listens on a socket of its own, so a burst of new connections spreads over
-them; one that dies, or whose event loop stops, is replaced; one that cannot start stops the server
-with its reason."""
+"""`serve.workers` processes on one port with ``serve.socket_per_worker`` (``hopgraph.serve.workers``),
+as real child processes of `hopgraph serve`: each listens on a socket of its own, so a burst of new
+connections spreads over them; one that dies, or whose event loop stops, is replaced; one that
+cannot start stops the server with its reason."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from hopgraph.serve.workers import SILENT_SECONDS, spreads_connections
 from tests.serve.support import ServeProcess, until
 
+PER_WORKER = ("--serve.socket_per_worker", "true")
 pytestmark = pytest.mark.skipif(not spreads_connections(), reason="SO_REUSEPORT spreads connections on Linux only")
 
 
@@ -46,7 +47,7 @@ async def connect_together(port: int, count: int) -> list[asyncio.StreamWriter]:
 
 @pytest.mark.slow
 def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_shared(index_copy, tmp_path):
-    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2", *PER_WORKER)
     try:
         server.wait_ready()
         sockets = listening(server, 2)
@@ -70,7 +71,7 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
 
 @pytest.mark.slow
 def test_a_killed_or_frozen_worker_is_replaced_and_the_port_answers_again(index_copy, tmp_path):
-    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2", *PER_WORKER)
     try:
         server.wait_ready()
         first = set(listening(server, 2))
@@ -101,7 +102,7 @@ def test_a_worker_that_cannot_load_the_index_stops_the_server_with_its_reason(in
     for array in (index_copy / "arrays").glob("*.npy"):  # same sizes, so only loading them fails
         with array.open("r+b") as damaged:
             damaged.write(b"XXXXXX")  # over numpy's magic string
-    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2")
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2", *PER_WORKER)
     try:
         assert server.process.wait(timeout=180) == 2  # hopgraph's exit status for an error
     finally:
