@@ -77,9 +77,10 @@ async def load(url: str, token: str, args: argparse.Namespace) -> dict[str, Any]
     return summarise(samples, time.perf_counter() - started)
 
 
-def measure(code: Path, index: Path, env: dict[str, str], args: argparse.Namespace) -> dict[str, Any]:
+def measure(index: Path, env: dict[str, str], workers: int, per_worker: bool, args: argparse.Namespace) -> dict:
     port = free_port()
-    server = start_server(index, port, {**env, "PYTHONPATH": str(code)}, "--serve.workers", str(args.workers), cwd=code)
+    options = ("--serve.workers", str(workers), "--serve.socket_per_worker", str(per_worker).lower())
+    server = start_server(index, port, env, *options)
     try:
         process = psutil.Process(server.pid)
         deadline = time.monotonic() + 300
