@@ -218,30 +218,38 @@ def server() -> str:
         parts.append(
             f"The same benchmark on a {m['cpu_count']}-core machine (one GPU machine's CPUs; `python3 {d['command']}` "
             f"→ `serve_throughput_h100_machine.json`, {d['seconds_per_phase']:g} s per phase, commit "
-            f"{d['git_commit'][:7]}, before each worker process had a socket of its own): the baseline's one "
-            f"process {d['baseline_rps']} requests/s, this checkout's `{d['serve_options']}` **{d['rps']}** "
+            f"{d['git_commit'][:7]}, one socket shared by the processes, as by default; the data set and the "
+            "baseline's files were copies carried with the working tree): the baseline's one process "
+            f"{d['baseline_rps']} requests/s (fewer than on 2 cores, likely because it sets no limit on torch's and BLAS's "
+            "threads), this checkout's `{d['serve_options']}` **{d['rps']}** "
             f"(**{d['rps_over_baseline']}×**, {d['errors']} errors), but p50/p95/p99 "
             f"{phases['open']['latency_ms_p50']}/{phases['open']['latency_ms_p95']}/{d['p99_ms']} ms: the "
             "latencies split in two, as the connection spread below explains (with keep-alive, the clients "
-            "of a crowded process wait, those of an idle one do not). Restricted / open readers "
+            "of a crowded process wait, those of an idle one do not; `serve.socket_per_worker` spreads them, not "
+            "yet measured on that machine). Restricted / open readers "
             f"{phases['restricted']['throughput_rps']} against {phases['acl_all_readable']['throughput_rps']} "
             f"requests/s, with inserts {phases['with_inserts']['throughput_rps']} against {d['rps']}; the p50 "
             f"ratios ({d['restricted_over_open']}×, {d['with_insert_over_read_only']}×) follow the same split."
         )
     if (RESULTS / "connection_spread.json").exists():
         d = _load("connection_spread.json")
-        before, after = d["sides"]["shared_socket"], d["sides"]["socket_per_process"]
-        load_before, load_after = before["keep_alive_load"], after["keep_alive_load"]
+        cells = []
+        for workers, run in d["workers"].items():
+            before, after = run["sides"]["shared_socket"], run["sides"]["socket_per_process"]
+            load_before, load_after = before["keep_alive_load"], after["keep_alive_load"]
+            cells.append(
+                f"{workers} processes: the busiest held {before['busiest_share_mean']:.0%} of a burst with one shared "
+                f"socket against {after['busiest_share_mean']:.0%} with a socket per process, and keep-alive readers "
+                f"made {load_before['throughput_rps']} against {load_after['throughput_rps']} requests/s "
+                f"(**{run['rps_ratio']}×**; p99 {load_before['latency_ms_p99']} against {load_after['latency_ms_p99']} ms)"
+            )
         parts.append(
-            f"Connections among worker processes (`python3 {d['command']}` → `connection_spread.json`, "
-            f"{d['workers']} processes, {d['trials']} bursts of {d['connections']} connections opened together, "
-            f"{d['machine']['cpu_count']} cores): with one shared socket (commit {d['baseline_commit']}) the busiest "
-            f"process held {before['busiest_share_mean']:.0%} of a burst on average and "
-            f"{before['processes_with_none_mean']} processes none; with a socket per process "
-            f"{after['busiest_share_mean']:.0%} and {after['processes_with_none_mean']}. Keep-alive readers "
-            f"then: {load_before['throughput_rps']} → {load_after['throughput_rps']} requests/s, p99 "
-            f"{load_before['latency_ms_p99']} → {load_after['latency_ms_p99']} ms (on 2 cores the processes "
-            "share the same two cores either way; the spread matters where there are cores to spread to)."
+            f"New connections among worker processes (`python3 {d['command']}` → `connection_spread.json`, "
+            f"{d['trials']} bursts of {d['connections']} connections opened together, then {d['clients']} keep-alive "
+            f"readers for {d['seconds']:g} s, on {d['machine']['cpu_count']} cores shared with the load generator): "
+            + "; ".join(cells)
+            + ". On these 2 cores the requests/s moved by about the noise between runs, so the shared socket "
+            "stays the default until a machine with cores to spread to has measured both."
         )
     if (RESULTS / "serve_floor.json").exists():
         d = _load("serve_floor.json")

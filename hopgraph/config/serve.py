@@ -211,7 +211,7 @@ class ServeConfig(Section):
         "loaded the index, so the kernel spreads new connections over the processes, and hopgraph supervises them "
         "(replaces one that ends or whose event loop is silent for 20 s; stops if one cannot start). false = "
         "uvicorn's supervisor: one socket that every process accepts from, where a burst of connections mostly "
-        "goes to one process (README, Results: on 2 cores that was faster; spread for many cores).",
+        "goes to one process (README, Results: on 2 cores neither was clearly faster; spreading is for many cores).",
     )
     jobs: Literal["auto", "always", "never"] = Field(
         "auto",

@@ -3,7 +3,7 @@
 By default uvicorn's supervisor runs them: it binds one socket that every process accepts from, and
 a woken process accepts every connection waiting, so a burst of 50 connections mostly went to one
 process of four (``scripts/bench_connection_spread.py``); with keep-alive that process serves them
-while others idle. On 2 cores, where the load generator shares the cores, that still gave the most
+while others idle. On 2 cores shared with the load generator neither way gave clearly more
 requests/s. With ``serve.socket_per_worker`` (Linux) each process binds the port itself with
 ``SO_REUSEPORT``, so the kernel hands each new connection to one of them by a hash of its addresses:
 for machines with cores to spread to.
