@@ -217,7 +217,7 @@ class Replica:
         while not self._stop.wait(self.serve.refresh_seconds):
             try:
                 live = versions.live_version(self.root)
-                if live == self.holder.current.version:
+                if self.holder.serves(live):
                     continue
                 # In use from before its files are read, and named at once: the leader spares it meanwhile.
                 self.holder.refresh(live, announce=self._beat)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.config import HopgraphConfig, validate_config
+from hopgraph.errors import IndexFormatError
 from hopgraph.index import garbage, jobs, versions
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
@@ -139,8 +140,26 @@ class IndexHolder:
             loading = () if self._loading is None else (self._loading,)
             return {self._snapshot.version, *loading, *self._readers}
 
+    def serves(self, version: str) -> bool:
+        """Whether ``version`` is what this holder serves, as it is on disk now."""
+        return version == self._snapshot.version and not (version == "" and self.rebuilt_in_place())
+
+    def rebuilt_in_place(self) -> bool:
+        """Whether the root index served here was rebuilt in place (`hopgraph index --overwrite` on
+        it): its files no longer belong to what was loaded, so parts loaded later (a new group set's
+        scope) would fail; :meth:`refresh` then opens it again."""
+        index = self._snapshot.index
+        if self._snapshot.version or not isinstance(index, LoadedIndex):
+            return False
+        try:
+            index.still_the_index_opened()
+        except IndexFormatError:
+            return True
+        return False
+
     def refresh(self, version: str | None = None, announce: Callable[[], None] | None = None) -> bool:
-        """Switch to ``version`` (by default the live version on disk) if it is not served yet; True if it did.
+        """Switch to ``version`` (by default the live version on disk) if it is not served yet, or the
+        root index again where it was rebuilt in place; True if it did.
 
         The version is recorded as in use before any of its files is read, and ``announce()`` is
         called then (a heartbeat names it to the process that collects old versions). A version that
@@ -148,7 +167,7 @@ class IndexHolder:
         """
         with self._lock:
             target = versions.live_version(self.root) if version is None else version
-            if target == self._snapshot.version:
+            if self.serves(target):
                 return False
             if self._failed and self._failed[0] == target and time.monotonic() - self._failed[1] < self.retry_after:
                 return False

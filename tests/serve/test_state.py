@@ -1,14 +1,18 @@
 """The server's index holder on real index files: the version it loads is in use (and spared by
-garbage collection) from before its files are read, and a version that failed to load is tried again."""
+garbage collection) from before its files are read, a version that failed to load is tried again, and
+a root index rebuilt in place is opened again."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
+from hopgraph.config import validate_config
+from hopgraph.errors import IndexFormatError
 from hopgraph.index import garbage, versions
 from hopgraph.serve.replicas import Heartbeats
 from hopgraph.serve.state import IndexHolder
@@ -127,3 +131,22 @@ def test_a_heartbeat_read_before_a_load_was_announced_is_not_written_after_it(in
     beat.join()
     assert NEW in json.loads(replica.heartbeats.path.read_text(encoding="utf-8"))["versions"]
     replica.heartbeats.remove()
+
+
+def test_a_root_index_rebuilt_in_place_is_opened_again(index_copy, serve_config, acl_documents):
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.store import IndexStore
+
+    holder = IndexHolder(index_copy, serve_config)
+    assert holder.serves("") and not holder.refresh()  # the same files: nothing to do
+    before = holder.current.doc_ids
+    stored = IndexStore(index_copy).read_manifest()["config"]
+    another = [dataclasses.replace(d, id=f"rebuilt-{d.id}") for d in acl_documents]
+    build_index(another, index_copy, validate_config(stored, "stored"), progress=False, overwrite=True)
+
+    assert not holder.serves("")
+    with pytest.raises(IndexFormatError, match="rebuilt while it was open"):  # a part loaded from now on
+        holder.current.index.memo("scope", "a group set not seen yet", lambda: None)
+    assert holder.refresh() and holder.serves("")
+    assert holder.current.doc_ids == {f"rebuilt-{i}" for i in before}
+    assert holder.current.index.memo("scope", "a group set not seen yet", lambda: 1) == 1
