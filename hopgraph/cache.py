@@ -69,19 +69,25 @@ class TextKeyedCache:
         with self._db:
             self._db.executemany(f"INSERT OR REPLACE INTO {self.TABLE} (key, {self.COLUMN}) VALUES (?, ?)", rows)
 
-    def get_or_compute(self, texts: Sequence[str], compute: Callable[[list[str]], Sequence[Any]]) -> list[Any]:
+    def get_or_compute(
+        self, texts: Sequence[str], compute: Callable[[list[str]], Sequence[Any]], slice_size: int | None = None
+    ) -> list[Any]:
         """The value per text: stored ones from the cache, the others computed (each distinct text
-        once) and stored. A computed value is returned as it reads back from the cache, so a hit and
-        a miss give equal values (JSON turns tuples into lists, for example)."""
+        once) and stored. With ``slice_size``, ``compute`` gets the missing texts that many at a time
+        and each slice is stored once computed, so a run killed midway keeps what it computed. A
+        computed value is returned as it reads back from the cache, so a hit and a miss give equal
+        values (JSON turns tuples into lists, for example)."""
         found = self.get_many(texts)
         missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
         fresh: dict[str, Any] = {}
-        if missing:
-            encoded = [self.encode(v) for v in compute(missing)]
-            if len(encoded) != len(missing):
-                raise ValueError(f"{self.path}: computed {len(encoded)} values for {len(missing)} texts")
-            self._put_encoded(missing, encoded)
-            fresh = {t: self.decode(e) for t, e in zip(missing, encoded)}
+        step = slice_size or max(1, len(missing))
+        for start in range(0, len(missing), step):
+            part = missing[start : start + step]
+            encoded = [self.encode(v) for v in compute(part)]
+            if len(encoded) != len(part):
+                raise ValueError(f"{self.path}: computed {len(encoded)} values for {len(part)} texts")
+            self._put_encoded(part, encoded)
+            fresh.update((t, self.decode(e)) for t, e in zip(part, encoded))
         self.hits += len(texts) - sum(f is None for f in found)
         self.misses += len(missing)
         return [f if f is not None else fresh[t] for t, f in zip(texts, found)]

@@ -91,6 +91,7 @@ def windows(text: str, size: int = NER_WINDOW) -> list[str]:
 PARALLEL_FROM = 1_000
 MAX_PROCESSES = 8
 PROCESS_CHUNK = 256  # texts per task of a worker process: many tasks, so no worker is left idle at the end
+CACHE_SLICE = 8192  # texts found and stored at a time: a killed build keeps what its finished slices found
 
 # Entity names per text, as :func:`entity_names` gives them: what a build hands the NER work to.
 NameFinder = Callable[[Sequence[str]], Sequence[Sequence[Sequence[str]]]]
@@ -202,13 +203,14 @@ def cached_entity_names(
     compute: NameFinder | None = None,
 ) -> Sequence[Sequence[Sequence[str]]]:
     """:func:`entity_names` (or ``compute``, which must give the same names: Ray tasks, say), with
-    ``cache`` (a SQLite file) sending only texts it lacks to spaCy; each (name, label) pair is a list there."""
+    ``cache`` (a SQLite file) sending only texts it lacks to spaCy, :data:`CACHE_SLICE` at a time, each
+    slice stored once found; each (name, label) pair is a list there."""
     compute = compute or functools.partial(entity_names, phrases=phrases)
     if cache is None:
         return compute(texts)
     store = JsonCache(cache, ner_model_key(phrases))
     try:
-        found = store.get_or_compute(texts, compute)
+        found = store.get_or_compute(texts, compute, slice_size=CACHE_SLICE)
     finally:
         store.close()
     return found  # [name, label] lists as JSON reads them back: made into tuples, they cost ~1 s per 200k texts

@@ -50,6 +50,26 @@ def test_names_with_and_without_phrases_are_cached_apart(tmp_path):
     assert cached_entity_names(text, cache) == plain  # the cached plain result is not the phrase one
 
 
+def test_a_build_killed_while_finding_names_keeps_every_finished_slice(tmp_path, monkeypatch):
+    monkeypatch.setattr(ner, "CACHE_SLICE", 2)
+    cache = tmp_path / "entities.sqlite"
+    texts = ["Ada Lovelace met Charles Babbage.", "Sorvik lies on Lake Orrin.", "Bram Cole sailed to Tem."]
+    calls: list[list[str]] = []
+
+    def killed_on_the_second_slice(batch: list[str]) -> list[list[tuple[str, str]]]:
+        calls.append(batch)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # what Ctrl-C raises in the middle of spaCy's work
+        return entity_names(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        cached_entity_names(texts, cache, compute=killed_on_the_second_slice)
+    calls.clear()
+    again = cached_entity_names(texts, cache, compute=lambda batch: calls.append(batch) or entity_names(batch))
+    assert calls == [texts[2:]]  # the first slice's names came from the cache
+    assert again == cached_entity_names(texts, cache) and [n for n, _ in again[0]][:1] == ["ada lovelace"]
+
+
 def test_entities_said_in_one_sentence_are_linked_once_per_sentence():
     crowd = [(f"person {i}", "PERSON") for i in range(MAX_COOCCURRING + 1)]
     table = unit_entities(
