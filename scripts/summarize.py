@@ -221,7 +221,7 @@ def server() -> str:
             f"{d['git_commit'][:7]}, one socket shared by the processes, as by default; the data set and the "
             "baseline's files were copies carried with the working tree): the baseline's one process "
             f"{d['baseline_rps']} requests/s (fewer than on 2 cores, likely because it sets no limit on torch's and BLAS's "
-            "threads), this checkout's `{d['serve_options']}` **{d['rps']}** "
+            f"threads), this checkout's `{d['serve_options']}` **{d['rps']}** "
             f"(**{d['rps_over_baseline']}×**, {d['errors']} errors), but p50/p95/p99 "
             f"{phases['open']['latency_ms_p50']}/{phases['open']['latency_ms_p95']}/{d['p99_ms']} ms: the "
             "latencies split in two, as the connection spread below explains (with keep-alive, the clients "

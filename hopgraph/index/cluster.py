@@ -24,6 +24,8 @@ import math
 import os
 import re
 import socket
+import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -42,6 +44,8 @@ from hopgraph.models import model_batches
 ACTOR_RESTARTS = 8
 ACTOR_START_SECONDS = 600.0  # waited for the first embedding actor of a stage (a model loads in seconds to minutes)
 CONNECT_SECONDS = 5.0  # for a cluster address to answer at all
+WATCH_SECONDS = 2.0  # how often a build looks that the cluster's GCS still answers
+LOST_SECONDS = 10.0  # a GCS silent this long is taken for lost (Ray itself waits 60 s, then ends the process)
 MISSING_RAY = (
     "--engine ray needs Ray on this node and on every node of the cluster: pip install 'hopgraph[cluster]' "
     "(ray[data,client] and aiohttp)"
@@ -138,8 +142,44 @@ class RayEngine:
         self._ready: dict[Any, int] = {}
         self._pool_size = 0
         self.pool_gpus = 0.0
+        self.stage = "(before the first)"  # the build stage under way (set by the pipeline), for messages
+        self._closed = threading.Event()
+        gcs = ray.get_runtime_context().gcs_address
+        threading.Thread(target=self._watch, args=(gcs,), name="hopgraph-ray-watch", daemon=True).start()
+
+    def failure(self, exc: BaseException, stage: str) -> ClusterError | None:
+        """One line for a Ray error that ended ``stage`` (a lost node or cluster, a dead actor, a failed
+        task), saying that nothing finished is lost; None for any other error."""
+        if not isinstance(exc, self.ray.exceptions.RayError):
+            return None
+        return ClusterError(self._failed(stage, _first_line(exc)))
+
+    def _failed(self, stage: str, reason: str) -> str:
+        where = f"the Ray cluster at {self.config.cluster.address!r}" if self.config.cluster.address else "Ray"
+        return (
+            f"{where} failed in stage {stage}: {reason}. Finished stages and the model work cached are kept: "
+            "run the same command again once the cluster is back"
+        )
+
+    def _watch(self, gcs: str) -> None:
+        """Ends this process with one line once the cluster's GCS has not answered for LOST_SECONDS.
+        Ray itself ends the process a minute after losing its GCS, with its own log line and status 1,
+        wherever the build was; every write of a build is atomic, so ending it is as safe as a kill."""
+        host, _, port = gcs.rpartition(":")
+        silent_since: float | None = None
+        while not self._closed.wait(WATCH_SECONDS):
+            try:
+                socket.create_connection((host, int(port)), timeout=WATCH_SECONDS).close()
+                silent_since = None
+            except OSError as exc:
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since >= LOST_SECONDS and not self._closed.is_set():
+                    reason = f"its GCS at {gcs} has not answered for {LOST_SECONDS:g} s ({exc.strerror or exc})"
+                    print(f"\nerror: {self._failed(self.stage, reason)}", file=sys.stderr, flush=True)
+                    os._exit(2)  # hopgraph's exit status for an error
 
     def close(self) -> None:
+        self._closed.set()
         try:
             self.release_actors()
         finally:

@@ -553,7 +553,14 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         started = time.perf_counter()
         ctx.usage = {}
         work_before, taken_before = _model_work(ctx), ctx.previous.taken
-        counts = stage(ctx)
+        if engine is not None:
+            engine.stage = name
+        try:
+            counts = stage(ctx)
+        except Exception as exc:
+            if engine is not None and (failure := engine.failure(exc, name)) is not None:
+                raise failure from None
+            raise
         if "tokens" in counts:
             run.counted(counts["tokens"])
         record = {"done": True, "seconds": round(time.perf_counter() - started, 3), "files": store.take_written()}

@@ -17,6 +17,7 @@ the log above).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import json
@@ -27,7 +28,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -43,7 +44,7 @@ from hopgraph.serve.auth import TokenBook
 
 SPEC_ENV = "HOPGRAPH_SERVE_SPEC"  # what the worker processes of one `hopgraph serve` are handed
 STARTUP_FAILURE = 3  # a worker's exit status when it never served (uvicorn's own code for this)
-STOP_SECONDS = 15.0  # a stopping worker's graceful shutdown (5 s) and deadline, with room to spare
+STOP_SECONDS = 90.0  # a stopping worker's graceful shutdown, with its update job's stop (up to 60 s)
 SILENT_SECONDS = 20.0  # a serving worker's event loop silent this long is taken for stuck
 READY_SECONDS = 600.0  # a worker loading a large index may take minutes before it serves
 
@@ -91,7 +92,8 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
         **options,
     }
     if serve.socket_per_worker and spreads_connections():
-        Supervisor(serve.workers, functools.partial(serve_one, settings)).run()
+        claim = f"hopgraph-serve:{serve.host}:{serve.port}"
+        Supervisor(serve.workers, functools.partial(serve_one, settings), claim=claim).run()
         return
     if serve.socket_per_worker:
         print(
@@ -158,7 +160,7 @@ class Worker:
         self.process.start()
         told.close()  # the child holds its end: once it ends, polling here sees the pipe closed
         self.ready = False
-        self.heard = time.monotonic()
+        self.started = self.heard = time.monotonic()
 
     def serving(self, wait: float = 0.0) -> bool:
         """Whether it has said it serves (waiting up to ``wait`` seconds for that); reads what it said since."""
@@ -170,18 +172,28 @@ class Worker:
             pass
         return self.ready
 
-    def silent_for(self) -> float:
-        """Seconds since it last said anything (its event loop says "alive" every second once serving)."""
-        return time.monotonic() - self.heard
+    def stuck(self) -> str:
+        """Why a live process counts as stuck ("" where it does not): a serving one whose event loop
+        has been silent for SILENT_SECONDS, or one not serving READY_SECONDS after it started."""
+        now = time.monotonic()
+        if self.serving():
+            return f"has not answered for {SILENT_SECONDS:g} s" if now - self.heard >= SILENT_SECONDS else ""
+        return f"has not started serving in {READY_SECONDS:g} s" if now - self.started >= READY_SECONDS else ""
 
 
 class Supervisor:
-    """Keeps ``count`` processes running ``target(ready)`` until told to stop."""
+    """Keeps ``count`` processes running ``target(ready)`` until told to stop; ``claim`` names the
+    port for this machine while it runs, so a second supervisor of the same port is refused (sockets
+    with SO_REUSEPORT would otherwise share the port between two servers)."""
 
     def __init__(
-        self, count: int, target: Callable[[Connection], None], log: Callable[[str], None] | None = None
+        self,
+        count: int,
+        target: Callable[[Connection], None],
+        claim: str = "",
+        log: Callable[[str], None] | None = None,
     ) -> None:
-        self.count, self.target = count, target
+        self.count, self.target, self.claim = count, target, claim
         self.log = log or (lambda line: print(f"hopgraph serve: {line}", file=sys.stderr, flush=True))
         self.context = multiprocessing.get_context("spawn")  # no copy of this process's threads and locks
         self.workers: list[Worker] = []
@@ -193,47 +205,79 @@ class Supervisor:
 
     def run(self) -> None:
         """Start the processes and watch them; returns once they have stopped."""
-        handled = {signal.SIGINT: self.stop, signal.SIGTERM: self.stop, signal.SIGHUP: self.restart}
-        previous = {sig: signal.signal(sig, lambda sig, _frame: handled[signal.Signals(sig)].set()) for sig in handled}
+        with self.claimed():
+            handled = {signal.SIGINT: self.stop, signal.SIGTERM: self.stop, signal.SIGHUP: self.restart}
+            previous = {
+                sig: signal.signal(sig, lambda sig, _frame: handled[signal.Signals(sig)].set()) for sig in handled
+            }
+            try:
+                for _ in range(self.count):
+                    self.workers.append(self.start())
+                while not self.stop.wait(0.5):
+                    if self.restart.is_set():
+                        self.restart.clear()
+                        self.restart_all()
+                    self.replace_dead()
+            finally:
+                self.halt(self.workers)
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+    @contextlib.contextmanager
+    def claimed(self) -> Iterator[None]:
+        """Holds an abstract Unix socket named after ``claim`` (Linux): one holder per machine."""
+        if not self.claim:
+            yield
+            return
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.workers = [self.start() for _ in range(self.count)]
-            while not self.stop.wait(0.5):
-                if self.restart.is_set():
-                    self.restart.clear()
-                    self.restart_all()
-                self.replace_dead()
+            holder.bind("\0" + self.claim)
+        except OSError:
+            holder.close()
+            raise ConfigError(f"another `hopgraph serve` on this machine serves {self.claim}") from None
+        try:
+            yield
         finally:
-            self.halt(self.workers)
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            holder.close()
 
     def replace_dead(self) -> None:
-        """Start another process in place of one that ended, or whose event loop has stopped (its
-        socket's share of new connections would wait for it): that one is killed first."""
+        """Start another process in place of one that ended or is stuck (a stuck one is killed first:
+        new connections the kernel hands its socket would wait for it). One that ended on its own
+        before it served could not start: then the server stops, with its error in the log above."""
         for slot, worker in enumerate(self.workers):
             if self.stop.is_set():
                 return
-            if worker.process.is_alive():
-                if not worker.serving() or worker.silent_for() < SILENT_SECONDS:
+            process = worker.process
+            if process.is_alive():
+                why = worker.stuck()
+                if not why:
                     continue
-                self.log(f"worker process {worker.process.pid} has not answered for {SILENT_SECONDS:g} s; killing it")
-                worker.process.kill()
-                worker.process.join()
-            status = worker.process.exitcode
-            if not worker.serving():
+                self.log(f"worker process {process.pid} {why}; killing it")
+                process.kill()
+                process.join()
+            elif not worker.serving() and (process.exitcode or 0) >= 0:
                 self.stop.set()
-                raise ConfigError(f"a worker process could not start (exit status {status}): its error is above")
-            self.log(f"worker process {worker.process.pid} ended (exit status {status}); starting another")
+                raise ConfigError(
+                    f"a worker process could not start (exit status {process.exitcode}): its error is above"
+                )
+            else:
+                self.log(f"worker process {process.pid} ended (exit status {process.exitcode}); starting another")
+            worker.said.close()
             self.workers[slot] = self.start()
 
     def restart_all(self) -> None:
-        """Each process in turn: a new one serves before the old one stops (SIGHUP)."""
+        """Each process in turn: a new one serves before the old one stops (SIGHUP). Connections
+        waiting in an old process's accept queue when it stops are reset, unless the kernel moves
+        them to another socket of the port (``net.ipv4.tcp_migrate_req = 1``, Linux 5.14)."""
         for slot, old in enumerate(self.workers):
+            if self.stop.is_set():
+                return
             new = self.start()
-            deadline = time.monotonic() + READY_SECONDS
-            while not new.serving(0.5) and new.process.is_alive() and not self.stop.is_set():
-                if time.monotonic() > deadline:
-                    break
+            while not new.serving(0.5) and new.process.is_alive() and not self.stop.is_set() and not new.stuck():
+                pass
+            if self.stop.is_set():
+                self.halt([new])
+                return
             if not new.serving():  # the old ones keep serving
                 self.halt([new])
                 self.log(f"a new worker process did not start (exit status {new.process.exitcode}); kept the old ones")
@@ -243,7 +287,8 @@ class Supervisor:
         self.log(f"restarted {len(self.workers)} worker processes")
 
     def halt(self, workers: list[Worker]) -> None:
-        """SIGTERM (uvicorn's graceful shutdown), then SIGKILL for any still running after STOP_SECONDS."""
+        """SIGTERM (uvicorn's graceful shutdown, which waits for an update job to stop), then SIGKILL
+        for any still running after STOP_SECONDS."""
         for worker in workers:
             if worker.process.is_alive():
                 worker.process.terminate()

@@ -4,6 +4,10 @@ on with what it has, never a wait without end or a Ray traceback."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -11,6 +15,7 @@ import pytest
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.errors import ClusterError, ConfigError
+from tests.conftest import SHARED_DATA
 from tests.index.test_cluster import configure
 from tests.ports import dead_port
 
@@ -91,3 +96,46 @@ def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path):
     with pytest.raises(ConfigError, match="cannot reach the Ray cluster at '127.0.0.1:"):
         RayEngine(config)
     assert time.monotonic() - started < 15
+
+
+CLUSTER_OF_ITS_OWN = """
+import os, sys, time
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+cluster.wait_for_nodes()
+print(cluster.address, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_cluster_lost_mid_build_is_one_line_that_says_what_is_kept(tmp_path):
+    """Ray's own error was a 40-line ActorUnavailableError traceback. The cluster here is a process
+    group of its own, killed whole while the build embeds."""
+    cluster = subprocess.Popen(
+        [sys.executable, "-c", CLUSTER_OF_ITS_OWN], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    log = tmp_path / "build.log"
+    try:
+        address = cluster.stdout.readline().strip()  # type: ignore[union-attr]
+        assert address, "the cluster did not start"
+        corpus = SHARED_DATA / "musique" / "ketrag_500"
+        command = [sys.executable, "-m", "hopgraph.cli", "index", str(corpus), "-o", str(tmp_path / "index")]
+        command += ["--engine", "ray", "--cluster.address", address, "--embedding.cache", str(tmp_path / "v.sqlite")]
+        with log.open("w") as out:
+            build = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 300
+            while "stage 4/" not in log.read_text() and build.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)  # the first stage that embeds on the cluster's actors
+            os.killpg(cluster.pid, signal.SIGKILL)
+            status = build.wait(timeout=300)
+    finally:
+        if cluster.poll() is None:
+            os.killpg(cluster.pid, signal.SIGKILL)
+        cluster.wait()
+    output = log.read_text()
+    assert status == 2, output[-3000:]  # hopgraph's exit status for an error
+    assert "Traceback" not in output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith(f"error: the Ray cluster at '{address}' failed in stage embed_"), last
+    assert last.endswith("are kept: run the same command again once the cluster is back")

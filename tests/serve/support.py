@@ -224,8 +224,8 @@ TOKENS = json.dumps(
 class ServeProcess:
     """`hopgraph serve INDEX` as a child process on a free loopback port; its output goes to a log file."""
 
-    def __init__(self, index: Path, log: Path, *options: str):
-        self.port = free_port()
+    def __init__(self, index: Path, log: Path, *options: str, port: int = 0):
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         command = [sys.executable, "-m", "hopgraph.cli", "serve", str(index), "--serve.port", str(self.port)]

@@ -77,6 +77,11 @@ def test_a_killed_or_frozen_worker_is_replaced_and_the_port_answers_again(index_
         first = set(listening(server, 2))
         killed = min(first)
         os.kill(killed, signal.SIGKILL)
+        # Its replacement killed too while it loads (by the OOM killer, say): another one is started.
+        workers = {c.pid for c in psutil.Process(server.pid).children()}
+        until(lambda: {c.pid for c in psutil.Process(server.pid).children()} - workers - {killed}, 60)
+        loading = ({c.pid for c in psutil.Process(server.pid).children()} - workers).pop()
+        os.kill(loading, signal.SIGKILL)
         until(lambda: len(set(sockets_on(server, psutil.CONN_LISTEN)) - first) == 1, 120)
         # A frozen process keeps its socket, and new connections the kernel hands it would wait: it is
         # killed once its event loop has been silent for SILENT_SECONDS, and another takes its place.
@@ -91,6 +96,7 @@ def test_a_killed_or_frozen_worker_is_replaced_and_the_port_answers_again(index_
                 assert client.get("/healthz").status_code == 200
         log = server.log.read_text()
         assert f"worker process {killed} ended (exit status -9); starting another" in log
+        assert f"worker process {loading} ended (exit status -9); starting another" in log
         assert f"worker process {frozen} has not answered for {SILENT_SECONDS:g} s; killing it" in log
     finally:
         server.stop()
@@ -110,3 +116,21 @@ def test_a_worker_that_cannot_load_the_index_stops_the_server_with_its_reason(in
     log = server.log.read_text()
     assert "corrupt array" in log  # the worker's reason, then the server's
     assert "error: a worker process could not start (exit status 1): its error is above" in log
+
+
+@pytest.mark.slow
+def test_a_second_server_on_the_same_port_is_refused_not_mixed_in(index_copy, tmp_path):
+    """Sockets with SO_REUSEPORT would share the port between two servers of the same user: each
+    would answer a share of the other's clients, with its own index and tokens."""
+    first = ServeProcess(index_copy, tmp_path / "first.log", "--serve.workers", "2", *PER_WORKER)
+    second = ServeProcess(index_copy, tmp_path / "second.log", "--serve.workers", "2", *PER_WORKER, port=first.port)
+    try:
+        refused = until(lambda: first.process.poll() is not None or second.process.poll() is not None, 120)
+        loser, winner = (first, second) if first.process.poll() is not None else (second, first)
+        assert loser.process.returncode == 2 and refused >= 0
+        assert f"127.0.0.1:{first.port}" in loser.log.read_text()  # the port taken, by a claim or by the probe
+        winner.wait_ready()
+        assert len(listening(winner, 2)) == 2
+    finally:
+        first.stop()
+        second.stop()
