@@ -112,6 +112,18 @@ def error_response(
     return JSONResponse(error_body(status, code, message, **extra), status, headers=headers)
 
 
+# The OpenAI-compatible endpoints: OpenAI answers a request it cannot take with 400 where hopgraph's own
+# endpoints say 422, and its SDKs raise BadRequestError (what clients catch) for 400 only.
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
+
+
+def as_openai_says(request: Request, response: JSONResponse) -> JSONResponse:
+    """``response`` with OpenAI's 400 in place of 422 where ``request`` is to an OpenAI-compatible endpoint."""
+    if response.status_code == 422 and request.url.path.startswith(OPENAI_PATHS):
+        response.status_code = 400
+    return response
+
+
 def problems_of(errors: Sequence[Any], *, skip: int = 0, whole: str = "body") -> tuple[list[dict[str, str]], str]:
     """Pydantic's validation errors as ``[{"field", "problem"}]`` and one message ``field: problem; …``
     (``skip`` leading parts of each location dropped, e.g. FastAPI's "body"; ``whole`` names an
@@ -129,7 +141,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+        return as_openai_says(request, exc.response())
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -150,7 +162,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if any(p.get("type") == "json_invalid" for p in problems):
             return error_response(400, "malformed_json", "the request body is not valid UTF-8 JSON")
         details, message = problems_of(problems, skip=1)
-        return error_response(422, "invalid_request", message, param=details[0]["field"] or None, details=details)
+        refused = error_response(422, "invalid_request", message, param=details[0]["field"] or None, details=details)
+        return as_openai_says(request, refused)
 
     @app.exception_handler(HopgraphError)
     async def hopgraph_error(request: Request, exc: HopgraphError) -> JSONResponse:
@@ -162,14 +175,15 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         if isinstance(exc, LLMRequestError):
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return error_response(
+            rejected = error_response(
                 422,
                 "llm_rejected",
                 "the answer model refused the request (e.g. a prompt too long for its context); "
                 "retrying the same request will not help",
             )
+            return as_openai_says(request, rejected)
         if isinstance(exc, (ConfigError, InputError)):
-            return error_response(422, "invalid_request", str(exc))
+            return as_openai_says(request, error_response(422, "invalid_request", str(exc)))
         log.error("%s %s: %s", request.method, request.url.path, exc)
         return error_response(500, "server_error", "the server failed to handle the request (logged)")
 

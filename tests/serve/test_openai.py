@@ -64,30 +64,30 @@ def test_models_are_the_index_methods_and_need_a_token(server):
 @pytest.mark.parametrize(
     "change,status,code",
     [
-        ({"messages": [{"role": "user", "content": "x" * 2001}]}, 422, "query_too_long"),  # serve.max_query_chars
+        ({"messages": [{"role": "user", "content": "x" * 2001}]}, 400, "query_too_long"),  # serve.max_query_chars
         ({"model": "gpt-4o"}, 404, "model_not_found"),
-        ({"messages": [{"role": "system", "content": "Be brief."}]}, 422, "invalid_request"),  # no user message
-        ({"messages": [{"role": "user", "content": "   "}]}, 422, "invalid_request"),
-        ({"messages": [{"role": "user", "content": "hi"}] * 257}, 422, "invalid_request"),  # MAX_MESSAGES
+        ({"messages": [{"role": "system", "content": "Be brief."}]}, 400, "invalid_request"),  # no user message
+        ({"messages": [{"role": "user", "content": "   "}]}, 400, "invalid_request"),
+        ({"messages": [{"role": "user", "content": "hi"}] * 257}, 400, "invalid_request"),  # MAX_MESSAGES
         (
             {"messages": [{"role": "assistant", "content": "y" * 200_000}] * 2 + [{"role": "user", "content": "q"}]},
-            422,
+            400,
             "invalid_request",
         ),  # MAX_CONVERSATION_CHARS
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]},
-            422,
+            400,
             "unsupported_content",
         ),
-        ({"n": 2}, 422, "invalid_request"),
-        ({"temperature": 5}, 422, "invalid_request"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 422, "invalid_request"),
-        ({"functions": [{"name": "f"}]}, 422, "invalid_request"),  # the older spelling of tools
-        ({"tool_choice": "required"}, 422, "invalid_request"),  # it would get text, not a tool call
-        ({"max_tokens": 10**40}, 422, "invalid_request"),
-        ({"response_format": {"type": "json_object"}}, 422, "invalid_request"),
-        ({"extra_body": {"hopgraph": {"budget": 10_000_000}}}, 422, "budget_too_large"),  # serve.max_budget
-        ({"extra_body": {"hopgraph": {"nonsense": 1}}}, 422, "invalid_request"),
+        ({"n": 2}, 400, "invalid_request"),
+        ({"temperature": 5}, 400, "invalid_request"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "invalid_request"),
+        ({"functions": [{"name": "f"}]}, 400, "invalid_request"),  # the older spelling of tools
+        ({"tool_choice": "required"}, 400, "invalid_request"),  # it would get text, not a tool call
+        ({"max_tokens": 10**40}, 400, "invalid_request"),
+        ({"response_format": {"type": "json_object"}}, 400, "invalid_request"),
+        ({"extra_body": {"hopgraph": {"budget": 10_000_000}}}, 400, "budget_too_large"),  # serve.max_budget
+        ({"extra_body": {"hopgraph": {"nonsense": 1}}}, 400, "invalid_request"),
     ],
 )
 @pytest.mark.parametrize("stream", [False, True])
@@ -98,8 +98,10 @@ def test_bad_requests_are_json_errors_the_client_raises(server, change, status, 
 
 
 def test_errors_carry_openai_type_and_param_that_the_sdk_reads(server):
-    """The SDK's exceptions expose ``type`` and ``param`` from the body (None before they were sent)."""
-    with pytest.raises(openai.UnprocessableEntityError) as caught:
+    """The SDK's exceptions expose ``type`` and ``param`` from the body (None before they were sent).
+    A request the server cannot take is OpenAI's 400, the SDK's BadRequestError (it was 422, an
+    UnprocessableEntityError, which code catching BadRequestError missed)."""
+    with pytest.raises(openai.BadRequestError) as caught:
         client_for(server).chat.completions.create(**ask("guest"), temperature=5)
     assert (caught.value.type, caught.value.param) == ("invalid_request_error", "temperature")
     with pytest.raises(openai.NotFoundError) as caught:
@@ -119,7 +121,7 @@ def test_stream_must_be_a_boolean(server, stream):
     """Coerced before: "yes" or 1 streamed, where OpenAI refuses the request."""
     body = {**ask("guest"), "stream": stream}
     answer = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=auth("guest"))
-    assert answer.status_code == 422 and answer.json()["error"]["code"] == "invalid_request", answer.text
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_request", answer.text
 
 
 def test_harmless_fields_sdks_send_are_accepted(server):
