@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from hopgraph import errors as hopgraph_errors
 from hopgraph import ner
 from hopgraph.config import EmbeddingConfig, HopgraphConfig, LLMConfig
 from hopgraph.errors import ClusterError, ConfigError, DependencyError, HopgraphError, cut
@@ -73,8 +74,33 @@ def _first_line(exc: BaseException) -> str:
     remote traceback it holds (the hopgraph error a worker raised), else its first line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     raised = [line for line in lines if re.match(r"^[\w.]*(Error|Exception): ", line)]
+    raised = [line for line in raised if not line.startswith("ray.")] or raised  # the cause under Ray's wrappers
     line = raised[-1] if raised else (lines[0] if lines else type(exc).__name__)
     return cut(re.sub(r"^hopgraph\.errors\.\w+: ", "", line), 300)
+
+
+def _task_cause(exc: BaseException, ray_error: type) -> BaseException:
+    """The error a Ray task's own code raised, under Ray's wrappers (RayTaskError, Ray Data's
+    UserCodeException), or the innermost wrapper where none is left."""
+    seen: set[int] = set()
+    while isinstance(exc, ray_error) or type(exc).__name__ == "UserCodeException":
+        inner = getattr(exc, "cause", None) or exc.__cause__
+        if inner is None or id(inner) in seen:
+            break
+        seen.add(id(exc))
+        exc = inner
+    return exc
+
+
+def lost_seconds() -> float:
+    """How long the GCS may be silent before a build takes the cluster for lost: LOST_SECONDS, or where
+    Ray is told to wait longer for its GCS to come back (a cluster with GCS fault tolerance), 5 s less
+    than Ray waits, so the build still ends with this line and not Ray's."""
+    configured = os.environ.get("RAY_gcs_rpc_server_reconnect_timeout_s", "")
+    try:
+        return max(LOST_SECONDS, float(configured) - 5.0) if configured else LOST_SECONDS
+    except ValueError:
+        return LOST_SECONDS
 
 
 def _listening(address: str) -> None:
@@ -144,14 +170,26 @@ class RayEngine:
         self.pool_gpus = 0.0
         self.stage = "(before the first)"  # the build stage under way (set by the pipeline), for messages
         self._closed = threading.Event()
-        gcs = ray.get_runtime_context().gcs_address
-        threading.Thread(target=self._watch, args=(gcs,), name="hopgraph-ray-watch", daemon=True).start()
+        if not cluster.address.startswith("ray://"):  # Ray Client reconnects on its own, to an address of its own
+            gcs = ray.get_runtime_context().gcs_address
+            threading.Thread(target=self._watch, args=(gcs,), name="hopgraph-ray-watch", daemon=True).start()
 
-    def failure(self, exc: BaseException, stage: str) -> ClusterError | None:
-        """One line for a Ray error that ended ``stage`` (a lost node or cluster, a dead actor, a failed
-        task), saying that nothing finished is lost; None for any other error."""
-        if not isinstance(exc, self.ray.exceptions.RayError):
+    def failure(self, exc: BaseException, stage: str) -> HopgraphError | None:
+        """One line for a Ray error that ended ``stage``, None for any other error. A task whose own
+        code raised is that error (hopgraph's own as it is: the cluster is fine, and running again
+        would fail alike); a lost node, actor or cluster says that nothing finished is lost."""
+        errors = self.ray.exceptions
+        if not isinstance(exc, errors.RayError):
             return None
+        if isinstance(exc, errors.RayTaskError):
+            cause = _task_cause(exc, errors.RayError)
+            if isinstance(cause, HopgraphError):
+                return cause
+            named = re.findall(r"^\s*hopgraph\.errors\.(\w+): (.+)$", str(exc), re.MULTILINE)  # cause not sent
+            kind = getattr(hopgraph_errors, named[-1][0], None) if named else None
+            if isinstance(kind, type) and issubclass(kind, HopgraphError):
+                return kind(named[-1][1])
+            return ClusterError(f"stage {stage} failed on the Ray cluster: {_first_line(exc)}")
         return ClusterError(self._failed(stage, _first_line(exc)))
 
     def _failed(self, stage: str, reason: str) -> str:
@@ -166,6 +204,7 @@ class RayEngine:
         Ray itself ends the process a minute after losing its GCS, with its own log line and status 1,
         wherever the build was; every write of a build is atomic, so ending it is as safe as a kill."""
         host, _, port = gcs.rpartition(":")
+        host = host.strip("[]")  # an IPv6 address
         silent_since: float | None = None
         while not self._closed.wait(WATCH_SECONDS):
             try:
@@ -173,8 +212,8 @@ class RayEngine:
                 silent_since = None
             except OSError as exc:
                 silent_since = silent_since or time.monotonic()
-                if time.monotonic() - silent_since >= LOST_SECONDS and not self._closed.is_set():
-                    reason = f"its GCS at {gcs} has not answered for {LOST_SECONDS:g} s ({exc.strerror or exc})"
+                if time.monotonic() - silent_since >= lost_seconds() and not self._closed.is_set():
+                    reason = f"its GCS at {gcs} has not answered for {lost_seconds():g} s ({exc.strerror or exc})"
                     print(f"\nerror: {self._failed(self.stage, reason)}", file=sys.stderr, flush=True)
                     os._exit(2)  # hopgraph's exit status for an error
 
@@ -324,6 +363,12 @@ class RayEngine:
             return ner.entity_names(texts, phrases)
         found = self.map_texts(texts, ner.entity_names, self.config.cluster.ner_batch_size, phrases=phrases)
         return [[(name, label) for name, label in names] for names in found]
+
+    def ner_slice(self) -> int:
+        """Texts whose names are found (and stored) at a time on the cluster: four tasks of
+        ``cluster.ner_batch_size`` per CPU, so a slice keeps every CPU busy."""
+        cpus = int(self.ray.cluster_resources().get("CPU", 1))
+        return max(ner.CACHE_SLICE, 4 * max(1, cpus) * self.config.cluster.ner_batch_size)
 
     # ------------------------------------------------------------------ embeddings
     def embedder(self, config: EmbeddingConfig) -> RayEmbedder:

@@ -20,7 +20,7 @@ from hopgraph.index.reuse import FIRST_BUILD, PreviousVersion
 from hopgraph.kernels.backend import resolve_device
 from hopgraph.llm import LLM, open_llm
 from hopgraph.models import Embedder, embed_long_texts, load_embedder
-from hopgraph.ner import NameFinder, cached_entity_names, entity_names, ner_processes
+from hopgraph.ner import CACHE_SLICE, NameFinder, cached_entity_names, entity_names, ner_processes
 from hopgraph.store import IndexStore
 
 EMBED_SLICE = 1024  # texts per call of the embedder while one progress bar runs over a stage
@@ -98,12 +98,15 @@ class BuildContext:
         """spaCy's names of ``texts`` through the entity cache beside the vector cache: as Ray tasks on a
         cluster, else in ``cluster.ner_processes`` processes here."""
         compute: NameFinder
+        slice_size = CACHE_SLICE
         if self.engine is not None:
             compute = functools.partial(self.engine.entity_names, phrases=phrases)
+            slice_size = self.engine.ner_slice()
         else:
             wanted = self.config.cluster.ner_processes
 
             def compute(batch: Sequence[str]) -> list[list[tuple[str, str]]]:
                 return entity_names(batch, phrases, processes=ner_processes(wanted, len(batch)))
 
-        return cached_entity_names(texts, analysis_cache_path(self.config, "entities.sqlite"), phrases, compute)
+        cache = analysis_cache_path(self.config, "entities.sqlite")
+        return cached_entity_names(texts, cache, phrases, compute, slice_size)

@@ -107,6 +107,7 @@ class IndexHolder:
         self._failed: tuple[str, float] | None = None  # a version that could not be loaded, and when (monotonic)
         self.retry_after = 3 * config.serve.refresh_seconds  # seconds before a version that failed is tried again
         self.switched = time.monotonic()  # when the live snapshot was last replaced (monotonic seconds)
+        self._said_rebuilding = False  # whether the log has said that the root index is being rebuilt in place
         live = versions.live_root(root)  # a clear error where CURRENT names a missing or incomplete version
         self._snapshot = self._open("" if live == Path(root) else live.name)
 
@@ -146,16 +147,29 @@ class IndexHolder:
 
     def rebuilt_in_place(self) -> bool:
         """Whether the root index served here was rebuilt in place (`hopgraph index --overwrite` on
-        it): its files no longer belong to what was loaded, so parts loaded later (a new group set's
-        scope) would fail; :meth:`refresh` then opens it again."""
-        index = self._snapshot.index
-        if self._snapshot.version or not isinstance(index, LoadedIndex):
+        it) and that build is complete: its files no longer belong to what was loaded, so parts loaded
+        later (a new group set's scope) would fail; :meth:`refresh` then opens it again. While such a
+        build runs (or was left unfinished) the loaded parts keep answering, and the log says so once."""
+        snap = self._snapshot
+        if snap.version:
             return False
+        index = snap.index
+        loaded = [index] if isinstance(index, LoadedIndex) else [part.index for part in index.partitions]
         try:
-            index.still_the_index_opened()
+            for part in loaded:
+                part.still_the_index_opened()
+            return False
         except IndexFormatError:
-            return True
-        return False
+            pass
+        try:
+            IndexStore(self.root).require_complete()
+        except IndexFormatError as exc:
+            if not self._said_rebuilding:
+                self._said_rebuilding = True
+                print(f"hopgraph serve: serving what was loaded until this completes: {exc}", file=sys.stderr)
+            return False
+        self._said_rebuilding = False
+        return True
 
     def refresh(self, version: str | None = None, announce: Callable[[], None] | None = None) -> bool:
         """Switch to ``version`` (by default the live version on disk) if it is not served yet, or the

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from hopgraph import ner
 from hopgraph.config import HopgraphConfig
 from hopgraph.errors import ClusterError, ConfigError
 from tests.conftest import SHARED_DATA
@@ -139,3 +140,34 @@ def test_a_cluster_lost_mid_build_is_one_line_that_says_what_is_kept(tmp_path):
     last = output.strip().splitlines()[-1]
     assert last.startswith(f"error: the Ray cluster at '{address}' failed in stage embed_"), last
     assert last.endswith("are kept: run the same command again once the cluster is back")
+
+
+def test_a_task_whose_own_code_fails_is_that_error_not_a_lost_cluster(ray_cluster, tmp_path):
+    """Ray Data wraps it twice (RayTaskError, UserCodeException); it was said as "the cluster failed …
+    run the same command again once the cluster is back", which would fail alike."""
+    from hopgraph.errors import InputError
+
+    def refuses(texts: list[str]) -> list[str]:  # defined here: Ray ships it by value
+        raise InputError(f"text {texts[0]!r}: not what this task reads")
+
+    engine = engine_for(ray_cluster, tmp_path)
+    try:
+        with pytest.raises(Exception) as raised:
+            engine.map_texts(["odd"] * 4, refuses, 2)
+        failure = engine.failure(raised.value, "entities")
+        assert isinstance(failure, InputError) and str(failure) == "text 'odd': not what this task reads"
+        assert engine.failure(ValueError("not Ray's"), "entities") is None
+        batch = engine.config.cluster.ner_batch_size
+        assert engine.ner_slice() == max(ner.CACHE_SLICE, 4 * 2 * batch)  # every CPU of the two nodes busy
+    finally:
+        engine.close()
+
+
+def test_a_cluster_with_gcs_fault_tolerance_is_given_its_own_wait(monkeypatch):
+    from hopgraph.index.cluster import LOST_SECONDS, lost_seconds
+
+    assert lost_seconds() == LOST_SECONDS
+    monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "300")  # Ray waits that long for its GCS
+    assert lost_seconds() == 295
+    monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "not a number")
+    assert lost_seconds() == LOST_SECONDS

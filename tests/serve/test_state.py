@@ -150,3 +150,29 @@ def test_a_root_index_rebuilt_in_place_is_opened_again(index_copy, serve_config,
     assert holder.refresh() and holder.serves("")
     assert holder.current.doc_ids == {f"rebuilt-{i}" for i in before}
     assert holder.current.index.memo("scope", "a group set not seen yet", lambda: 1) == 1
+
+
+def test_a_rebuild_in_place_under_way_keeps_the_loaded_index_and_says_so_once(
+    index_copy, serve_config, acl_documents, capsys
+):
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.store import IndexStore
+
+    holder = IndexHolder(index_copy, serve_config)
+    stored = validate_config(IndexStore(index_copy).read_manifest()["config"], "stored")
+    again = [dataclasses.replace(d, id=f"half-{d.id}") for d in acl_documents]
+    build_index(again, index_copy, stored, progress=False, overwrite=True, stop_after="documents")  # left unfinished
+    assert all(holder.serves("") for _ in range(3)) and not holder.refresh()  # nothing to open yet: no error
+    assert capsys.readouterr().err.count("serving what was loaded until this completes") == 1
+
+
+def test_an_isolated_root_index_rebuilt_in_place_is_opened_again(acl_documents, serve_config, tmp_path):
+    from hopgraph.index.pipeline import build_index
+
+    config = serve_config.model_copy(update={"access": serve_config.access.model_copy(update={"isolation": True})})
+    build_index(acl_documents, tmp_path / "isolated", config, progress=False)
+    holder = IndexHolder(tmp_path / "isolated", config)
+    another = [dataclasses.replace(d, id=f"rebuilt-{d.id}") for d in acl_documents]
+    build_index(another, tmp_path / "isolated", config, progress=False, overwrite=True)
+    assert not holder.serves("") and holder.refresh()
+    assert holder.current.doc_ids == {d.id for d in another}
