@@ -144,7 +144,10 @@ def serve_one(settings: dict[str, Any], said: Connection) -> None:
         async def tell_alive(self) -> None:
             while not self.should_exit:
                 await asyncio.sleep(1.0)
-                said.send_bytes(b"alive")
+                try:
+                    said.send_bytes(b"alive")
+                except OSError:  # the supervisor is gone (killed): stop, rather than hold the port unsupervised
+                    self.should_exit = True
 
     server = Server(uvicorn.Config(f"{__name__}:app_from_environment", **settings))
     server.run()

@@ -50,8 +50,7 @@ def test_names_with_and_without_phrases_are_cached_apart(tmp_path):
     assert cached_entity_names(text, cache) == plain  # the cached plain result is not the phrase one
 
 
-def test_a_build_killed_while_finding_names_keeps_every_finished_slice(tmp_path, monkeypatch):
-    monkeypatch.setattr(ner, "CACHE_SLICE", 2)
+def test_a_build_killed_while_finding_names_keeps_every_finished_slice(tmp_path):
     cache = tmp_path / "entities.sqlite"
     texts = ["Ada Lovelace met Charles Babbage.", "Sorvik lies on Lake Orrin.", "Bram Cole sailed to Tem."]
     calls: list[list[str]] = []
@@ -63,9 +62,11 @@ def test_a_build_killed_while_finding_names_keeps_every_finished_slice(tmp_path,
         return entity_names(batch)
 
     with pytest.raises(KeyboardInterrupt):
-        cached_entity_names(texts, cache, compute=killed_on_the_second_slice)
+        cached_entity_names(texts, cache, compute=killed_on_the_second_slice, slice_size=2)
     calls.clear()
-    again = cached_entity_names(texts, cache, compute=lambda batch: calls.append(batch) or entity_names(batch))
+    again = cached_entity_names(
+        texts, cache, compute=lambda batch: calls.append(batch) or entity_names(batch), slice_size=2
+    )
     assert calls == [texts[2:]]  # the first slice's names came from the cache
     assert again == cached_entity_names(texts, cache) and [n for n, _ in again[0]][:1] == ["ada lovelace"]
 

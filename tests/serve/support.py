@@ -26,6 +26,13 @@ from hopgraph.llm.standin import free_port
 from hopgraph.serve.app import create_app
 from hopgraph.serve.auth import TokenBook
 from hopgraph.serve.connections import uvicorn_options
+from hopgraph.serve.errors import OPENAI_PATHS
+
+
+def refused(path: str) -> int:
+    """The status of a request the server cannot take: hopgraph's 422, OpenAI's 400 on its endpoints."""
+    return 400 if path.startswith(OPENAI_PATHS) else 422
+
 
 # Users with overlapping groups; documents without acl are readable by everyone (the default).
 USERS = {

@@ -65,6 +65,11 @@ def test_each_worker_listens_on_its_own_socket_and_a_burst_of_connections_is_sha
         # A shared socket gave 40 and 0 (the first process woken accepts every waiting connection);
         # the kernel's hash over two sockets gives fewer than 5 of 40 to one about once in 10 million.
         assert sum(held) == 40 and len(held) == 2 and min(held) >= 5, held
+        # With the supervisor killed, the workers stop too instead of holding the port unsupervised.
+        workers = [psutil.Process(pid) for pid in sockets]
+        os.kill(server.pid, signal.SIGKILL)
+        gone, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive and len(gone) == 2
     finally:
         server.stop()
 
