@@ -53,6 +53,7 @@ from hopgraph.store import Stamp, file_stamp
 log = logging.getLogger("hopgraph.serve")
 RELOAD_CHECK_SECONDS = 1.0
 SETTLED_SECONDS = 1.0  # a tokens file written more recently may still be being written
+CHECK_WAIT_SECONDS = 0.2  # what a request waits for a look at the tokens file it started (a local disk's is ~1 ms)
 
 
 @dataclass(frozen=True)
@@ -145,27 +146,45 @@ class TokenBook:
         return self._stamp
 
     def _refresh(self) -> None:
+        """Look at the tokens file at most every RELOAD_CHECK_SECONDS, in a thread of its own: a lookup
+        runs on the server's event loop, which a hung file system (an NFS server gone) would stop
+        for every request. The lookup that starts a look waits for it at most CHECK_WAIT_SECONDS
+        (long enough for a local disk, so a change is seen at once); a look that hangs holds the lock,
+        so no other starts meanwhile and every lookup goes on with the tokens in force."""
         now = time.monotonic()
         if self._source is None or now < self._next_check or not self._lock.acquire(blocking=False):
             return  # another thread is checking: its result is for everyone
-        try:
-            self._next_check = now + RELOAD_CHECK_SECONDS
-            tokens_file, tokens_env = self._source
-            path = Path(tokens_file).expanduser()
-            stamp = file_stamp(path)
-            if stamp == self._stamp or (stamp is not None and time.time_ns() - stamp[2] < SETTLED_SECONDS * 1e9):
-                return  # unchanged, or written a moment ago (perhaps still being written): looked at next time
-            self._stamp = stamp
+        self._next_check = now + RELOAD_CHECK_SECONDS
+        looked = threading.Event()
+
+        def look() -> None:
             try:
-                fresh = TokenBook.load(tokens_file, tokens_env)
-            except (ConfigError, OSError) as exc:  # OSError: e.g. no longer readable by this user
-                kept = "the tokens read before stay in force"
-                log.warning("tokens file %s changed but cannot be used (%s); %s", path, exc, kept)
-                return
-            self._entries = fresh._entries
-            log.warning("tokens file %s read again: %d tokens in force", path, len(fresh._entries))
-        finally:
-            self._lock.release()
+                self._look()
+            finally:
+                self._lock.release()
+                looked.set()
+
+        threading.Thread(target=look, name="hopgraph-tokens-file", daemon=True).start()
+        looked.wait(CHECK_WAIT_SECONDS)
+
+    def _look(self) -> None:
+        """Read the tokens file again if it changed and has settled (called with the lock held)."""
+        if self._source is None:
+            return
+        tokens_file, tokens_env = self._source
+        path = Path(tokens_file).expanduser()
+        stamp = file_stamp(path)
+        if stamp == self._stamp or (stamp is not None and time.time_ns() - stamp[2] < SETTLED_SECONDS * 1e9):
+            return  # unchanged, or written a moment ago (perhaps still being written): looked at next time
+        self._stamp = stamp
+        try:
+            fresh = TokenBook.load(tokens_file, tokens_env)
+        except (ConfigError, OSError) as exc:  # OSError: e.g. no longer readable by this user
+            kept = "the tokens read before stay in force"
+            log.warning("tokens file %s changed but cannot be used (%s); %s", path, exc, kept)
+            return
+        self._entries = fresh._entries
+        log.warning("tokens file %s read again: %d tokens in force", path, len(fresh._entries))
 
     @classmethod
     def from_records(cls, records: list[Any], source: str) -> TokenBook:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import time
 import warnings
 
 import pytest
@@ -159,3 +161,23 @@ def test_worker_processes_follow_the_file_from_the_stamp_their_parent_read(follo
     assert worker.lookup(TOKEN).user == "alice"  # unchanged: not read again
     tokens_file(path, (OTHER, "ops"))
     assert worker.lookup(TOKEN) is None
+
+
+def test_a_tokens_file_on_a_hung_file_system_holds_no_request_for_long(following, monkeypatch):
+    """Lookups run on the event loop: a stat that never returns (an NFS server gone) stopped every
+    request. A hung stat cannot be provoked here, so ``file_stamp`` is replaced by one that blocks
+    until released (a fault injected, not a stand-in for a part)."""
+    from hopgraph.serve import auth
+
+    path, tokens = following
+    released = threading.Event()
+
+    def hung(_path: object) -> None:
+        released.wait(30)
+
+    monkeypatch.setattr(auth, "file_stamp", hung)
+    started = time.monotonic()
+    assert tokens.lookup(TOKEN).user == "alice"  # starts the look, waits CHECK_WAIT_SECONDS at most
+    assert tokens.lookup(OTHER).user == "ops"  # the look still hangs: no other starts, nothing waits
+    assert time.monotonic() - started < 1.0
+    released.set()
