@@ -79,19 +79,6 @@ def _first_line(exc: BaseException) -> str:
     return cut(re.sub(r"^hopgraph\.errors\.\w+: ", "", line), 300)
 
 
-def _task_cause(exc: BaseException, ray_error: type) -> BaseException:
-    """The error a Ray task's own code raised, under Ray's wrappers (RayTaskError, Ray Data's
-    UserCodeException), or the innermost wrapper where none is left."""
-    seen: set[int] = set()
-    while isinstance(exc, ray_error) or type(exc).__name__ == "UserCodeException":
-        inner = getattr(exc, "cause", None) or exc.__cause__
-        if inner is None or id(inner) in seen:
-            break
-        seen.add(id(exc))
-        exc = inner
-    return exc
-
-
 def lost_seconds() -> float:
     """How long the GCS may be silent before a build takes the cluster for lost: LOST_SECONDS, or where
     Ray is told to wait longer for its GCS to come back (a cluster with GCS fault tolerance), 5 s less
@@ -174,28 +161,26 @@ class RayEngine:
             gcs = ray.get_runtime_context().gcs_address
             threading.Thread(target=self._watch, args=(gcs,), name="hopgraph-ray-watch", daemon=True).start()
 
-    def failure(self, exc: BaseException, stage: str) -> HopgraphError | None:
-        """One line for a Ray error that ended ``stage``, None for any other error. A task whose own
-        code raised is that error (hopgraph's own as it is: the cluster is fine, and running again
-        would fail alike); a lost node, actor or cluster says that nothing finished is lost."""
+    def failure(self, exc: BaseException) -> HopgraphError | None:
+        """One line for a Ray error that ended the stage under way, None for any other error. A task
+        whose own code raised is that error (hopgraph's own rebuilt from the remote traceback, which
+        is all Ray Data sends of it: the cluster is fine, and running again would fail alike); a
+        lost node, actor or cluster says that nothing finished is lost."""
         errors = self.ray.exceptions
         if not isinstance(exc, errors.RayError):
             return None
         if isinstance(exc, errors.RayTaskError):
-            cause = _task_cause(exc, errors.RayError)
-            if isinstance(cause, HopgraphError):
-                return cause
-            named = re.findall(r"^\s*hopgraph\.errors\.(\w+): (.+)$", str(exc), re.MULTILINE)  # cause not sent
+            named = re.findall(r"^\s*hopgraph\.errors\.(\w+): (.+)$", str(exc), re.MULTILINE)
             kind = getattr(hopgraph_errors, named[-1][0], None) if named else None
             if isinstance(kind, type) and issubclass(kind, HopgraphError):
                 return kind(named[-1][1])
-            return ClusterError(f"stage {stage} failed on the Ray cluster: {_first_line(exc)}")
-        return ClusterError(self._failed(stage, _first_line(exc)))
+            return ClusterError(f"stage {self.stage} failed on the Ray cluster: {_first_line(exc)}")
+        return ClusterError(self._failed(_first_line(exc)))
 
-    def _failed(self, stage: str, reason: str) -> str:
+    def _failed(self, reason: str) -> str:
         where = f"the Ray cluster at {self.config.cluster.address!r}" if self.config.cluster.address else "Ray"
         return (
-            f"{where} failed in stage {stage}: {reason}. Finished stages and the model work cached are kept: "
+            f"{where} failed in stage {self.stage}: {reason}. Finished stages and the model work cached are kept: "
             "run the same command again once the cluster is back"
         )
 
@@ -214,7 +199,7 @@ class RayEngine:
                 silent_since = silent_since or time.monotonic()
                 if time.monotonic() - silent_since >= lost_seconds() and not self._closed.is_set():
                     reason = f"its GCS at {gcs} has not answered for {lost_seconds():g} s ({exc.strerror or exc})"
-                    print(f"\nerror: {self._failed(self.stage, reason)}", file=sys.stderr, flush=True)
+                    print(f"\nerror: {self._failed(reason)}", file=sys.stderr, flush=True)
                     os._exit(2)  # hopgraph's exit status for an error
 
     def close(self) -> None:

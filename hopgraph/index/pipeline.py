@@ -558,7 +558,7 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         try:
             counts = stage(ctx)
         except Exception as exc:
-            if engine is not None and (failure := engine.failure(exc, name)) is not None:
+            if engine is not None and (failure := engine.failure(exc)) is not None:
                 raise failure from None
             raise
         if "tokens" in counts:

@@ -87,17 +87,27 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
     return app
 
 
-def check_address(host: str, port: int) -> None:
-    """Bind ``host:port`` once and let it go, so a port in use is named before minutes of loading the
-    index, not after (the socket is made as uvicorn makes its own: IPv6 for a host with a colon,
-    SO_REUSEADDR, which still refuses a port another process listens on)."""
+def bound_socket(host: str, port: int, *, share_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port``, made as uvicorn makes its own (IPv6 for a host with a
+    colon, SO_REUSEADDR, which still refuses a port another process listens on); ``share_port`` adds
+    SO_REUSEPORT (``serve.socket_per_worker``). ConfigError naming the port where it cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if share_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
     except OSError as exc:
+        sock.close()
         raise ConfigError(
             f"cannot serve at {host}:{port}: {exc.strerror or exc}; choose another --serve.port or --serve.host, "
             "or stop what listens there"
         ) from None
+    return sock
+
+
+def check_address(host: str, port: int) -> None:
+    """Bind ``host:port`` once and let it go, so a port in use is named before minutes of loading the
+    index, not after."""
+    bound_socket(host, port).close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -117,6 +117,9 @@ def error_response(
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 
 
+Handler = Callable[[Request, Any], Awaitable[JSONResponse]]
+
+
 def as_openai_says(request: Request, response: JSONResponse) -> JSONResponse:
     """``response`` with OpenAI's 400 in place of 422 where ``request`` is to an OpenAI-compatible endpoint."""
     if response.status_code == 422 and request.url.path.startswith(OPENAI_PATHS):
@@ -137,13 +140,24 @@ def problems_of(errors: Sequence[Any], *, skip: int = 0, whole: str = "body") ->
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Every failure, FastAPI's own and unexpected bugs included, answers as an error body."""
+    """Every failure, FastAPI's own and unexpected bugs included, answers as an error body (with
+    OpenAI's 400 for 422 on its endpoints, :func:`as_openai_says`, whichever handler made it)."""
 
-    @app.exception_handler(APIError)
+    def handles(kind: type[Exception]) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            async def answer(request: Request, exc: Exception) -> JSONResponse:
+                return as_openai_says(request, await handler(request, exc))
+
+            app.add_exception_handler(kind, answer)
+            return handler
+
+        return register
+
+    @handles(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
-        return as_openai_says(request, exc.response())
+        return exc.response()
 
-    @app.exception_handler(StarletteHTTPException)
+    @handles(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # FastAPI's own refusals: a body that is not UTF-8 JSON or a form that cannot be read (400),
         # unknown path (404), wrong verb (405). A form's reason is the multipart reader's own ("Too
@@ -156,16 +170,15 @@ def install_error_handlers(app: FastAPI) -> None:
             code, message = "malformed_json", "the request body is not valid UTF-8 JSON"
         return error_response(exc.status_code, code, message, getattr(exc, "headers", None))
 
-    @app.exception_handler(RequestValidationError)
+    @handles(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = exc.errors()
         if any(p.get("type") == "json_invalid" for p in problems):
             return error_response(400, "malformed_json", "the request body is not valid UTF-8 JSON")
         details, message = problems_of(problems, skip=1)
-        refused = error_response(422, "invalid_request", message, param=details[0]["field"] or None, details=details)
-        return as_openai_says(request, refused)
+        return error_response(422, "invalid_request", message, param=details[0]["field"] or None, details=details)
 
-    @app.exception_handler(HopgraphError)
+    @handles(HopgraphError)
     async def hopgraph_error(request: Request, exc: HopgraphError) -> JSONResponse:
         # LLM and server faults name internal addresses and paths: logged here, never sent to clients.
         if isinstance(exc, LLMUnavailableError):
@@ -175,19 +188,18 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         if isinstance(exc, LLMRequestError):
             log.warning("%s %s: %s", request.method, request.url.path, exc)
-            rejected = error_response(
+            return error_response(
                 422,
                 "llm_rejected",
                 "the answer model refused the request (e.g. a prompt too long for its context); "
                 "retrying the same request will not help",
             )
-            return as_openai_says(request, rejected)
         if isinstance(exc, (ConfigError, InputError)):
-            return as_openai_says(request, error_response(422, "invalid_request", str(exc)))
+            return error_response(422, "invalid_request", str(exc))
         log.error("%s %s: %s", request.method, request.url.path, exc)
         return error_response(500, "server_error", "the server failed to handle the request (logged)")
 
-    @app.exception_handler(OSError)
+    @handles(OSError)
     async def storage(request: Request, exc: OSError) -> JSONResponse:
         # A full or read-only disk is the server's state, not a bug: said as such, with a retry hint
         # (the path and details go to the log only). Other OS errors are unexpected.
@@ -203,7 +215,7 @@ def install_error_handlers(app: FastAPI) -> None:
             {"Retry-After": "60"},
         )
 
-    @app.exception_handler(Exception)
+    @handles(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         # A bug is still a JSON error to the client; the traceback goes to the log only.
         log.error("%s %s: unexpected %s", request.method, request.url.path, type(exc).__name__, exc_info=exc)

@@ -39,7 +39,7 @@ from fastapi import FastAPI
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import ConfigError
 from hopgraph.serve import connections
-from hopgraph.serve.app import create_app
+from hopgraph.serve.app import bound_socket, create_app
 from hopgraph.serve.auth import TokenBook
 
 SPEC_ENV = "HOPGRAPH_SERVE_SPEC"  # what the worker processes of one `hopgraph serve` are handed
@@ -106,15 +106,7 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
 
 def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     """A socket of its own on ``host:port`` that shares the port's connections with the other workers'."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot serve at {host}:{port}: {exc.strerror or exc}") from None
+    sock = bound_socket(host, port, share_port=True)
     sock.listen(backlog)
     sock.set_inheritable(False)  # not held open by the update worker this process may start
     return sock

@@ -154,9 +154,10 @@ def test_a_task_whose_own_code_fails_is_that_error_not_a_lost_cluster(ray_cluste
     try:
         with pytest.raises(Exception) as raised:
             engine.map_texts(["odd"] * 4, refuses, 2)
-        failure = engine.failure(raised.value, "entities")
+        engine.stage = "entities"
+        failure = engine.failure(raised.value)
         assert isinstance(failure, InputError) and str(failure) == "text 'odd': not what this task reads"
-        assert engine.failure(ValueError("not Ray's"), "entities") is None
+        assert engine.failure(ValueError("not Ray's")) is None
         batch = engine.config.cluster.ner_batch_size
         assert engine.ner_slice() == max(ner.CACHE_SLICE, 4 * 2 * batch)  # every CPU of the two nodes busy
     finally:
