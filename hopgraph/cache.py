@@ -6,9 +6,12 @@ Keys are hashes of (model, text); values are stored in SQLite (WAL mode, safe ac
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import inspect
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,6 +22,24 @@ import orjson
 
 # Texts per call of a model (and per slice an embedder sorts into batches, hopgraph.models.model_batches).
 ENCODE_SLICE = 2048
+
+
+# SQLite's names for the storage failing under it, as the OS errors they stand for: a full disk
+# reads "database or disk is full" and a file-size limit "disk I/O error", not an OSError.
+SQLITE_STORAGE_ERRORS = {"SQLITE_FULL": errno.ENOSPC, "SQLITE_READONLY": errno.EROFS, "SQLITE_IOERR": errno.EIO}
+
+
+@contextlib.contextmanager
+def storage_errors(path: Path) -> Iterator[None]:
+    """SQLite's storage failures at ``path`` raised as the OSError they stand for (other errors as they are)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        name = getattr(exc, "sqlite_errorname", "")
+        code = next((code for prefix, code in SQLITE_STORAGE_ERRORS.items() if name.startswith(prefix)), None)
+        if code is None:
+            raise
+        raise OSError(code, f"{os.strerror(code)} (SQLite: {exc})", str(path)) from exc
 
 
 class TextKeyedCache:
@@ -34,11 +55,11 @@ class TextKeyedCache:
         self.model = model
         self.hits = 0  # texts answered from the cache by :meth:`get_or_compute`
         self.misses = 0  # distinct texts it computed
-        self._db = sqlite3.connect(self.path, timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            f"CREATE TABLE IF NOT EXISTS {self.TABLE} (key BLOB PRIMARY KEY, {self.COLUMN} {self.SQL_TYPE} NOT NULL)"
-        )
+        with storage_errors(self.path):
+            self._db = sqlite3.connect(self.path, timeout=60)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            columns = f"key BLOB PRIMARY KEY, {self.COLUMN} {self.SQL_TYPE} NOT NULL"
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS {self.TABLE} ({columns})")
 
     def _key(self, text: str) -> bytes:
         return hashlib.sha256(f"{self.model}\0{text}".encode()).digest()
@@ -66,7 +87,7 @@ class TextKeyedCache:
 
     def _put_encoded(self, texts: Sequence[str], encoded: Sequence[Any]) -> None:
         rows = [(self._key(t), e) for t, e in zip(texts, encoded)]
-        with self._db:
+        with storage_errors(self.path), self._db:
             self._db.executemany(f"INSERT OR REPLACE INTO {self.TABLE} (key, {self.COLUMN}) VALUES (?, ?)", rows)
 
     def get_or_compute(

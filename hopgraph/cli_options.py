@@ -18,7 +18,7 @@ import click
 
 from hopgraph.config import HopgraphConfig, apply_overrides, dotted_keys, leaf_fields, read_toml, validate_config
 from hopgraph.config.base import llm_address
-from hopgraph.errors import HopgraphError
+from hopgraph.errors import HopgraphError, storage_state
 
 EXAMPLE = "examples/hopgraph.toml"
 HELP_ALL = "hopgraph.help_all"
@@ -140,8 +140,19 @@ class Group(click.Group):
         except HopgraphError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            kept = ctx.meta.get(INTERRUPTED_META, INTERRUPTED.get(ctx.invoked_subcommand or "", ""))
-            fail(f"interrupted{kept}")
+            fail(f"interrupted{_kept(ctx)}")
+        except OSError as exc:
+            state = storage_state(exc)
+            if state is None:
+                raise
+            # A full disk is the machine's state, not a bug: one line naming the file, not a traceback.
+            where = f" (writing {exc.filename})" if exc.filename else ""
+            fail(f"the storage is {state}{where}: {exc.strerror or exc}{_kept(ctx)}")
+
+
+def _kept(ctx: click.Context) -> str:
+    """What the stopped command kept, and how to go on."""
+    return str(ctx.meta.get(INTERRUPTED_META, INTERRUPTED.get(ctx.invoked_subcommand or "", "")))
 
 
 def _names(section: str, opts: list[str], shown: int = 4) -> str:

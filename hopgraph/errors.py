@@ -7,6 +7,7 @@ instead of a traceback.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 
 # How much of what a caller sent an error message repeats: a field name or value can be megabytes,
@@ -28,6 +29,19 @@ def listed(problems: Sequence[str], limit: int = SHOWN_PROBLEMS, total: int | No
     shown = problems[:limit]
     more = (len(problems) if total is None else total) - len(shown)
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def storage_state(exc: BaseException) -> str | None:
+    """What an OS error says of the storage itself ("full", "read-only", "over its file-size limit",
+    "failing"), or None for any other error: the machine's state, which an operator fixes, not a bug of hopgraph."""
+    states = {
+        errno.ENOSPC: "full",
+        errno.EDQUOT: "full",
+        errno.EROFS: "read-only",
+        errno.EFBIG: "over its file-size limit",
+        errno.EIO: "failing (an I/O error)",
+    }
+    return states.get(exc.errno) if isinstance(exc, OSError) and exc.errno is not None else None
 
 
 class HopgraphError(Exception):

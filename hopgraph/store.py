@@ -57,7 +57,11 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        write(tmp)
+        try:
+            write(tmp)
+        except OSError as exc:  # a full disk: say which file (a write through a handle names none)
+            exc.filename = exc.filename or str(path)
+            raise
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -505,7 +509,9 @@ def _write_npy(tmp: Path, header: bytes, array: np.ndarray) -> None:
     """The .npy file of a C-contiguous numeric ``array``: ``header``, then its bytes (what np.save writes)."""
     with open(tmp, "wb") as handle:
         handle.write(header)
-        array.tofile(handle)
+        # Not array.tofile: on a full disk it raises an OSError without errno ("62592 requested and
+        # 12256 written"), which then reads as a bug instead of the disk's state.
+        handle.write(array.reshape(-1).view(np.uint8).data)
 
 
 # ------------------------------------------------------------------------------------ versions

@@ -5,7 +5,11 @@ and a resumed `index` that reports its own time."""
 from __future__ import annotations
 
 import json
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -161,3 +165,32 @@ def test_init_writes_the_commented_config(tmp_path):
     again = hopgraph("init", str(target), check=False)
     assert again.returncode == 2 and "--force" in again.stderr
     hopgraph("init", str(target), "--force")
+
+
+def _file_size_limit(limit: int):
+    def apply() -> None:  # in the child: a write past ``limit`` fails with EFBIG instead of killing it
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    return apply
+
+
+def test_storage_that_refuses_a_write_ends_a_build_with_one_line_and_the_next_run_resumes(tmp_path):
+    """A file-size limit makes the storage refuse writes as a full disk does (no disk need fill): an
+    array write then ended in a traceback, numpy's OSError carrying no errno to say what it was."""
+    out = tmp_path / "index"
+    build = ["index", str(SAMPLE), "--out", str(out), "-q", *SMALL]
+    # A cache's (SQLite's own error), then an index array's (without caches: 250 kB of keyword vectors).
+    for limit, cache, culprit in ((16_000, tmp_path / "cache" / "v.sqlite", tmp_path / "cache"), (200_000, "", out)):
+        refused = subprocess.run(
+            [sys.executable, "-m", "hopgraph.cli", *build, "--embedding.cache", str(cache)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=_file_size_limit(limit),
+        )
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert refused.stderr.startswith("error: the storage is "), refused.stderr
+        assert f"(writing {culprit}" in refused.stderr, refused.stderr
+        assert refused.stderr.rstrip().endswith("run the same command again to resume"), refused.stderr
+    assert "indexed 7 documents" in hopgraph(*build).stdout

@@ -5,7 +5,6 @@ problems are listed."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,6 +26,7 @@ from hopgraph.errors import (
     LLMUnavailableError,
     cut,
     listed,
+    storage_state,
 )
 
 log = logging.getLogger("hopgraph.serve")
@@ -203,15 +203,17 @@ def install_error_handlers(app: FastAPI) -> None:
     async def storage(request: Request, exc: OSError) -> JSONResponse:
         # A full or read-only disk is the server's state, not a bug: said as such, with a retry hint
         # (the path and details go to the log only). Other OS errors are unexpected.
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        state = storage_state(exc)
+        if state is None:
             return await unexpected(request, exc)
         log.error("%s %s: %s", request.method, request.url.path, exc)
-        full = exc.errno != errno.EROFS
+        status, code = {"read-only": (503, "storage_read_only"), "failing": (503, "storage_failing")}.get(
+            state.split(" ")[0], (507, "storage_full")
+        )
         return error_response(
-            507 if full else 503,
-            "storage_full" if full else "storage_read_only",
-            f"the server's storage is {'full' if full else 'read-only'}; nothing was changed, try again once an "
-            "operator has fixed it",
+            status,
+            code,
+            f"the server's storage is {state}; nothing was changed, try again once an operator has fixed it",
             {"Retry-After": "60"},
         )
 
