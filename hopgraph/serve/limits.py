@@ -9,11 +9,16 @@ whatever still runs too long; these bounds keep an accepted request's cost near 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
-from hopgraph.config import RequestLimits
+from hopgraph.config import RequestLimits, RetrievalConfig
 from hopgraph.errors import cut
+
+# Settings a request may not change: each shapes a graph the server builds once per index and keeps
+# (the walk over passages and entities), so every new value a caller sent built and kept one more.
+SERVER_FIXED = ("ppr.entity_cooccurrence_weight",)
 
 
 class OverLimit(ValueError):
@@ -51,9 +56,10 @@ def as_number(value: Any) -> float | None:
     return None
 
 
-def check_params(overrides: dict[str, Any], limits: RequestLimits) -> None:
+def check_params(overrides: dict[str, Any], limits: RequestLimits, server: RetrievalConfig) -> None:
     """Raise OverLimit for the first numeric setting in ``overrides`` (dotted keys) over its bound,
-    or not finite; other values are left to the RetrievalConfig validation.
+    not finite, or other than the ``server``'s own value of a SERVER_FIXED setting; other values are
+    left to the RetrievalConfig validation.
 
     A number given as a string counts as that number: the settings' validation would accept "10"
     for 10, so it must not slip past the bounds.
@@ -64,6 +70,14 @@ def check_params(overrides: dict[str, Any], limits: RequestLimits) -> None:
             continue
         if not math.isfinite(value):
             raise OverLimit(setting, f"params.{cut(setting)} = {value}: must be a finite number")
+        if setting in SERVER_FIXED:
+            fixed = functools.reduce(getattr, setting.split("."), server)
+            if value != fixed:
+                raise OverLimit(
+                    setting,
+                    f"params.{setting} = {value:g}: this server fixes it at {fixed:g}, as it shapes a graph "
+                    "built once and kept (set it in the server's [retrieval] settings)",
+                )
         bound = limit_for(setting, limits)
         if bound is not None and value > bound[1]:
             raise OverLimit(

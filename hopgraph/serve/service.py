@@ -174,7 +174,7 @@ class Service:
         if "budget" in overrides or "method" in overrides:
             raise APIError(422, "invalid_request", "give method and budget as fields of the request, not in params")
         try:
-            check_params(overrides, serve.request_limits)
+            check_params(overrides, serve.request_limits, snap.retriever.config)
         except OverLimit as exc:
             raise APIError(422, "over_limit", str(exc)) from None
         flt = self.reader_filter(who, body.where, snap.index)

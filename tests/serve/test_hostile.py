@@ -154,6 +154,28 @@ def test_parameters_over_the_server_limits_are_refused(server, params, field, li
     assert error["code"] == "over_limit" and field in error["message"] and limit in error["message"]
 
 
+def test_a_setting_that_shapes_a_kept_graph_is_the_servers_alone(server):
+    """Each new ppr.entity_cooccurrence_weight a reader sent built one more walk over every passage
+    and entity, kept until the next version: memory grew by a graph per request, without bound."""
+    snap = server.app.state.holder.current
+    own = snap.retriever.config.ppr.entity_cooccurrence_weight
+
+    def ask(weight: float) -> httpx.Response:
+        params = {"ppr": {"entity_cooccurrence_weight": weight}}
+        body = {"query": MAYOR, "method": "ppr", "params": params}
+        return httpx.post(f"{server.url}/v1/retrieve", json=body, headers=auth("guest"), timeout=60)
+
+    assert ask(own).status_code == 200  # the server's own value is no change
+    walks = sorted(key for key in snap.index._memo if key[0] == "walk")
+    for step in range(3):
+        response = ask(own / 2 + step * 1e-6)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["code"] == "over_limit" and "params.ppr.entity_cooccurrence_weight" in error["message"]
+        assert f"fixes it at {own:g}" in error["message"]
+    assert sorted(key for key in snap.index._memo if key[0] == "walk") == walks
+
+
 @pytest.mark.parametrize("endpoint", ["/v1/retrieve", "/v1/chat/completions"])
 def test_an_integer_past_any_float_is_refused_not_a_server_error(server, endpoint):
     """A 400-digit integer as a setting overflowed float() inside the limit check: 500 and a 10 kB
