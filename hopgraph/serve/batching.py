@@ -7,7 +7,8 @@ and waits for its vector: the thread takes what is queued, waits at most ``wait_
 (stopping early at ``max_batch``), and embeds them in one call. While a call runs, new arrivals
 queue, so under load batches form without any wait; an idle server adds at most ``wait_ms``.
 
-A failed call fails every request of its batch with the same error; the next batch is tried anew.
+A failed call is made again one question at a time, so a question the model refuses fails its own
+request, not the others of its batch; the next batch is tried anew.
 """
 
 from __future__ import annotations
@@ -127,25 +128,39 @@ class QueryBatcher:
             if not live:
                 continue
             self.batches = [*self.batches[-99:], len(live)]
-            try:
-                vectors = self._encode(live)
-            except BaseException as exc:  # noqa: BLE001 - every waiting request gets the failure, the thread goes on
-                for item in live:
-                    item.future.set_exception(exc)
-                continue
-            for item, vector in zip(live, vectors):
-                item.future.set_result(vector)
+            for item, outcome in zip(live, self._encode(live)):
+                if isinstance(outcome, BaseException):
+                    item.future.set_exception(outcome)
+                else:
+                    item.future.set_result(outcome)
 
-    def _encode(self, live: list[_Pending]) -> list[np.ndarray]:
-        """Vectors of ``live`` in order, embedded shortest first in groups of ``group``: a forward pass
-        pads every question to its longest, so questions of like length in small groups pad least."""
+    def _encode(self, live: list[_Pending]) -> list[np.ndarray | BaseException]:
+        """The vector of each of ``live`` in order, or the error that stopped it, embedded shortest
+        first in groups of ``group``: a forward pass pads every question to its longest, so questions
+        of like length in small groups pad least. A group that fails is embedded again one question at
+        a time, so one question the model refuses fails its own request, not those it was batched with."""
         order = sorted(range(len(live)), key=lambda i: len(live[i].text))
-        vectors: list[np.ndarray] = [np.empty(0)] * len(live)
+        outcomes: list[np.ndarray | BaseException] = [np.empty(0)] * len(live)
         for start in range(0, len(order), self.group):
             chosen = order[start : start + self.group]
-            rows = live[chosen[0]].encode([live[i].text for i in chosen])
-            if len(rows) != len(chosen):
-                raise RuntimeError(f"the embedder returned {len(rows)} vectors for {len(chosen)} questions")
-            for i, row in zip(chosen, rows):
-                vectors[i] = row
-        return vectors
+            outcomes_of: list[np.ndarray | BaseException]
+            try:
+                outcomes_of = list(self._rows(live, chosen))
+            except BaseException as exc:  # noqa: BLE001 - the waiting requests get the failure, the thread goes on
+                outcomes_of = [exc] if len(chosen) == 1 else [self._alone(live, i) for i in chosen]
+            for i, outcome in zip(chosen, outcomes_of):
+                outcomes[i] = outcome
+        return outcomes
+
+    def _alone(self, live: list[_Pending], i: int) -> np.ndarray | BaseException:
+        try:
+            return self._rows(live, [i])[0]
+        except BaseException as exc:  # noqa: BLE001 - this request's own failure
+            return exc
+
+    @staticmethod
+    def _rows(live: list[_Pending], chosen: list[int]) -> list[np.ndarray]:
+        rows = live[chosen[0]].encode([live[i].text for i in chosen])
+        if len(rows) != len(chosen):
+            raise RuntimeError(f"the embedder returned {len(rows)} vectors for {len(chosen)} questions")
+        return list(rows)

@@ -1,5 +1,5 @@
 """Dynamic batching of query embeddings: concurrent questions share one model call, get the
-vectors they would get alone, share a failure, and an idle question waits no longer than the window."""
+vectors they would get alone, fail only by their own fault, and an idle question waits no longer than the window."""
 
 from __future__ import annotations
 
@@ -72,6 +72,23 @@ def test_a_batch_runs_in_groups_of_like_length_and_answers_in_the_callers_order(
         np.testing.assert_allclose(vector, embedder.encode_queries([question])[0], atol=1e-5)
 
 
+def test_a_question_the_model_refuses_fails_alone_not_the_questions_batched_with_it(embedder):
+    """A lone surrogate makes the tokenizer fail the whole call: every request of the batch, other
+    readers' included, failed with it (500s under load, caused by one reader)."""
+    bad = "Who is the mayor of Sorvik\ud800?"
+    batcher = QueryBatcher(wait_ms=2000, max_batch=4)
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(batcher.embed, q, embedder.encode_queries, 60) for q in [*QUESTIONS[:3], bad]]
+            outcomes = [f.exception(timeout=60) or f.result() for f in futures]
+    finally:
+        batcher.close()
+    assert batcher.batches == [4]
+    assert isinstance(outcomes[3], Exception)
+    for question, vector in zip(QUESTIONS[:3], outcomes[:3]):
+        np.testing.assert_allclose(vector, embedder.encode_queries([question])[0], atol=1e-5)
+
+
 def test_a_failed_batch_fails_every_waiting_request_and_the_next_batch_works(embedder):
     calls: list[int] = []
 
@@ -84,7 +101,7 @@ def test_a_failed_batch_fails_every_waiting_request_and_the_next_batch_works(emb
         with ThreadPoolExecutor(5) as pool:
             futures = [pool.submit(batcher.embed, q, broken, 60) for q in QUESTIONS[:5]]
             errors = [f.exception(timeout=60) for f in futures]
-        assert calls == [5]
+        assert calls == [5, 1, 1, 1, 1, 1]  # the batch, then each question alone
         assert all(isinstance(e, RuntimeError) and "crashed" in str(e) for e in errors)
         vector = batcher.embed(QUESTIONS[0], embedder.encode_queries, timeout=60)
         np.testing.assert_allclose(vector, embedder.encode_queries([QUESTIONS[0]])[0], atol=1e-5)

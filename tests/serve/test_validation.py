@@ -199,13 +199,22 @@ def test_a_lone_surrogate_anywhere_in_a_document_is_refused(client, document):
     assert "surrogate" in message or "unicode string" in message, message  # pydantic's own words for the id
 
 
-def test_a_lone_surrogate_in_params_or_a_filter_is_refused(client):
-    for body in (
-        f'{{"query": "{QUESTION}", "params": {{"ppr": {{"damping{SURROGATE}": 0.5}}}}}}',
-        f'{{"query": "{QUESTION}", "where": {{"team": "a{SURROGATE}"}}}}',
+def test_a_lone_surrogate_in_the_question_params_or_a_filter_is_refused(client):
+    """A question is refused before its embedding shares a batch with other readers' (the tokenizer
+    fails a whole model call on it)."""
+    for path, body in (
+        ("/v1/retrieve", f'{{"query": "{QUESTION}", "params": {{"ppr": {{"damping{SURROGATE}": 0.5}}}}}}'),
+        ("/v1/retrieve", f'{{"query": "{QUESTION}", "where": {{"team": "a{SURROGATE}"}}}}'),
+        ("/v1/retrieve", f'{{"query": "{QUESTION}{SURROGATE}"}}'),
+        (
+            "/v1/chat/completions",
+            f'{{"model": "hopgraph-ppr", "messages": [{{"role": "user", "content": "{QUESTION}{SURROGATE}"}}]}}',
+        ),
     ):
-        response = post_raw(client, "/v1/retrieve", body)
-        assert response.status_code == 422 and "surrogate" in response.json()["error"]["message"], response.text
+        response = post_raw(client, path, body)
+        assert response.status_code == refused(path), response.text
+        message = response.json()["error"]["message"]
+        assert "surrogate" in message or "unicode string" in message, message  # ours, or pydantic's words
 
 
 def test_a_huge_unknown_field_name_is_not_echoed(client):
