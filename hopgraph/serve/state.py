@@ -206,6 +206,9 @@ class IndexHolder:
 
 MAX_WORKER_BUILDS = 100  # builds one worker process runs before a fresh one takes over (bounds what it holds)
 LOOP_RETRY_MAX_SECONDS = 60.0  # the longest wait after a failed pass of the job loop (a full disk, say)
+# The update worker's exit status once its jobs' records hold its failure; any other failing status
+# (Python's 1 for a traceback: say, a full disk that stopped even the record) counts as a crash.
+FAILURE_RECORDED = 4
 FORGIVE_PATIENCE = 5.0  # seconds a stopped worker's forked helpers may still hold the job lock (they poll every 1 s)
 
 
@@ -348,10 +351,10 @@ class JobRunner:
         if removed:
             print(f"hopgraph serve: removed old index versions {', '.join(removed)}", file=sys.stderr, flush=True)
 
-    def _run_child(self) -> float:
-        """Run the worker for one batch; returns when it exited (monotonic seconds)."""
+    def worker_command(self) -> list[str]:
+        """The update worker's command line (:mod:`hopgraph.serve.worker`)."""
         llm = json.dumps(self.config.llm.model_dump())
-        command = [
+        return [
             sys.executable,
             "-m",
             "hopgraph.serve.worker",
@@ -371,6 +374,10 @@ class JobRunner:
             "--job-seconds",
             str(self.config.serve.job_seconds),
         ]
+
+    def _run_child(self) -> float:
+        """Run the worker for one batch; returns when it exited (monotonic seconds)."""
+        command = self.worker_command()
         with self._lock:
             if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)
                 return time.monotonic()
@@ -400,7 +407,7 @@ class JobRunner:
         running = [j for j in jobs.list_jobs(self.root) if j["status"] == "running"]
         reason = f"the update worker exited with {code}" + (f" (killed by signal {-code})" if code < 0 else "")
         print(f"hopgraph serve: {reason} after {exited - started:.1f} s", file=sys.stderr, flush=True)
-        if code == 1 and not running:  # the worker recorded the jobs' failure itself
+        if code == FAILURE_RECORDED and not running:  # the worker recorded the jobs' failure itself
             self._crashes = 0
             return exited
         # A worker may die before it records its attempt: count deaths here too.

@@ -16,7 +16,7 @@ import time
 from hopgraph.config import LLMConfig, validate_section
 from hopgraph.errors import HopgraphError
 from hopgraph.index import versions
-from hopgraph.serve.state import check_servable
+from hopgraph.serve.state import FAILURE_RECORDED, check_servable
 
 
 def work(
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except HopgraphError as exc:  # the job record holds the message too
         print(f"hopgraph worker: {exc}", file=sys.stderr)
-        return 1
+        return FAILURE_RECORDED
     return 0
 
 
