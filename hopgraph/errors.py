@@ -52,6 +52,10 @@ class InputError(HopgraphError):
     """A corpus file or record cannot be read (names the file and, where known, the line)."""
 
 
+class UnknownDocumentError(InputError):
+    """An update deletes a document id that is neither in the index nor added by a queued update."""
+
+
 class ConfigError(HopgraphError):
     """A configuration file or override is invalid."""
 

@@ -56,7 +56,7 @@ from hopgraph.config import (
 )
 from hopgraph.deadline import time_limit
 from hopgraph.documents import Document, canonical_document, canonical_id
-from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError
+from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError, UnknownDocumentError
 from hopgraph.index.jobs import (
     RUN_LOCK,
     UNFINISHED,
@@ -76,6 +76,7 @@ from hopgraph.store import (
     VERSIONS,
     IndexStore,
     atomic_write,
+    job_sequence,
     live_root,
     live_version,
     version_dir,
@@ -133,7 +134,8 @@ def _check_deletes(known: Sequence[str], delete: Sequence[str], where: str) -> N
     present = set(known)
     unknown = [d for d in delete if d not in present]
     if unknown:
-        raise InputError(f"cannot delete unknown document id(s) {', '.join(map(repr, unknown[:20]))}: not in {where}")
+        shown = ", ".join(map(repr, unknown[:20]))
+        raise UnknownDocumentError(f"cannot delete unknown document id(s) {shown}: not in {where}")
 
 
 # ------------------------------------------------------------------------------------ jobs
@@ -393,8 +395,12 @@ def run_job(
         if record["status"] == "done":
             return record
         jobs = list_jobs(root)
-        members = set(record.get("batch") or [job_id])
-        older = [j["id"] for j in jobs if j["id"] < job_id and j["status"] in UNFINISHED and j["id"] not in members]
+        members, number = set(record.get("batch") or [job_id]), job_sequence(job_id)
+        older = [
+            j["id"]
+            for j in jobs
+            if job_sequence(j["id"]) < number and j["status"] in UNFINISHED and j["id"] not in members
+        ]
         if older:
             raise InputError(
                 f"job {older[0]} was submitted before {job_id} and has not finished; "
@@ -403,7 +409,7 @@ def run_job(
         batch = [j for j in jobs if j["id"] in members] if record["status"] in UNFINISHED else [record]
         ran = _run(root, batch, llm, progress, stop_after, run=run)
         if not ran:  # the batch failed and was split: its members up to this one run alone, in order
-            for member in (j["id"] for j in batch if j["id"] <= job_id):
+            for member in (j["id"] for j in batch if job_sequence(j["id"]) <= number):
                 ran = _run(root, [read_job(root, member)], llm, progress, stop_after, run=run)
                 if ran[-1]["status"] != "done":  # stopped at ``stop_after``: the next must not start on
                     return read_job(root, job_id)  # the version this one is about to replace

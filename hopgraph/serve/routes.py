@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from hopgraph.documents import Document
-from hopgraph.errors import InputError, QueueFullError
+from hopgraph.errors import InputError, QueueFullError, UnknownDocumentError
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.serve.auth import Principal
 from hopgraph.serve.errors import APIError, shown
@@ -152,10 +152,12 @@ def delete(doc_id: str, who: Principal = Depends(admin), service: Service = Depe
     """
     try:
         return service.jobs.submit([], [doc_id])
-    except InputError:  # the only way a single delete can fail validation
+    except UnknownDocumentError:
         raise APIError(
             404, "unknown_document", f"no document {shown(doc_id)} in the index or its queued updates"
         ) from None
+    except InputError as exc:  # it would delete the last document
+        raise APIError(409, "update_refused", str(exc)) from None
     except QueueFullError as exc:
         raise queue_full(exc, service.serve.max_queued_jobs) from None
 

@@ -417,6 +417,19 @@ def test_a_failed_batch_does_not_use_up_its_jobs_own_attempts(index):
     assert sorted(attempts.values()) == [("done", 1), ("failed", 1), ("queued", 0)]
 
 
+def test_jobs_apply_in_order_past_a_million_jobs(index, sample_documents):
+    """Job ids were compared as text, where "j1000000-…" comes before "j999999-…": the older job, not
+    finished, went unseen and the newer one ran first, on top of the version before both."""
+    (index / jobs.JOBS).mkdir(exist_ok=True)
+    (index / jobs.JOBS / "j999998-000000.json").write_text("{damaged")  # its number is taken all the same
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        older = versions.submit_update(index, new_documents(), [])
+        newer = versions.submit_update(index, [], [sample_documents[1].id])
+        assert (older["id"][:8], newer["id"][:9]) == ("j999999-", "j1000000-")
+        with pytest.raises(InputError, match=f"job {older['id']} was submitted before {newer['id']}"):
+            versions.run_job(index, newer["id"])
+
+
 def test_run_job_stopped_early_after_a_split_starts_no_later_member(index, monkeypatch):
     """Asking for the second job of a split batch with ``stop_after``: the first runs alone and stops
     half-built; the second must not start on the version the first is about to replace (it then

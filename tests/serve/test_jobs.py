@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from hopgraph.index import versions
+from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.store import JOBS
 from tests.serve.support import LiveServer, auth, wait_for_job, wait_until
@@ -89,6 +90,18 @@ def test_deleted_document_is_gone_once_the_job_is_done(index_copy, serve_config)
             f"{sorted(statuses)}"
         )
         assert switch["exit_to_switch"] < to_done
+
+
+def test_deleting_the_last_document_says_so_and_an_unknown_one_is_404(index_copy, serve_config):
+    """Deleting the one document left was answered 404 "no document … in the index", naming one that is there."""
+    ids = list(LoadedIndex(index_copy).documents["id"])
+    versions.submit_update(index_copy, [], ids[1:])  # queued: the index's last document is ids[0]
+    with LiveServer(index_copy, serve_config) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        last = client.delete(f"/v1/documents/{ids[0]}", headers=auth("admin"))
+        assert last.status_code == 409 and last.json()["error"]["code"] == "update_refused", last.text
+        assert "without documents" in last.json()["error"]["message"]
+        gone = client.delete(f"/v1/documents/{ids[1]}", headers=auth("admin"))
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "unknown_document", gone.text
 
 
 def test_a_lingering_worker_builds_the_next_job_without_restarting(index_copy, serve_config):
@@ -207,6 +220,25 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
             client, insert(client, "survivor", "A later document about the Sorvik ferry.").json()["id"]
         )
         assert after["status"] == "done" and "survivor" in server.app.state.holder.current.doc_ids
+
+
+def test_a_worker_that_dies_before_recording_anything_counts_as_a_crash(index_copy, serve_config, tmp_path):
+    """A worker that ended with a traceback before writing a record (a full disk) read as one that had
+    recorded its failure: the next started at once, forever. The worker's death is injected (a
+    process that raises a full disk's error at once): tests cannot fill a disk portably."""
+    starts = tmp_path / "starts"
+    dies = f"open({str(starts)!r}, 'a').write('x'); raise OSError(28, 'No space left on device')"
+    with (
+        LiveServer(index_copy, configured(serve_config, job_attempts=2)) as server,
+        httpx.Client(base_url=server.url, timeout=60) as client,
+    ):
+        runner = server.app.state.jobs
+        runner.backoff = 0.2
+        runner.worker_command = lambda: [sys.executable, "-c", dies]
+        job = insert(client, "memo", "The Sorvik pier was rebuilt in stone in 1911.").json()
+        record = wait_for_job(client, job["id"], timeout=60)
+    assert record["status"] == "failed" and "gave up after 2 attempts" in record["error"], record
+    assert starts.read_text() == "xx"
 
 
 def started(root: Path, job_id: str) -> int:
