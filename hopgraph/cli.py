@@ -185,7 +185,7 @@ def query(
 
     check_method(config.retrieval.method, loaded.manifest, index_dir)
     flt = None
-    if where or groups:
+    if where is not None or groups is not None:  # --groups "" is a reader of no group, not the owner
         try:
             condition = json.loads(where) if where else {}
             if not isinstance(condition, dict):
@@ -193,12 +193,14 @@ def query(
             flt = reader_filter(
                 loaded,
                 condition,
-                groups=frozenset(g.strip() for g in groups.split(",") if g.strip()) if groups else None,
+                groups=None if groups is None else frozenset(g.strip() for g in groups.split(",") if g.strip()),
                 max_keys=config.serve.max_filter_keys,
                 max_values=config.serve.max_filter_values,
             )
         except ValueError as exc:  # a JSON syntax error is one too
             fail(f"--where: {exc}")
+        except RecursionError:
+            fail("--where: nested too deeply")
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
     llm = None
     if with_answer:

@@ -88,6 +88,8 @@ def _json_question(line: str, where: str) -> str:
         record = json.loads(line)
     except ValueError as exc:
         raise InputError(f"{where}: not a JSON object with a 'question' ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{where}: not a JSON object with a 'question' (nested too deeply)") from None
     if not isinstance(record, dict):
         raise InputError(f"{where}: not a JSON object with a 'question'")
     question = record.get("question")

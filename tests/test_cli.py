@@ -51,6 +51,11 @@ def test_query_groups_hide_restricted_documents(cli_index):
     assert "budget-2025" not in {d for ev in outsider["evidence"] for d in ev["doc_ids"]}
     board = json.loads(hopgraph("query", str(cli_index), question, "--json", "--groups", "board").stdout)
     assert "budget-2025" in {d for ev in board["evidence"] for d in ev["doc_ids"]}
+    # A script's empty group list ("$GROUPS") is a reader of no group: it read as no --groups at all,
+    # the owner's view, restricted documents included.
+    for empty in ("", ","):
+        nobody = json.loads(hopgraph("query", str(cli_index), question, "--json", "--groups", empty).stdout)
+        assert "budget-2025" not in {d for ev in nobody["evidence"] for d in ev["doc_ids"]}, empty
 
 
 def test_inspect_reports_counts_stages_and_core_chunks(cli_index):

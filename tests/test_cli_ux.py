@@ -70,6 +70,13 @@ def test_small_mistakes_get_one_line_that_names_the_culprit(index, tmp_path):
     assert missing.returncode == 2 and "serving" not in missing.stdout
     assert f"no model file '{tmp_path / 'none.gguf'}'" in missing.stderr, missing.stderr
     assert "methods [OPTIONS] [INDEX]\n" in hopgraph("methods", "--help").stdout
+    # JSON nested past Python's recursion limit was a RecursionError traceback.
+    deep = "[" * 20_000 + "]" * 20_000
+    (tmp_path / "deep.jsonl").write_text(f'{{"question": {deep}}}\n', encoding="utf-8")
+    for options in (("--questions", str(tmp_path / "deep.jsonl")), ("--where", deep)):
+        nested = hopgraph("query", str(index), *(["q"] if options[0] == "--where" else []), *options, check=False)
+        assert nested.returncode == 2 and "nested too deeply" in nested.stderr, nested.stderr
+        assert "Traceback" not in nested.stderr
 
 
 @pytest.mark.slow  # loads the embedding model in a fresh process
