@@ -3,7 +3,9 @@ the real stand-in server over HTTP, then every LLM-tier method retrieving and an
 
 from __future__ import annotations
 
+import gc
 import shutil
+import weakref
 
 import pytest
 
@@ -115,3 +117,15 @@ def test_citations_are_read_and_not_found_is_explicit():
     assert [c["evidence"] for c in reply.citations] == [2, 3] and reply.citations[0]["doc_ids"] == ["d1"]
     missing = read_answer("Not found in the documents.", result, AnswerConfig())
     assert not missing.found and missing.text == AnswerConfig().not_found
+
+
+def test_an_index_no_longer_used_is_not_kept_alive_by_a_method(llm_index):
+    """kg kept its view of the entities per opened index in a module-wide cache: an index replaced by
+    a new version lived on, its tables in memory and its deleted files mapped (disk space not freed)."""
+    out, _, _ = llm_index
+    retriever = Retriever(out)
+    assert retriever.retrieve(QUESTION, method="kg").evidence
+    opened = weakref.ref(retriever.index)
+    del retriever
+    gc.collect()
+    assert opened() is None

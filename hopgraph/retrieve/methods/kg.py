@@ -11,7 +11,6 @@ surface names of its own chunk.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Iterator
 
@@ -57,9 +56,9 @@ def _mention_view(index: LoadedIndex, readable: np.ndarray) -> tuple[np.ndarray,
     return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12), names
 
 
-@functools.lru_cache(maxsize=4)
 def _open_view(index: LoadedIndex) -> tuple[np.ndarray, list[str]]:
-    return _mention_view(index, np.ones(len(index.table("kg_surfaces")["entity"]), dtype=bool))
+    everything = np.ones(len(index.table("kg_surfaces")["entity"]), dtype=bool)
+    return index.memo("kg", "open_view", lambda: _mention_view(index, everything))
 
 
 def _entity_view(index: LoadedIndex, scope: Scope) -> tuple[np.ndarray, list[str]]:
