@@ -264,12 +264,12 @@ class Supervisor:
         """Each process in turn: a new one serves before the old one stops (SIGHUP). Connections
         waiting in an old process's accept queue when it stops are reset, unless the kernel moves
         them to another socket of the port (``net.ipv4.tcp_migrate_req = 1``, Linux 5.14)."""
-        for slot, old in enumerate(self.workers):
+        for slot in range(len(self.workers)):
             if self.stop.is_set():
                 return
             new = self.start()
             while not new.serving(0.5) and new.process.is_alive() and not self.stop.is_set() and not new.stuck():
-                pass
+                self.replace_dead()  # one of those serving that dies meanwhile is replaced now, not after
             if self.stop.is_set():
                 self.halt([new])
                 return
@@ -277,7 +277,7 @@ class Supervisor:
                 self.halt([new])
                 self.log(f"a new worker process did not start (exit status {new.process.exitcode}); kept the old ones")
                 return
-            self.workers[slot] = new
+            old, self.workers[slot] = self.workers[slot], new  # (the slot's process may have been replaced since)
             self.halt([old])
         self.log(f"restarted {len(self.workers)} worker processes")
 

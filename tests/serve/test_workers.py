@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import httpx
 import psutil
@@ -103,6 +104,53 @@ def test_a_killed_or_frozen_worker_is_replaced_and_the_port_answers_again(index_
         assert f"worker process {killed} ended (exit status -9); starting another" in log
         assert f"worker process {loading} ended (exit status -9); starting another" in log
         assert f"worker process {frozen} has not answered for {SILENT_SECONDS:g} s; killing it" in log
+    finally:
+        server.stop()
+    assert server.process.returncode == 0
+
+
+def worker_processes(server: ServeProcess) -> list[psutil.Process]:
+    """The server's children but multiprocessing's resource tracker."""
+    return [c for c in psutil.Process(server.pid).children() if "resource_tracker" not in " ".join(c.cmdline())]
+
+
+def restarted(server: ServeProcess, times: int) -> bool:
+    return server.log.read_text().count("restarted 2 worker processes") >= times
+
+
+@pytest.mark.slow
+def test_sighup_restarts_each_worker_with_the_port_always_served_and_one_that_dies_meanwhile_is_replaced(
+    index_copy, tmp_path
+):
+    """The rolling restart: each new process serves before the old one stops, so the port is never
+    seen with fewer listeners than workers. An old process killed while a new one loaded was left
+    dead until the whole restart had ended (minutes, with a large index)."""
+    server = ServeProcess(index_copy, tmp_path / "workers.log", "--serve.workers", "2", *PER_WORKER)
+    try:
+        server.wait_ready()
+        first = set(listening(server, 2))
+        os.kill(server.pid, signal.SIGHUP)
+        fewest, deadline = 2, time.monotonic() + 180
+        while not restarted(server, 1):
+            fewest = min(fewest, len(sockets_on(server, psutil.CONN_LISTEN)))
+            assert time.monotonic() < deadline and server.process.poll() is None, server.log.read_text()
+        assert fewest == 2
+        second = set(listening(server, 2))
+        assert not second & first
+        # Again, and an old process dies while the first new one loads: it is replaced at once.
+        os.kill(server.pid, signal.SIGHUP)
+        until(lambda: {c.pid for c in psutil.Process(server.pid).children()} - second, 60)
+        killed = max(second)
+        os.kill(killed, signal.SIGKILL)
+        until(lambda: restarted(server, 2), 180)
+        log = server.log.read_text()
+        assert log.index(f"worker process {killed} ended (exit status -9); starting another") < log.rindex(
+            "restarted 2 worker processes"
+        )
+        assert not set(listening(server, 2)) & (first | second)
+        until(lambda: len(worker_processes(server)) == 2, 60)  # none left over
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            assert client.get("/healthz").status_code == 200
     finally:
         server.stop()
     assert server.process.returncode == 0
