@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import resource
+import signal
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "examples" / "sample"
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    """A subprocess ``preexec_fn``: storage that refuses to grow a file past ``limit`` bytes, as a full
+    disk refuses (the write fails with EFBIG instead of a signal killing the process), no disk filled."""
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    return apply
+
 
 # Small chunks so the tiny sample still yields several chunks, sub-chunks and graph edges.
 SAMPLE_SETTINGS = {

@@ -1,8 +1,13 @@
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 
 from hopgraph.cache import CachedEmbedder, VectorCache
 from hopgraph.config import EmbeddingConfig
 from hopgraph.models import embed_long_texts, load_embedder
+from tests.conftest import file_size_limit
 
 
 def test_cached_embedder_embeds_each_text_once(tmp_path):
@@ -93,3 +98,31 @@ def test_an_interrupted_embedding_keeps_every_finished_batch(tmp_path):
     kept = VectorCache(config.cache, "sentence-transformers:" + config.model).get_many(texts)
     assert sum(v is not None for v in kept) == 8  # two batches of four
     assert all(np.array_equal(v, c) for v, c in zip(kept, clean) if v is not None)  # the vectors a whole run gives
+
+
+STORE_PAST_LIMIT = {
+    "vectors": "from hopgraph.cache import VectorCache; import numpy as np; "
+    "VectorCache(PATH, 'm').put_many(['t'], [np.ones(100_000)])",
+    "completions": "from hopgraph.llm.client import CompletionCache; from hopgraph.llm.types import Completion; "
+    "CompletionCache(PATH).put('k', Completion(text='x' * 100_000, prompt_tokens=1, completion_tokens=1))",
+}
+
+
+@pytest.mark.parametrize("cache", sorted(STORE_PAST_LIMIT))
+def test_a_cache_on_storage_that_refuses_a_write_raises_the_os_error_it_stands_for(tmp_path, cache):
+    """SQLite's "disk I/O error" (or "database or disk is full") was no OSError, so a command ended
+    in a traceback instead of its one line naming the storage's state (hopgraph.errors.storage_state)."""
+    path = tmp_path / f"{cache}.sqlite"
+    code = STORE_PAST_LIMIT[cache].replace("PATH", repr(str(path)))
+    probe = f"""
+try:
+    {code}
+except OSError as exc:
+    from hopgraph.errors import storage_state
+    print(storage_state(exc), exc.filename)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, preexec_fn=file_size_limit(60_000)
+    )
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stdout.split() == ["failing", "(an", "I/O", "error)", str(path)], done.stdout

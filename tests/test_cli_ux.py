@@ -5,9 +5,7 @@ and a resumed `index` that reports its own time."""
 from __future__ import annotations
 
 import json
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
@@ -17,7 +15,7 @@ import pytest
 
 from hopgraph.config import example_toml, load_config
 from hopgraph.index.pipeline import STAGES
-from tests.conftest import SAMPLE
+from tests.conftest import SAMPLE, file_size_limit
 from tests.test_cli import SMALL, hopgraph
 
 QUESTIONS = [
@@ -174,14 +172,6 @@ def test_init_writes_the_commented_config(tmp_path):
     hopgraph("init", str(target), "--force")
 
 
-def _file_size_limit(limit: int):
-    def apply() -> None:  # in the child: a write past ``limit`` fails with EFBIG instead of killing it
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-    return apply
-
-
 def test_storage_that_refuses_a_write_ends_a_build_with_one_line_and_the_next_run_resumes(tmp_path):
     """A file-size limit makes the storage refuse writes as a full disk does (no disk need fill): an
     array write then ended in a traceback, numpy's OSError carrying no errno to say what it was."""
@@ -194,7 +184,7 @@ def test_storage_that_refuses_a_write_ends_a_build_with_one_line_and_the_next_ru
             capture_output=True,
             text=True,
             timeout=300,
-            preexec_fn=_file_size_limit(limit),
+            preexec_fn=file_size_limit(limit),
         )
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert refused.stderr.startswith("error: the storage is "), refused.stderr

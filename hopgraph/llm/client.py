@@ -22,6 +22,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from hopgraph.cache import storage_errors
 from hopgraph.config import LLMConfig
 from hopgraph.config.base import llm_address
 from hopgraph.errors import LLMRequestError, LLMUnavailableError
@@ -304,9 +305,10 @@ class CompletionCache:
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        with storage_errors(self.path):  # a full disk says so in one line (hopgraph.errors.storage_state)
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
     def get(self, key: str) -> Completion | None:
         with self._lock:
@@ -329,7 +331,7 @@ class CompletionCache:
                 "completion_tokens": completion.completion_tokens,
             }
         )
-        with self._lock, self._db:
+        with self._lock, storage_errors(self.path), self._db:
             self._db.execute("INSERT OR REPLACE INTO completions (key, value) VALUES (?, ?)", (key, value))
 
 
