@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -275,8 +275,25 @@ class HttpLLM:
             except BaseException:
                 for future in futures:
                     future.cancel()
+                self._keep_running(futures, out, on_done)
                 raise
         return [c for c in out if c is not None]
+
+    @staticmethod
+    def _keep_running(
+        futures: dict[Future[Completion], int], out: list[Completion | None], on_done: Done | None
+    ) -> None:
+        """After a failure, the requests already sent: the pool waits for them anyway, so what they
+        bring goes to ``on_done`` (the cache) too, and a re-run does not pay for them again."""
+        for future, i in futures.items():
+            if future.cancelled() or out[i] is not None:
+                continue
+            try:
+                out[i] = completion = future.result()
+                if on_done:
+                    on_done(i, completion)
+            except BaseException:  # noqa: BLE001, S112 - the first failure is the one raised
+                continue
 
 
 def _piece(config: LLMConfig, data: str) -> Completion:

@@ -286,6 +286,24 @@ def test_completions_that_arrived_before_a_failure_stay_in_the_cache(tmp_path):
     assert [c.cached for c in done[:2]] == [True, True] and not done[2].cached
 
 
+def test_completions_still_running_when_another_fails_are_kept_too(tmp_path):
+    """A failure ended the call only once the requests already sent had come back (the pool waits
+    for them), and their completions were dropped: the re-run paid for them again."""
+
+    def reply(body, n):
+        prompt = body["messages"][-1]["content"]
+        return (503, '{"error": "down"}', 0) if "bad" in prompt else (200, f"answer to {prompt}", 1.0)
+
+    requests = [ask("slow good"), ask("bad")]
+    with ScriptedServer(reply) as server:
+        config = scripted_config(server, tmp_path, retries=0, concurrency=2)
+        cache = CompletionCache(config.cache)
+        llm = CachedLLM(HttpLLM(config), cache)
+        with pytest.raises(LLMUnavailableError, match="HTTP 503"):
+            llm.complete(requests)
+    assert cache.get(requests[0].key(llm.name)).text == "answer to slow good"
+
+
 def test_structured_requests_carry_the_json_schema(tmp_path, monkeypatch):
     monkeypatch.setenv("HOPGRAPH_TEST_KEY", "s3cret")
     with ScriptedServer(lambda body, n: (200, "{}", 0)) as server:  # scripted: to read the exact request bodies
