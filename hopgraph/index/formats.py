@@ -393,6 +393,10 @@ def read_html(data: bytes) -> Extracted:
     from bs4.dammit import EncodingDetector, UnicodeDammit  # noqa: PLC0415
 
     declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
+    if data.startswith(tuple(bom for bom, _ in _BOMS + _BOMS16)):
+        declared = None  # as the HTML standard has it: a byte-order mark wins over a stale <meta charset>
+    elif declared and declared.lower().replace("_", "-").startswith(("utf-16", "utf-32", "utf16", "utf32")):
+        declared = "utf-8"  # ... and a declared UTF-16 in a page that the 8-bit <meta> itself shows is not
     markup = UnicodeDammit(data, [declared], is_html=True).unicode_markup if declared else decode(data)[0]
     if markup is None:
         raise Unreadable(f"HTML is not in its declared encoding {declared!r} (nor in another that fits)")
