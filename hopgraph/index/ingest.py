@@ -45,7 +45,8 @@ from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchm
 from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
 
 _MARKDOWN = (".md", ".markdown")
-_MARKDOWN_HEADING = re.compile(r"^ {0,3}#[ \t]+(.*\S)[ \t]*$", re.MULTILINE)
+_MARKDOWN_HEADING = re.compile(r"^ {0,3}#[ \t]+(.*\S)[ \t]*$")
+_MARKDOWN_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _MAX_LISTED = 20
 _IDS_SHOWN = 10
 _KINDS = ", ".join(DOCUMENT_SUFFIXES + (".jsonl",))
@@ -275,8 +276,21 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
 
 
 def _markdown_title(text: str) -> str | None:
-    match = _MARKDOWN_HEADING.search(text)
-    return re.sub(r"[ \t]+#+$", "", match.group(1)).strip() if match else None
+    """The first level-1 heading outside fenced code (a shell comment "# install" is none)."""
+    fence = ""
+    for line in text.splitlines():
+        marker = _MARKDOWN_FENCE.match(line)
+        if fence:  # inside: only a run of the same character, at least as long, closes it
+            if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):
+                fence = "" if not line[marker.end() :].strip() else fence
+            continue
+        if marker:
+            fence = marker.group(1)
+            continue
+        heading = _MARKDOWN_HEADING.match(line)
+        if heading:
+            return re.sub(r"[ \t]+#+$", "", heading.group(1)).strip()
+    return None
 
 
 def _modified(path: Path) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hopgraph.errors import InputError
-from hopgraph.index.ingest import InputProblem, read_corpus
+from hopgraph.index.ingest import InputProblem, read_corpus, read_upload
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 
@@ -373,3 +373,19 @@ def test_a_linked_benchmark_folder_is_read_as_a_benchmark(tmp_path: Path) -> Non
     (tmp_path / "corpus" / "bench").symlink_to(bench)
     result = read_corpus([tmp_path / "corpus"])
     assert [d.text for d in result.documents] == ["para zero", "para one"] and result.problems == []
+
+
+@pytest.mark.parametrize(
+    "text, title",
+    [
+        ("Setup notes.\n\n## Steps\n\n```bash\n# install the toolchain\napt-get install gcc\n```\n", "setup"),
+        ("~~~~\n# not this\n~~~\n# nor this\n~~~~\n\n# Real Title #\n", "Real Title"),
+        ("```python\n# unclosed fence to the end\n", "setup"),
+        ("    # indented code\n\n# Heading\n", "Heading"),
+    ],
+    ids=["comment-in-code", "longer-fence", "unclosed", "indented"],
+)
+def test_a_markdown_title_is_a_heading_outside_code(text, title):
+    """A shell comment in a fenced block ("# install the toolchain") became the title of a .md without
+    an H1: embedded with every chunk, cited, listed."""
+    assert read_upload("setup.md", text.encode()).documents[0].title == title
