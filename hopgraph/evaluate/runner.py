@@ -41,14 +41,17 @@ PEAK_MEMORY_COVERS = "this process: reading the dataset, the index stages run no
 def build_config(index_dir: str | Path, config: HopgraphConfig) -> HopgraphConfig:
     """The config the index is built or resumed with: this run's build settings, and the query-time
     settings the index already stores (the defaults for a new one), so an evaluation's retrieval
-    overrides apply to its own run and are never written into the index it measures."""
+    overrides apply to its own run and are never written into the index it measures. A complete
+    index keeps its LLM connection and embedding device too: this run builds nothing with them, and
+    `serve` or `query --answer` on the index would otherwise use the answer model of an evaluation."""
     store = IndexStore(index_dir)
-    stored = (
-        validate_config(store.read_manifest()["config"], source=f"{store.manifest_path}")
-        if store.exists()
-        else HopgraphConfig()
-    )
-    return config.model_copy(update={name: getattr(stored, name) for name in QUERY_TIME})
+    manifest = store.read_manifest() if store.exists() else {}
+    stored = validate_config(manifest["config"], source=f"{store.manifest_path}") if manifest else HopgraphConfig()
+    kept = {name: getattr(stored, name) for name in QUERY_TIME}
+    if manifest.get("complete"):
+        kept["llm"] = stored.llm
+        kept["embedding"] = config.embedding.model_copy(update={"device": stored.embedding.device})
+    return config.model_copy(update=kept)
 
 
 def percentile_ms(seconds: list[float], q: float) -> float:

@@ -53,10 +53,14 @@ def test_eval_overrides_never_reach_the_index(tmp_path):
     assert set(first["index"]["stages_seconds_this_run"]) >= {"documents", "chunks", "knn_graph"}
     assert first["index"]["stages_seconds_earlier_build"] == {}
 
-    override = load_config(None, {**SAMPLE_SETTINGS, "retrieval.ppr.damping": 0.6, "retrieval.budget": 300})
+    answering = {"llm.base_url": "http://127.0.0.1:9/v1", "llm.model": "evaluated-model", "embedding.device": "cuda"}
+    override = load_config(
+        None, {**SAMPLE_SETTINGS, "retrieval.ppr.damping": 0.6, "retrieval.budget": 300, **answering}
+    )
     second = evaluate(data, index, override, ["ppr"], progress=False)
     manifest = IndexStore(index).read_manifest()
     assert manifest["config"]["retrieval"] == stored["retrieval"]  # the index's own settings, untouched
+    assert (manifest["config"]["llm"], manifest["config"]["embedding"]) == (stored["llm"], stored["embedding"])
     assert second["config"]["retrieval"]["ppr"]["damping"] == 0.6  # ... while this run used its own
     assert second["budget"] == 300
     # Nothing was rebuilt: every stage time is the earlier build's, and says so.
