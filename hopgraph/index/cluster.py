@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,20 @@ def _listening(address: str) -> None:
         ) from None
 
 
+def _check_window(embedding: EmbeddingConfig) -> None:
+    """ConfigError, before any stage, where this machine (the driver) cannot tell the embedding window:
+    without ``embedding.window_tokens`` it reads the model folder's limit, and the folder may be on
+    the GPU nodes alone. The embedding stage failed with a traceback, after the stages before it."""
+    if embedding.effective_window_tokens is not None:
+        return
+    folder = Path(embedding.model).expanduser()
+    why = "declares no input limit" if folder.is_dir() else "is not on this machine (the driver)"
+    raise ConfigError(
+        f"embedding.window_tokens: the model folder {str(folder)!r} {why}, and the driver reads the model's input "
+        "limit from it (its .json files); copy them here or give --embedding.window_tokens (BGE-M3: 6144)"
+    )
+
+
 class RayEngine:
     """A connection to a Ray cluster (started here when no address is given) and the workers on it.
 
@@ -113,6 +128,7 @@ class RayEngine:
     """
 
     def __init__(self, config: HopgraphConfig):
+        _check_window(config.embedding)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never report usage anywhere
         self.ray = ray = import_ray()
         self.config = config

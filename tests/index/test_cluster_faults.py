@@ -86,6 +86,27 @@ def test_an_actor_that_cannot_load_its_model_is_one_line(ray_cluster, tmp_path):
     assert "is not a local folder" in message
 
 
+def test_a_driver_that_cannot_tell_the_embedding_window_is_refused_before_any_stage(tmp_path):
+    """The model folder on the GPU nodes alone: the build ran its first stages, then the embedding
+    stage ended in a ValueError traceback (and the stage keys recorded no window)."""
+    from hopgraph.index.cluster import RayEngine
+
+    missing = tmp_path / "bge-m3"
+    config = configure(
+        HopgraphConfig.model_validate({}),
+        tmp_path,
+        "nowhere",
+        embedding__model=str(missing),
+        embedding__window_tokens=None,
+    )
+    with pytest.raises(ConfigError, match=f"the model folder '{missing}' is not on this machine") as refused:
+        RayEngine(config)
+    assert "--embedding.window_tokens" in str(refused.value)
+    missing.mkdir()
+    with pytest.raises(ConfigError, match="declares no input limit"):
+        RayEngine(config)
+
+
 def test_an_address_where_nothing_listens_is_refused_at_once(tmp_path):
     """Ray's own connection attempts went on for 14 minutes before a traceback."""
     from hopgraph.index.cluster import RayEngine
