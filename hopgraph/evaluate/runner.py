@@ -42,15 +42,17 @@ def build_config(index_dir: str | Path, config: HopgraphConfig) -> HopgraphConfi
     """The config the index is built or resumed with: this run's build settings, and the query-time
     settings the index already stores (the defaults for a new one), so an evaluation's retrieval
     overrides apply to its own run and are never written into the index it measures. A complete
-    index keeps its LLM connection and embedding device too: this run builds nothing with them, and
-    `serve` or `query --answer` on the index would otherwise use the answer model of an evaluation."""
+    index keeps its embedding device, and its LLM connection unless this run adds or changes an
+    LLM-built part: `serve` or `query --answer` on the index would otherwise use an evaluation's
+    answer model, and a KG would be extracted again by it (its model is part of the stage's key)."""
     store = IndexStore(index_dir)
     manifest = store.read_manifest() if store.exists() else {}
     stored = validate_config(manifest["config"], source=f"{store.manifest_path}") if manifest else HopgraphConfig()
     kept = {name: getattr(stored, name) for name in QUERY_TIME}
     if manifest.get("complete"):
-        kept["llm"] = stored.llm
         kept["embedding"] = config.embedding.model_copy(update={"device": stored.embedding.device})
+        if config.extraction == stored.extraction:
+            kept["llm"] = stored.llm
     return config.model_copy(update=kept)
 
 
@@ -93,7 +95,7 @@ def evaluate(
     for method in methods:  # every method checked before the first runs: none's results are lost to a later one
         check_method(method, manifest, str(index_dir))
     ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
-    retriever = Retriever(index_dir, config.retrieval)
+    retriever = Retriever(index_dir, config.retrieval, device=config.embedding.device)  # this run's device
     started = time.perf_counter()
     vectors = retriever.embed([q.text for q in bench.questions])
     query_embedding_seconds = time.perf_counter() - started

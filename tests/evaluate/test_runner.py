@@ -11,7 +11,7 @@ import pytest
 
 from hopgraph.config import load_config
 from hopgraph.errors import OtherIndexError
-from hopgraph.evaluate.runner import evaluate, write_outputs
+from hopgraph.evaluate.runner import build_config, evaluate, write_outputs
 from hopgraph.index.ingest import read_corpus
 from hopgraph.index.pipeline import build_index
 from hopgraph.store import IndexStore
@@ -53,7 +53,7 @@ def test_eval_overrides_never_reach_the_index(tmp_path):
     assert set(first["index"]["stages_seconds_this_run"]) >= {"documents", "chunks", "knn_graph"}
     assert first["index"]["stages_seconds_earlier_build"] == {}
 
-    answering = {"llm.base_url": "http://127.0.0.1:9/v1", "llm.model": "evaluated-model", "embedding.device": "cuda"}
+    answering = {"llm.base_url": "http://127.0.0.1:9/v1", "llm.model": "evaluated-model", "embedding.device": "cpu"}
     override = load_config(
         None, {**SAMPLE_SETTINGS, "retrieval.ppr.damping": 0.6, "retrieval.budget": 300, **answering}
     )
@@ -61,6 +61,9 @@ def test_eval_overrides_never_reach_the_index(tmp_path):
     manifest = IndexStore(index).read_manifest()
     assert manifest["config"]["retrieval"] == stored["retrieval"]  # the index's own settings, untouched
     assert (manifest["config"]["llm"], manifest["config"]["embedding"]) == (stored["llm"], stored["embedding"])
+    # ... unless this run adds an LLM-built part: then it is built through this run's LLM.
+    adding = load_config(None, {**SAMPLE_SETTINGS, **answering, "extraction.kg": "all"})
+    assert build_config(index, adding).llm == adding.llm
     assert second["config"]["retrieval"]["ppr"]["damping"] == 0.6  # ... while this run used its own
     assert second["budget"] == 300
     # Nothing was rebuilt: every stage time is the earlier build's, and says so.
