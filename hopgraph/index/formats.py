@@ -393,10 +393,11 @@ def read_html(data: bytes) -> Extracted:
     from bs4.dammit import EncodingDetector, UnicodeDammit  # noqa: PLC0415
 
     declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
-    if data.startswith(tuple(bom for bom, _ in _BOMS + _BOMS16)):
-        declared = None  # as the HTML standard has it: a byte-order mark wins over a stale <meta charset>
-    elif declared and declared.lower().replace("_", "-").startswith(("utf-16", "utf-32", "utf16", "utf32")):
-        declared = "utf-8"  # ... and a declared UTF-16 in a page that the 8-bit <meta> itself shows is not
+    # As the HTML standard has it: a byte-order mark wins over a stale <meta charset>, and a declared
+    # UTF-16 or UTF-32 is wrong in a page whose 8-bit <meta> could be read (UTF-8 first, then detection).
+    bom = data.startswith(tuple(mark for mark, _ in _BOMS + _BOMS16))
+    if bom or (declared and declared.lower().replace("_", "-").startswith(("utf-16", "utf-32", "utf16", "utf32"))):
+        declared = None
     markup = UnicodeDammit(data, [declared], is_html=True).unicode_markup if declared else decode(data)[0]
     if markup is None:
         raise Unreadable(f"HTML is not in its declared encoding {declared!r} (nor in another that fits)")

@@ -125,9 +125,10 @@ def test_html_gives_visible_text_by_blocks_in_its_declared_encoding(tmp_path: Pa
     [
         b'\xef\xbb\xbf<meta charset="iso-8859-1"><title>Caf\xc3\xa9</title><p>Caf\xc3\xa9 cr\xc3\xa8me</p>',
         b'<meta charset="utf-16"><title>Caf\xc3\xa9</title><p>Caf\xc3\xa9 cr\xc3\xa8me</p>',
+        b'<meta charset="utf-16"><title>Caf\xe9</title><p>Caf\xe9 cr\xe8me</p>',  # Latin-1, an even length
         '<meta charset="iso-8859-1"><title>Caf\u00e9</title><p>Caf\u00e9 cr\u00e8me</p>'.encode("utf-16"),
     ],
-    ids=["bom-over-meta", "utf16-meta-in-8-bit-bytes", "utf16-with-its-bom"],
+    ids=["bom-over-meta", "utf16-meta-in-utf8", "utf16-meta-in-latin1", "utf16-with-its-bom"],
 )
 def test_html_encoding_follows_the_byte_order_mark_and_an_8_bit_page_is_never_utf16(data: bytes) -> None:
     """A UTF-8 page with a BOM and a stale Latin-1 <meta> read "CafÃ©"; one declaring utf-16 in
