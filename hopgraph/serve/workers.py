@@ -268,8 +268,12 @@ class Supervisor:
             if self.stop.is_set():
                 return
             new = self.start()
-            while not new.serving(0.5) and new.process.is_alive() and not self.stop.is_set() and not new.stuck():
-                self.replace_dead()  # one of those serving that dies meanwhile is replaced now, not after
+            try:
+                while not new.serving(0.5) and new.process.is_alive() and not self.stop.is_set() and not new.stuck():
+                    self.replace_dead()  # one of those serving that dies meanwhile is replaced now, not after
+            except BaseException:  # a replacement that could not start stops the server: this one with it
+                self.halt([new])
+                raise
             if self.stop.is_set():
                 self.halt([new])
                 return

@@ -139,7 +139,7 @@ def test_sighup_restarts_each_worker_with_the_port_always_served_and_one_that_di
         assert not second & first
         # Again, and an old process dies while the first new one loads: it is replaced at once.
         os.kill(server.pid, signal.SIGHUP)
-        until(lambda: {c.pid for c in psutil.Process(server.pid).children()} - second, 60)
+        until(lambda: {c.pid for c in worker_processes(server)} - second, 60)
         killed = max(second)
         os.kill(killed, signal.SIGKILL)
         until(lambda: restarted(server, 2), 180)
