@@ -35,6 +35,7 @@ class _Pending:
     text: str
     encode: Encode
     future: Future[np.ndarray] = field(default_factory=Future)
+    abandoned: bool = False  # its caller stopped waiting (a timeout): not embedded again alone
 
 
 class QueryBatcher:
@@ -75,6 +76,7 @@ class QueryBatcher:
         try:
             return item.future.result(timeout)
         except FutureTimeout:
+            item.abandoned = True
             item.future.cancel()  # still queued: it is dropped from its batch
             raise TimeoutError(f"no query vector within {timeout:g} s (the embedding queue is busy)") from None
 
@@ -147,16 +149,30 @@ class QueryBatcher:
             try:
                 outcomes_of = list(self._rows(live, chosen))
             except BaseException as exc:  # noqa: BLE001 - the waiting requests get the failure, the thread goes on
-                outcomes_of = [exc] if len(chosen) == 1 else [self._alone(live, i) for i in chosen]
+                outcomes_of = [exc] if len(chosen) == 1 else self._one_by_one(live, chosen, exc)
             for i, outcome in zip(chosen, outcomes_of):
                 outcomes[i] = outcome
         return outcomes
 
-    def _alone(self, live: list[_Pending], i: int) -> np.ndarray | BaseException:
-        try:
-            return self._rows(live, [i])[0]
-        except BaseException as exc:  # noqa: BLE001 - this request's own failure
-            return exc
+    def _one_by_one(
+        self, live: list[_Pending], chosen: list[int], failure: BaseException
+    ) -> list[np.ndarray | BaseException]:
+        """The questions of a failed group embedded alone, but those whose callers gave up. Until one
+        succeeds, two failures alone mean the model itself fails: the rest get ``failure`` at once,
+        rather than a down model being called once per question."""
+        outcomes: list[np.ndarray | BaseException] = []
+        failed, succeeded = 0, False
+        for i in chosen:
+            if live[i].abandoned or (failed >= 2 and not succeeded):
+                outcomes.append(failure)
+                continue
+            try:
+                outcomes.append(self._rows(live, [i])[0])
+                succeeded = True
+            except BaseException as exc:  # noqa: BLE001 - this request's own failure
+                outcomes.append(exc)
+                failed += 1
+        return outcomes
 
     @staticmethod
     def _rows(live: list[_Pending], chosen: list[int]) -> list[np.ndarray]:

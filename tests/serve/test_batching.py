@@ -101,7 +101,7 @@ def test_a_failed_batch_fails_every_waiting_request_and_the_next_batch_works(emb
         with ThreadPoolExecutor(5) as pool:
             futures = [pool.submit(batcher.embed, q, broken, 60) for q in QUESTIONS[:5]]
             errors = [f.exception(timeout=60) for f in futures]
-        assert calls == [5, 1, 1, 1, 1, 1]  # the batch, then each question alone
+        assert calls == [5, 1, 1]  # the batch, then questions alone until two of them failed too
         assert all(isinstance(e, RuntimeError) and "crashed" in str(e) for e in errors)
         vector = batcher.embed(QUESTIONS[0], embedder.encode_queries, timeout=60)
         np.testing.assert_allclose(vector, embedder.encode_queries([QUESTIONS[0]])[0], atol=1e-5)
