@@ -116,7 +116,8 @@ def _check_window(embedding: EmbeddingConfig) -> None:
     why = "declares no input limit" if folder.is_dir() else "is not on this machine (the driver)"
     raise ConfigError(
         f"embedding.window_tokens: the model folder {str(folder)!r} {why}, and the driver reads the model's input "
-        "limit from it (its .json files); copy them here or give --embedding.window_tokens (BGE-M3: 6144)"
+        "limit from it (its .json files); copy them here or give --embedding.window_tokens: 3/4 of the model's "
+        "input limit in cl100k tokens (MiniLM 192, BGE-M3 6144)"
     )
 
 

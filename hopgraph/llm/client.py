@@ -292,7 +292,7 @@ class HttpLLM:
                 out[i] = completion = future.result()
                 if on_done:
                     on_done(i, completion)
-            except BaseException:  # noqa: BLE001, S112 - the first failure is the one raised
+            except Exception:  # noqa: BLE001, S112 - the first failure is the one raised (a Ctrl-C is not caught)
                 continue
 
 

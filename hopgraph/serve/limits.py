@@ -65,7 +65,7 @@ def check_params(overrides: dict[str, Any], limits: RequestLimits, server: Retri
     for 10, so it must not slip past the bounds.
     """
     for setting, raw in overrides.items():
-        value = as_number(raw)
+        value = float(raw) if setting in SERVER_FIXED and isinstance(raw, bool) else as_number(raw)  # read as 1, 0
         if value is None:
             continue
         if not math.isfinite(value):

@@ -160,15 +160,15 @@ def test_a_setting_that_shapes_a_kept_graph_is_the_servers_alone(server):
     snap = server.app.state.holder.current
     own = snap.retriever.config.ppr.entity_cooccurrence_weight
 
-    def ask(weight: float) -> httpx.Response:
+    def ask(weight: float | bool) -> httpx.Response:
         params = {"ppr": {"entity_cooccurrence_weight": weight}}
         body = {"query": MAYOR, "method": "ppr", "params": params}
         return httpx.post(f"{server.url}/v1/retrieve", json=body, headers=auth("guest"), timeout=60)
 
     assert ask(own).status_code == 200  # the server's own value is no change
     walks = sorted(key for key in snap.index._memo if key[0] == "walk")
-    for step in range(3):
-        response = ask(own / 2 + step * 1e-6)
+    for weight in (own / 2, own / 2 + 1e-6, True):  # the settings read true as 1.0
+        response = ask(weight)
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert error["code"] == "over_limit" and "params.ppr.entity_cooccurrence_weight" in error["message"]

@@ -57,8 +57,10 @@ def _mention_view(index: LoadedIndex, readable: np.ndarray) -> tuple[np.ndarray,
 
 
 def _open_view(index: LoadedIndex) -> tuple[np.ndarray, list[str]]:
-    everything = np.ones(len(index.table("kg_surfaces")["entity"]), dtype=bool)
-    return index.memo("kg", "open_view", lambda: _mention_view(index, everything))
+    def everything() -> tuple[np.ndarray, list[str]]:
+        return _mention_view(index, np.ones(len(index.table("kg_surfaces")["entity"]), dtype=bool))
+
+    return index.memo("kg", "open_view", everything)
 
 
 def _entity_view(index: LoadedIndex, scope: Scope) -> tuple[np.ndarray, list[str]]:
