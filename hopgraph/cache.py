@@ -37,6 +37,8 @@ def storage_errors(path: Path) -> Iterator[None]:
     except sqlite3.OperationalError as exc:
         name = getattr(exc, "sqlite_errorname", "")
         code = next((code for prefix, code in SQLITE_STORAGE_ERRORS.items() if name.startswith(prefix)), None)
+        if name.startswith("SQLITE_CANTOPEN") and os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+            code = errno.EROFS  # a new file (or a WAL's -shm) on a read-only file system
         if code is None:
             raise
         raise OSError(code, f"{os.strerror(code)} (SQLite: {exc})", str(path)) from exc
@@ -76,9 +78,10 @@ class TextKeyedCache:
         found: dict[bytes, Any] = {}
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
-            rows = self._db.execute(
-                f"SELECT key, {self.COLUMN} FROM {self.TABLE} WHERE key IN ({','.join('?' * len(batch))})", batch
-            )
+            with storage_errors(self.path):
+                rows = self._db.execute(
+                    f"SELECT key, {self.COLUMN} FROM {self.TABLE} WHERE key IN ({','.join('?' * len(batch))})", batch
+                ).fetchall()
             found.update((k, self.decode(v)) for k, v in rows)
         return [found.get(k) for k in keys]
 

@@ -146,7 +146,7 @@ class Group(click.Group):
             if state is None:
                 raise
             # A full disk is the machine's state, not a bug: one line naming the file, not a traceback.
-            where = f" (writing {exc.filename})" if exc.filename else ""
+            where = f" (at {exc.filename})" if exc.filename else ""
             fail(f"the storage is {state}{where}: {exc.strerror or exc}{_kept(ctx)}")
 
 

@@ -33,7 +33,8 @@ def listed(problems: Sequence[str], limit: int = SHOWN_PROBLEMS, total: int | No
 
 def storage_state(exc: BaseException) -> str | None:
     """What an OS error says of the storage itself ("full", "read-only", "over its file-size limit",
-    "failing"), or None for any other error: the machine's state, which an operator fixes, not a bug of hopgraph."""
+    "failing"), or None for any other error: the machine's state, which an operator fixes, not a bug of
+    hopgraph. (SQLite reports a file-size limit as an I/O error: "failing", see hopgraph.cache.)"""
     states = {
         errno.ENOSPC: "full",
         errno.EDQUOT: "full",

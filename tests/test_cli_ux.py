@@ -188,6 +188,6 @@ def test_storage_that_refuses_a_write_ends_a_build_with_one_line_and_the_next_ru
         )
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert refused.stderr.startswith("error: the storage is "), refused.stderr
-        assert f"(writing {culprit}" in refused.stderr, refused.stderr
+        assert f"(at {culprit}" in refused.stderr, refused.stderr
         assert refused.stderr.rstrip().endswith("run the same command again to resume"), refused.stderr
     assert "indexed 7 documents" in hopgraph(*build).stdout

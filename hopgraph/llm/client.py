@@ -328,7 +328,7 @@ class CompletionCache:
             self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
     def get(self, key: str) -> Completion | None:
-        with self._lock:
+        with self._lock, storage_errors(self.path):
             row = self._db.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None

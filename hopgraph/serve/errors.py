@@ -5,6 +5,7 @@ problems are listed."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -207,8 +208,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if state is None:
             return await unexpected(request, exc)
         log.error("%s %s: %s", request.method, request.url.path, exc)
-        status, code = {"read-only": (503, "storage_read_only"), "failing": (503, "storage_failing")}.get(
-            state.split(" ")[0], (507, "storage_full")
+        status, code = {errno.EROFS: (503, "storage_read_only"), errno.EIO: (503, "storage_failing")}.get(
+            exc.errno or 0, (507, "storage_full")
         )
         return error_response(
             status,
