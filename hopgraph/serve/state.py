@@ -76,6 +76,11 @@ def open_snapshot(path: Path, version: str, config: HopgraphConfig) -> Snapshot:
     return Snapshot(index.version, index, retriever, methods, frozenset(index.documents["id"]))
 
 
+def _job_states(listed: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    """Each job's (status, attempts, error): what a worker that records its outcome changes."""
+    return {j["id"]: (j["status"], j.get("attempts", 0), j.get("error")) for j in listed}
+
+
 def check_servable(path: Path) -> None:
     """Raise where a built version could not be served (with its own settings): the worker asks
     this before the version goes live, so one that no server can load is never published."""
@@ -378,6 +383,7 @@ class JobRunner:
     def _run_child(self) -> float:
         """Run the worker for one batch; returns when it exited (monotonic seconds)."""
         command = self.worker_command()
+        before = _job_states(jobs.list_jobs(self.root))
         with self._lock:
             if self._stop.is_set():  # stopping: no new worker (the job resumes on the next start)
                 return time.monotonic()
@@ -404,10 +410,13 @@ class JobRunner:
         if code == 0:
             self._crashes = 0
             return exited
-        running = [j for j in jobs.list_jobs(self.root) if j["status"] == "running"]
+        listed = jobs.list_jobs(self.root)
+        running = [j for j in listed if j["status"] == "running"]
         reason = f"the update worker exited with {code}" + (f" (killed by signal {-code})" if code < 0 else "")
         print(f"hopgraph serve: {reason} after {exited - started:.1f} s", file=sys.stderr, flush=True)
-        if code == FAILURE_RECORDED and not running:  # the worker recorded the jobs' failure itself
+        after = _job_states(listed)
+        recorded = any(after.get(job_id) != state for job_id, state in before.items())
+        if code == FAILURE_RECORDED and recorded and not running:  # the worker recorded the jobs' failure itself
             self._crashes = 0
             return exited
         # A worker may die before it records its attempt: count deaths here too.

@@ -222,12 +222,16 @@ def test_a_worker_that_keeps_dying_ends_failed_and_the_server_keeps_serving(inde
         assert after["status"] == "done" and "survivor" in server.app.state.holder.current.doc_ids
 
 
-def test_a_worker_that_dies_before_recording_anything_counts_as_a_crash(index_copy, serve_config, tmp_path):
+@pytest.mark.parametrize(
+    "death", ["raise OSError(28, 'No space left on device')", "raise SystemExit(4)"], ids=["traceback", "claims"]
+)
+def test_a_worker_that_dies_before_recording_anything_counts_as_a_crash(index_copy, serve_config, tmp_path, death):
     """A worker that ended with a traceback before writing a record (a full disk) read as one that had
-    recorded its failure: the next started at once, forever. The worker's death is injected (a
-    process that raises a full disk's error at once): tests cannot fill a disk portably."""
+    recorded its failure: the next started at once, forever; so did one whose status says it recorded
+    one (an error before the job began) while no record changed. The worker's death is injected (a
+    process that ends so at once): tests cannot fill a disk portably."""
     starts = tmp_path / "starts"
-    dies = f"open({str(starts)!r}, 'a').write('x'); raise OSError(28, 'No space left on device')"
+    dies = f"open({str(starts)!r}, 'a').write('x'); {death}"
     with (
         LiveServer(index_copy, configured(serve_config, job_attempts=2)) as server,
         httpx.Client(base_url=server.url, timeout=60) as client,
