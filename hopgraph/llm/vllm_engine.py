@@ -48,16 +48,25 @@ def engine_arguments(config: LLMConfig) -> dict[str, Any]:
 
 
 def run_engine_loop(
-    engine: Any, prompts: Sequence[Any], params: Sequence[Any], finished: Callable[[int, Any, float], None]
+    engine: Any,
+    prompts: Sequence[Any],
+    params: Sequence[Any],
+    finished: Callable[[int, Any, float], None],
+    refused: Callable[[int, str], None],
 ) -> None:
     """Add every prompt to a vLLM ``LLMEngine`` and step it until all are done; ``finished(i, output,
     seconds)`` is called for prompt ``i`` as soon as its output is final. vLLM schedules the whole
     set as one continuous batch, so throughput is that of a single ``LLM.chat`` call. ``seconds`` is
-    the time since the previous completion, so they sum to the wall time of the batch."""
+    the time since the previous completion, so they sum to the wall time of the batch. A prompt the
+    engine refuses (its ValueError: longer than ``max_model_len``) is ``refused(i, why)``, as the HTTP
+    path's 400 for that one request, not the end of the batch."""
     batch = next(_BATCHES)
     last = time.perf_counter()
     for i, (prompt, sampling) in enumerate(zip(prompts, params)):
-        engine.add_request(f"hopgraph-{batch}-{i}", prompt, sampling)
+        try:
+            engine.add_request(f"hopgraph-{batch}-{i}", prompt, sampling)
+        except ValueError as exc:
+            refused(i, str(exc)[:300])
     while engine.has_unfinished_requests():
         for output in engine.step():
             if output.finished:
@@ -129,12 +138,20 @@ class VllmEngine:
             if bar is not None:
                 bar.update()
 
+        def refused(i: int, why: str) -> None:  # never cached: another engine or a longer context may take it
+            done[i] = completion = Completion("", 0, 0, refused=f"vLLM: {why}")
+            if on_done:
+                on_done(i, completion)
+            if bar is not None:
+                bar.update()
+
         try:
             run_engine_loop(
                 self.engine.llm_engine,
                 [self._prompt(r) for r in requests],
                 [self._params(r) for r in requests],
                 finished,
+                refused,
             )
         finally:
             if bar is not None:

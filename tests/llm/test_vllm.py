@@ -48,6 +48,10 @@ class SteppedEngine:
         self.finish_at, self.pending, self.steps = finish_at, {}, 0
 
     def add_request(self, request_id, prompt, params):
+        if len(prompt) > 10:  # vLLM's own refusal of a prompt past max_model_len, raised as it raises it
+            raise ValueError(
+                f"The decoder prompt (length {len(prompt)}) is longer than the maximum model length of 10."
+            )
         self.pending[request_id] = int(request_id.rsplit("-", 1)[1])
 
     def has_unfinished_requests(self):
@@ -66,12 +70,32 @@ def test_each_completion_is_delivered_when_it_finishes_not_after_the_batch():
     engine = SteppedEngine([3, 1, 2, 1])
     delivered = []
     run_engine_loop(
-        engine, ["a", "b", "c", "d"], [None] * 4, lambda i, out, seconds: delivered.append((i, engine.steps))
+        engine,
+        ["a", "b", "c", "d"],
+        [None] * 4,
+        lambda i, out, seconds: delivered.append((i, engine.steps)),
+        lambda i, why: pytest.fail(why),
     )
     assert sorted(delivered) == [(0, 3), (1, 1), (2, 2), (3, 1)]  # each at the step it finished in
     engine = SteppedEngine([1])
-    run_engine_loop(engine, ["again"], [None], lambda i, out, seconds: delivered.append((i, engine.steps)))
+    run_engine_loop(engine, ["again"], [None], lambda i, out, seconds: delivered.append((i, engine.steps)), pytest.fail)
     assert delivered[-1] == (0, 1)  # request ids stay unique across calls on one engine
+
+
+def test_a_prompt_the_engine_refuses_is_that_requests_refusal_and_the_others_finish():
+    """vLLM raises ValueError in add_request for a prompt past max_model_len: it ended the whole
+    extraction stage in a traceback, nothing cached, where the HTTP path records one fallback."""
+    engine = SteppedEngine([1, 0, 2])
+    delivered, refusals = [], []
+    run_engine_loop(
+        engine,
+        ["short", "a prompt far too long", "brief"],
+        [None] * 3,
+        lambda i, out, seconds: delivered.append(i),
+        lambda i, why: refusals.append((i, why)),
+    )
+    assert sorted(delivered) == [0, 2]
+    assert refusals == [(1, "The decoder prompt (length 21) is longer than the maximum model length of 10.")]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
