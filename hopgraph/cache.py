@@ -167,14 +167,20 @@ class CachedEmbedder:
     def __init__(self, embedder, cache: VectorCache):
         self.inner = embedder
         self.cache = cache
-        self.name, self.dim = embedder.name, embedder.dim
+        self.name = embedder.name
         self.hits = 0
         self.misses = 0
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         cached = self.cache.get_many(texts)
         missing = [i for i, v in enumerate(cached) if v is None]
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        # All cached: the width is the vectors', so an embedder computed elsewhere (a Ray actor) is never asked.
+        width = len(cached[0]) if texts and not missing else self.dim
+        out = np.zeros((len(texts), width), dtype=np.float32)
         for i, v in enumerate(cached):
             if v is not None:
                 out[i] = v

@@ -111,7 +111,10 @@ def limit_compute_threads(threads: int) -> None:
 
 class Embedder(Protocol):
     name: str
-    dim: int
+
+    @property
+    def dim(self) -> int:
+        """Vector width (a wrapper may ask its model only when first needed)."""
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Row-normalised float32 vectors, one per passage (what the index stores). An embedder
@@ -278,8 +281,12 @@ class PromptedEmbedder:
 
     def __init__(self, inner: Any, query_prompt: str = "", passage_prompt: str = "", window_tokens: int | None = None):
         self.inner, self.query_prompt, self.passage_prompt = inner, query_prompt, passage_prompt
-        self.name, self.dim = inner.name, inner.dim
+        self.name = inner.name
         self.window_tokens = window_tokens or model_window_tokens(inner)
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         prompt = self.passage_prompt

@@ -18,6 +18,7 @@ index equals the embedded engine's (tests/index/test_cluster.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -375,7 +376,7 @@ class RayEngine:
     # ------------------------------------------------------------------ embeddings
     def embedder(self, config: EmbeddingConfig) -> RayEmbedder:
         key = model_key(config)
-        if key not in self._embedders:  # one dimension probe per model, not per stage
+        if key not in self._embedders:  # one dimension probe per model, not per stage (and none before a text needs it)
             self._embedders[key] = RayEmbedder(self, config)
         return self._embedders[key]
 
@@ -438,7 +439,12 @@ class RayEmbedder:
             raise ConfigError(f"embedding.backend {config.backend!r} is not registered")
         self.engine, self.config = engine, config
         self.name = config.model
-        self.dim = next(iter(engine.ready_actors(config, wait=True).values()))
+
+    @functools.cached_property
+    def dim(self) -> int:
+        """The model's dimension, from the first actor that loads it: asked only once a text is not in
+        the vector cache, so a run whose vectors are all cached starts no actor (no model loaded)."""
+        return next(iter(self.engine.ready_actors(self.config, wait=True).values()))
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), np.float32)

@@ -13,12 +13,14 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hopgraph.config import HopgraphConfig, LLMConfig
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.pipeline import build_index
 from hopgraph.llm.standin import StandinServer
+from hopgraph.models import load_embedder
 from hopgraph.store import IndexStore
 from tests.conftest import REPO, SHARED_DATA
 
@@ -327,6 +329,31 @@ def test_the_actor_pool_grows_with_the_work_and_gives_its_cpus_back_when_closed(
         assert free_cpus(ray, until=2.0, seconds=20)[-1] == 2.0
     finally:
         ray.shutdown()
+
+
+def test_texts_all_in_the_vector_cache_start_no_embedding_actor(ray_cluster, tmp_path):
+    """The actor pool started (each actor loading the model: BGE-M3 on a GPU) to learn the vectors'
+    width, even where every text was in the cache: a resumed or repeated build paid for it."""
+    from hopgraph.index.cluster import RayEngine
+
+    config = configure(
+        HopgraphConfig.model_validate({}),
+        tmp_path,
+        "cached",
+        cluster__engine="ray",
+        cluster__address=ray_cluster.address,
+    )
+    texts = ["Ada Lovelace", "Charles Babbage"]
+    here = load_embedder(config.embedding, cached=True).encode(texts)  # the vectors, cached by this process
+    engine = RayEngine(config)
+    try:
+        embedder = load_embedder(config.embedding, cached=True, model=engine.embedder(config.embedding))
+        assert np.array_equal(embedder.encode(texts), here)
+        assert not engine._starting and not engine._ready  # no actor was started
+        assert embedder.encode([*texts, "Difference engine"]).shape == (3, here.shape[1])  # a new text starts one
+        assert engine._ready
+    finally:
+        engine.close()
 
 
 def test_named_entities_found_by_ray_tasks_equal_those_found_here(ray_cluster, tmp_path, musique_slice, monkeypatch):

@@ -45,7 +45,7 @@ def test_actors_no_node_can_hold_are_refused_at_once(ray_cluster, tmp_path, dott
     started = time.monotonic()
     try:
         with pytest.raises(ConfigError, match="no node of the Ray cluster can hold an embedding actor") as refused:
-            engine.embedder(engine.config.embedding)
+            engine.embedder(engine.config.embedding).encode(["Sorvik"])  # the first text that needs the model
     finally:
         engine.close()
     assert problem in str(refused.value) and time.monotonic() - started < 30
@@ -78,7 +78,7 @@ def test_an_actor_that_cannot_load_its_model_is_one_line(ray_cluster, tmp_path):
     engine = engine_for(ray_cluster, tmp_path, embedding__model=str(tmp_path / "no-such-model"))
     try:
         with pytest.raises(ClusterError) as failed:
-            engine.embedder(engine.config.embedding)
+            engine.embedder(engine.config.embedding).encode(["Sorvik"])
     finally:
         engine.close()
     message = str(failed.value)
