@@ -41,6 +41,12 @@ def configure(base: HopgraphConfig, work: Path, name: str, **dotted) -> Hopgraph
     return HopgraphConfig.model_validate(data)
 
 
+def on_cluster(ray_cluster, work: Path, name: str, **dotted) -> HopgraphConfig:
+    """The default settings on the test's Ray cluster (caches of its own under ``work``)."""
+    ray = {"cluster__engine": "ray", "cluster__address": ray_cluster.address}
+    return configure(HopgraphConfig.model_validate({}), work, name, **ray, **dotted)
+
+
 def assert_same_index(expected: Path, actual: Path) -> None:
     """Every artifact of one is in the other: tables and graphs identical, vectors within 1e-6."""
     compared, differ = IndexStore(expected).differences(IndexStore(actual), tolerance=1e-6)
@@ -305,15 +311,7 @@ def test_the_actor_pool_grows_with_the_work_and_gives_its_cpus_back_when_closed(
 
     from hopgraph.index.cluster import RayEngine
 
-    config = configure(
-        HopgraphConfig.model_validate({}),
-        tmp_path,
-        "pool",
-        cluster__engine="ray",
-        cluster__address=ray_cluster.address,
-        cluster__embed_actors=2,
-        cluster__embed_batch_size=16,
-    )
+    config = on_cluster(ray_cluster, tmp_path, "pool", cluster__embed_actors=2, cluster__embed_batch_size=16)
     engine = RayEngine(config)
     try:
         embedder = engine.embedder(config.embedding)
@@ -336,13 +334,7 @@ def test_texts_all_in_the_vector_cache_start_no_embedding_actor(ray_cluster, tmp
     width, even where every text was in the cache: a resumed or repeated build paid for it."""
     from hopgraph.index.cluster import RayEngine
 
-    config = configure(
-        HopgraphConfig.model_validate({}),
-        tmp_path,
-        "cached",
-        cluster__engine="ray",
-        cluster__address=ray_cluster.address,
-    )
+    config = on_cluster(ray_cluster, tmp_path, "cached")
     texts = ["Ada Lovelace", "Charles Babbage"]
     here = load_embedder(config.embedding, cached=True).encode(texts)  # the vectors, cached by this process
     engine = RayEngine(config)
