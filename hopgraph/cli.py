@@ -276,9 +276,16 @@ def evaluate(
             param_hint="--methods",
         )
     config = build_config(config_file, options)
-    payload = run(dataset, index_dir, config, chosen, limit=limit, progress=not quiet, answers=answers)
-    for skipped in payload["skipped_passages"]:
-        click.secho(f"skipped: {skipped}", fg="yellow", err=True)
+    payload = run(
+        dataset,
+        index_dir,
+        config,
+        chosen,
+        limit=limit,
+        progress=not quiet,
+        answers=answers,
+        skipped=lambda why: click.secho(f"skipped: {why}", fg="yellow", err=True),
+    )
     from hopgraph.evaluate.report import markdown_table  # noqa: PLC0415
     from hopgraph.evaluate.runner import result_columns  # noqa: PLC0415
 

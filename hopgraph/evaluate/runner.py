@@ -4,7 +4,7 @@ method, and score Coverage / supporting-passage recall; results as JSON, table a
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,18 @@ def evaluate(
     limit: int | None = None,
     progress: bool = True,
     answers: bool = False,
+    skipped: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run every method over the benchmark and return one result record per method.
 
     With ``answers`` the configured LLM also answers every question from each method's context,
-    adding EM, F1 and Accuracy and the answer-generation token counts.
+    adding EM, F1 and Accuracy and the answer-generation token counts. ``skipped(why)`` hears of
+    each passage left out as soon as the dataset is read, not once a long run has ended.
     """
     bench = load_benchmark(dataset, limit=limit)
+    if skipped is not None:
+        for why in bench.skipped:
+            skipped(why)
     check_questions(bench, dataset)
     if live_version(index_dir):
         raise IndexFormatError(

@@ -123,8 +123,17 @@ def test_questions_that_cannot_be_scored_are_refused_and_bad_passages_left_out_a
     assert sorted(d.title for d in bench.documents) == sorted(t for t, _, _ in PARAGRAPHS)
     assert len(bench.skipped) == 1 and "'Noise'" in bench.skipped[0] and "control character" in bench.skipped[0]
     settings = load_config(None, SAMPLE_SETTINGS)
-    result = evaluate(data, tmp_path / "index", settings, ["text"], progress=False)
+    heard: list[tuple[str, bool]] = []  # each skipped passage, and whether the build had begun by then
+    result = evaluate(
+        data,
+        tmp_path / "index",
+        settings,
+        ["text"],
+        progress=False,
+        skipped=lambda why: heard.append((why, (tmp_path / "index").exists())),
+    )
     assert result["skipped_passages"] == bench.skipped
+    assert heard == [(why, False) for why in bench.skipped]  # said before the work, not after a long run
     for change, problem in (
         ({"answer": "", "answer_aliases": []}, "1 question without a gold answer(s): '2hop__1'"),
         ({"question": "  "}, "1 empty question(s)"),
