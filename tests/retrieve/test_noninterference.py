@@ -92,6 +92,32 @@ def test_default_mode_results_do_not_depend_on_forbidden_text(swapped, method):
         assert CODEWORDS[0].lower() not in shown and "wrenfield" not in shown
 
 
+@pytest.fixture(scope="module")
+def stamped(tmp_path_factory, sample_documents, sample_config):
+    """Indexes that differ only in the timestamp of a restricted document."""
+    root = tmp_path_factory.mktemp("stamped")
+    paths = {}
+    for stamp in ("2019-05-05", "2031-01-01"):
+        secret, other = secrets(CODEWORDS[0])
+        secret.metadata["timestamp"] = stamp
+        paths[stamp] = root / stamp
+        build_index([*sample_documents, secret, other], paths[stamp], sample_config, progress=False)
+    return list(paths.values())
+
+
+def test_freshness_ranks_only_the_documents_a_reader_may_read(stamped):
+    """ppr's freshness ranked every document's timestamp: a reader's scores told how many distinct
+    timestamps forbidden documents hold, and that a restricted one was added, and when."""
+    fresh_only = {"ppr.meta_weight": 100, **{f"ppr.{w}_weight": 0 for w in ("text", "graph", "path", "entity")}}
+    first, second = (Retriever(path) for path in stamped)
+    for question in questions(CODEWORDS[0])[3:]:
+        seen, other = (
+            r.retrieve(question, method="ppr", budget=400, metadata_filter=GUEST, overrides=fresh_only)
+            for r in (first, second)
+        )
+        assert signature(seen) == signature(other), question
+
+
 def kg_results(codeword: str, chunks: dict[str, list]) -> tuple[list[dict], list[int]]:
     """Extraction results for one public and one restricted chunk, standing in for the LLM's: the
     restricted chunk describes a public entity with the codeword and spells its name its own way

@@ -69,14 +69,20 @@ def _minmax(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (values - lo) / (hi - lo) if hi > lo else np.zeros_like(values)
 
 
-def _freshness(index: LoadedIndex) -> np.ndarray:
-    """Per sub-chunk, 0..1 rank of its newest document timestamp (0 where none)."""
-    stamps = [str(timestamp_of(m) or "") for m in index.documents["metadata"]]
-    ranks = {s: i for i, s in enumerate(sorted(set(stamps) - {""}))}
-    doc_fresh = (
-        np.array([(ranks[s] + 1) / len(ranks) if s else 0.0 for s in stamps]) if ranks else np.zeros(len(stamps))
-    )
-    return np.array([max(doc_fresh[d] for d in docs) for docs in index.units["docs"]])
+def _freshness(index: LoadedIndex, scope: Scope) -> np.ndarray:
+    """Per sub-chunk, 0..1 rank of its newest document timestamp among the documents of the pieces the
+    reader may use (0 where none). Ranked over every document, a reader's scores told how many
+    distinct timestamps forbidden documents hold, and that one was added."""
+
+    def compute() -> np.ndarray:
+        docs_of = index.units["docs"]
+        stamps = [str(timestamp_of(m) or "") for m in index.documents["metadata"]]
+        usable = {d for u in np.flatnonzero(scope.units) for d in docs_of[u]}  # all readable (piece_scopes)
+        ranks = {s: i for i, s in enumerate(sorted({stamps[d] for d in usable} - {""}))}
+        fresh = [(ranks[s] + 1) / len(ranks) if s in ranks else 0.0 for s in stamps]
+        return np.array([max((fresh[d] for d in docs), default=0.0) for docs in docs_of])
+
+    return scope.cached("ppr_freshness", compute)
 
 
 @register(
@@ -119,7 +125,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
         + cfg.path_weight * _minmax(seed_hits, scope.units)
     )
     if cfg.meta_weight:
-        score = score + cfg.meta_weight * _freshness(index)
+        score = score + cfg.meta_weight * _freshness(index, scope)
     if cfg.lexical_weight:
         score = score + cfg.lexical_weight * _minmax(bm25_scores(index, query.keyword_ids, scope.units)[0], scope.units)
     layer = entity_layer(index) if cfg.entity_weight else None
