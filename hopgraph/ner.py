@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -72,6 +72,9 @@ def _phrase(chunk: Any) -> str:
 # a million characters failed a build with spaCy's E088), and its parser and NER take about 1 GB
 # per 100,000 characters: a longer text is read in windows cut at whitespace, its names merged.
 NER_WINDOW = 100_000
+# Characters one spaCy batch holds (besides 256 texts at most): batches of 256 windows of a long text
+# with no sentence end held them all at once (a 9 MB upload took an update worker to 20.8 GB).
+NER_BATCH_CHARS = NER_WINDOW
 
 
 def windows(text: str, size: int = NER_WINDOW) -> list[str]:
@@ -157,6 +160,20 @@ def _in_processes(texts: Sequence[str], phrases: bool, window: int, processes: i
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _batches(pieces: list[tuple[int, str]], chars: int = NER_BATCH_CHARS, count: int = 256) -> Iterator[list]:
+    """``pieces`` in batches of at most ``count`` texts and ``chars`` characters (a longer text alone)."""
+    batch: list[tuple[int, str]] = []
+    size = 0
+    for piece in pieces:
+        if batch and (size + len(piece[1]) > chars or len(batch) >= count):
+            yield batch
+            batch, size = [], 0
+        batch.append(piece)
+        size += len(piece[1])
+    if batch:
+        yield batch
+
+
 def entity_names(
     texts: Sequence[str], phrases: bool = False, window: int = NER_WINDOW, processes: int = 1
 ) -> list[list[tuple[str, str]]]:
@@ -168,7 +185,9 @@ def entity_names(
         return _in_processes(texts, phrases, window, processes)
     pieces = [(i, piece) for i, text in enumerate(texts) for piece in windows(text, window)]
     found: list[list[tuple[str, str]]] = [[] for _ in texts]
-    for (i, _), doc in zip(pieces, _pipeline(phrases).pipe((piece for _, piece in pieces), batch_size=256)):
+    nlp = _pipeline(phrases)
+    parsed = ((i, doc) for batch in _batches(pieces) for (i, _), doc in zip(batch, nlp.pipe([p for _, p in batch])))
+    for i, doc in parsed:
         names: dict[str, str] = dict(found[i])  # a later window adds only names not yet seen
         for ent in doc.ents:
             name = normalise_entity(ent.text)

@@ -122,6 +122,25 @@ def test_a_text_longer_than_a_spacy_window_is_read_in_windows_and_its_names_merg
     assert entity_names([text], window=200)[0][:2] == entity_names([text])[0][:2]  # the same order of first names
 
 
+def test_spacy_holds_a_bounded_number_of_characters_at_once_and_finds_the_same_names(monkeypatch):
+    """Batches of 256 windows of a long text without sentence ends were parsed together: a 9 MB
+    upload took an update worker to 20.8 GB (one window at a time: a few hundred MB)."""
+    from hopgraph.ner import _batches
+
+    pieces = [(0, "x" * 60), (0, "x" * 60), (1, "x" * 30), (2, "x" * 200), (3, "x" * 10)]
+    assert [[len(p) for _, p in batch] for batch in _batches(pieces, chars=100, count=2)] == [
+        [60],
+        [60, 30],
+        [200],  # longer than the bound: alone
+        [10],
+    ]
+    filler = "and then the committee met again " * 20
+    texts = [f"Ada Lovelace wrote to Charles Babbage. {filler}Later Ada Lovelace visited Paris.", "Paris in France."]
+    together = entity_names(texts, window=200)
+    monkeypatch.setattr(ner._batches, "__defaults__", (250, 256))  # one window per batch
+    assert entity_names(texts, window=200) == together
+
+
 def test_spacy_in_two_processes_finds_the_same_names_in_the_same_order(monkeypatch):
     texts = [
         f"In {1800 + i}, Ermengarde of Tours wrote to Charles Babbage in London about the {i}th engine."
