@@ -37,8 +37,10 @@ COMPOSED = ("id", "title")  # compared in Unicode's composed form (NFC), as they
 # Fields the server hides from readers' filters (admins may use them). Where `hopgraph index` read a
 # document on the server's disk (an absolute path): a reader sees no source in any answer, but a range
 # filter on it (gte/lt) answers yes or no per bound, so a reader could spell a path out one character
-# at a time. And ``acl``: which other groups may read a document is the admins' business.
-READER_HIDDEN_FIELDS = ("source", "source_path", "acl")
+# at a time. And ``acl``: which other groups may read a document is the admins' business. And
+# ``line`` (a JSONL record's line): a readable record on line 3 told that two records before it, in
+# the same file, are ones the reader may not read.
+READER_HIDDEN_FIELDS = ("source", "source_path", "acl", "line")
 RANGE = ("gt", "gte", "lt", "lte")
 OPERATORS = (*RANGE, "in", "ne", "eq")
 FIELDS_LISTED = 60  # the most field names an error message lists
