@@ -155,6 +155,14 @@ class ServeConfig(Section):
         description="Answers generated at once; more wait for a slot (503 after answer_timeout). Retrieval and "
         "/healthz never wait for these slots.",
     )
+    answer_slots_per_user: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="Answer slots one user may hold at once; more of their answers wait (429 after answer_timeout). "
+        "Empty = half of answer_concurrency, at least 1, so no one reader keeps every slot busy. A front end that "
+        "asks for many people with one token (Open WebUI) may need answer_concurrency.",
+    )
     max_queued_jobs: int = Field(
         8,
         ge=1,

@@ -288,7 +288,7 @@ async def answer_events(
     (or serve.answer_timeout has passed), before the sources and the evidence, which can be large:
     a reader that stops reading once the model is done holds a connection, not a slot."""
     head, generation, wrote = Head(body.model), Generation(service, result), False
-    async with service.answer_slot(), aclosing(service.in_time(generation.texts())) as texts:
+    async with service.answer_slot(request.state.user), aclosing(service.in_time(generation.texts())) as texts:
         first = await anext(texts, None)  # raises before any event: the error handlers answer
         yield head.chunk({"role": "assistant", "content": ""})
         try:

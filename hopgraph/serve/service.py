@@ -16,6 +16,8 @@ import contextlib
 import hashlib
 import math
 import threading
+import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
@@ -86,6 +88,11 @@ class Service:
             max_workers=self.serve.answer_concurrency, thread_name_prefix="hopgraph-answer"
         )
         self.answer_slots = asyncio.Semaphore(self.serve.answer_concurrency)
+        # Slots each user holds (or waits on): one reader asking for long answers over and over kept
+        # every slot, and everyone else's answers waited until they failed.
+        self.answering: Counter[str] = Counter()
+        self.own_turns = asyncio.Condition()
+        self.own_slots = self.serve.answer_slots_per_user or max(1, self.serve.answer_concurrency // 2)
         self.busy_retry = str(max(1, math.ceil(self.serve.answer_timeout)))
 
     # ------------------------------------------------------------------ who is asking
@@ -217,23 +224,46 @@ class Service:
 
     # ------------------------------------------------------------------ answers
     @contextlib.asynccontextmanager
-    async def answer_slot(self) -> AsyncIterator[None]:
-        """One of the bounded answer slots for the time of the block; 503 when every slot stays busy."""
+    async def answer_slot(self, user: str) -> AsyncIterator[None]:
+        """One of the bounded answer slots for the time of the block, at most ``own_slots`` of them
+        ``user``'s; 429 when the user's own stay busy, 503 when every slot stays busy."""
         serve = self.serve
+        deadline = time.monotonic() + serve.answer_timeout
         try:
-            await asyncio.wait_for(self.answer_slots.acquire(), serve.answer_timeout)
+            async with self.own_turns:
+                await asyncio.wait_for(
+                    self.own_turns.wait_for(lambda: self.answering[user] < self.own_slots), serve.answer_timeout
+                )
+                self.answering[user] += 1
         except TimeoutError:
             raise APIError(
-                503,
-                "answers_busy",
-                f"all {serve.answer_concurrency} answer slots stayed busy for {serve.answer_timeout:g} s; try "
-                "again later",
+                429,
+                "answers_busy_for_user",
+                f"your {self.own_slots} answer slot(s) stayed busy with your other answers for "
+                f"{serve.answer_timeout:g} s (serve.answer_slots_per_user); try again once they are done",
                 {"Retry-After": self.busy_retry},
             ) from None
         try:
-            yield
+            try:
+                await asyncio.wait_for(self.answer_slots.acquire(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise APIError(
+                    503,
+                    "answers_busy",
+                    f"all {serve.answer_concurrency} answer slots stayed busy for {serve.answer_timeout:g} s; try "
+                    "again later",
+                    {"Retry-After": self.busy_retry},
+                ) from None
+            try:
+                yield
+            finally:
+                self.answer_slots.release()
         finally:
-            self.answer_slots.release()
+            async with self.own_turns:
+                self.answering[user] -= 1
+                if not self.answering[user]:
+                    del self.answering[user]  # a user who has gone leaves nothing behind
+                self.own_turns.notify_all()
 
     async def generate(self, request: Request, result: RetrievalResult) -> Answer:
         """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy.
@@ -243,12 +273,12 @@ class Service:
         ends. An answer still unwritten after serve.answer_timeout is a 503, as a silent LLM is.
         """
         generation = Generation(self, result)
-        await while_connected(request, self._written(generation))  # waiting for a slot too
+        await while_connected(request, self._written(generation, request.state.user))  # waiting for a slot too
         assert generation.reply is not None  # set when texts() ends
         return generation.reply
 
-    async def _written(self, generation: Generation) -> None:
-        async with self.answer_slot():
+    async def _written(self, generation: Generation, user: str) -> None:
+        async with self.answer_slot(user):
             await drained(self.in_time(generation.texts()))
 
     async def in_time(self, texts: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:

@@ -421,7 +421,9 @@ def test_slow_answers_do_not_take_capacity_from_retrieval_or_health(acl_index, s
 
     slow_answer = InFlight(6.0, "Sela Varro [1]")  # counts the LLM calls in flight
     with ScriptedServer(slow_answer) as llm:
-        serve = serve_config.serve.model_copy(update={"answer_concurrency": 2, "answer_timeout": 8.0})
+        # One reader asks them all: no bound of its own here, the shared slots are under test.
+        slots = {"answer_concurrency": 2, "answer_slots_per_user": 40, "answer_timeout": 8.0}
+        serve = serve_config.serve.model_copy(update=slots)
         config = serve_config.model_copy(update={"llm": scripted_llm(serve_config, llm), "serve": serve})
         with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=60) as probe:
             answers: list[httpx.Response] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import httpx
@@ -253,14 +254,43 @@ def one_slot_and_a_silent_llm(serve_config, llm, **serve):
     return serve_config.model_copy(update={"serve": serve, "llm": llm_config})
 
 
-def sent_raw(live: LiveServer, path: str, body: dict) -> socket.socket:
-    """A connection that has sent one request as guest and reads nothing: closing it is a hang-up."""
+def test_one_reader_cannot_keep_every_answer_slot(acl_index, serve_config):
+    """Two slots: one reader asking for two long answers at once took both, and another reader's
+    answer waited behind them (behind as many as they kept asking for, until it failed). Now a user
+    holds half the slots: the other reader is answered while the first one's second answer waits."""
+    from tests.llm.support import ScriptedServer, Trickle
+
+    with ScriptedServer(lambda body, n: (200, Trickle(["A slow ", "answer. "] * 4, every=0.25), 0)) as llm:
+        config = one_slot_and_a_silent_llm(serve_config, llm, answer_concurrency=2)
+        with LiveServer(acl_index, config) as live:
+            finished: dict[str, float] = {}
+
+            def answer(name: str, user: str) -> None:
+                body = {"query": QUESTION, "budget": 300}
+                response = httpx.post(f"{live.url}/v1/answer", json=body, headers=auth(user), timeout=60)
+                assert response.status_code == 200, response.text
+                finished[name] = time.monotonic()
+
+            greedy = [threading.Thread(target=answer, args=(f"guest{i}", "guest")) for i in range(2)]
+            for thread in greedy:
+                thread.start()
+            time.sleep(0.5)  # both of guest's answers asked for before bo's
+            other = threading.Thread(target=answer, args=("bo", "bo"))
+            other.start()
+            for thread in (*greedy, other):
+                thread.join(60)
+    assert len(finished) == 3
+    assert finished["bo"] < max(finished["guest0"], finished["guest1"]), finished
+
+
+def sent_raw(live: LiveServer, path: str, body: dict, user: str = "guest") -> socket.socket:
+    """A connection that has sent one request as ``user`` and reads nothing: closing it is a hang-up."""
     data = json.dumps(body).encode()
     host, port = live.url.removeprefix("http://").split(":")
     client = socket.create_connection((host, int(port)))
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {USERS['guest']['token']}\r\nContent-Length: {len(data)}\r\n\r\n"
+        f"Authorization: Bearer {USERS[user]['token']}\r\nContent-Length: {len(data)}\r\n\r\n"
     )
     client.sendall(head.encode() + data)
     return client
@@ -309,8 +339,8 @@ def test_a_client_hanging_up_while_queued_for_an_answer_slot_leaves_the_queue_at
     with ScriptedServer(lambda body, n: (200, "Priya Anand [1]", 15.0)) as llm:
         with LiveServer(acl_index, one_slot_and_a_silent_llm(serve_config, llm, request_log=str(log))) as live:
             slots = live.app.state.service.answer_slots
-            with sent_raw(live, "/v1/answer", {"query": QUESTION, "method": "text"}):
-                wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # the first answer holds the slot
+            with sent_raw(live, "/v1/answer", {"query": QUESTION, "method": "text"}, user="bo"):
+                wait_until(lambda: len(llm.bodies) == 1, timeout=10)  # another reader's answer holds the slot
                 with sent_raw(live, path, body):
                     # asyncio keeps no public count of a semaphore's waiters
                     wait_until(lambda: len(slots._waiters or ()) == 1, timeout=10)
