@@ -152,6 +152,7 @@ class GuardMiddleware:
         # The first Authorization header, as the endpoint reads it (a dict of the headers keeps the last).
         authorization = next((value for name, value in scope.get("headers", []) if name == b"authorization"), b"")
         who = self.gate(authorization.decode("latin-1"), str(client[0]))
+        state = scope.setdefault("state", {})
+        state["principal"], state["user"] = who, who.user  # a refusal below is logged with who it was
         if scope["path"] in self.admin_paths:  # a reader's token must not buy the parse of a 10 MB body either
             who.require_admin()
-        scope.setdefault("state", {})["principal"] = who

@@ -33,8 +33,13 @@ def test_each_request_writes_one_line_with_ids_and_no_text_or_token(acl_index, s
         assert refused.status_code == 401
         deleted = client.delete("/v1/documents/private%2Fpayroll-2026", headers=auth("ops"))
         assert deleted.status_code == 403
-        wait_until(lambda: len(log_lines(log)) == 3, timeout=10)
-    first, unknown, forbidden = log_lines(log)
+        # Refused before an endpoint ran (a reader's admin write) was logged as no one: the audit lost who tried.
+        inserted = client.post("/v1/documents", json={"documents": []}, headers=auth("ops"))
+        invalid = client.post("/v1/retrieve", json={"query": 7}, headers=auth("ops"))
+        assert (inserted.status_code, invalid.status_code) == (403, 422)
+        wait_until(lambda: len(log_lines(log)) == 5, timeout=10)
+    first, unknown, forbidden, *refused_early = log_lines(log)
+    assert [line["user"] for line in (forbidden, *refused_early)] == ["ops"] * 3
     result = response.json()
     assert first["user"] == "ops" and first["endpoint"] == "/v1/retrieve" and first["http_method"] == "POST"
     assert first["method"] == "ppr" and first["status"] == 200 and first["version"] == result["version"]
@@ -44,7 +49,7 @@ def test_each_request_writes_one_line_with_ids_and_no_text_or_token(acl_index, s
     assert unknown["status"] == 401 and unknown["user"] is None and unknown["pieces"] == []
     assert forbidden["status"] == 403 and forbidden["endpoint"] == "/v1/documents/{id}"
     text = log.read_text(encoding="utf-8")
-    assert text.count("\n") == 3
+    assert text.count("\n") == 5
     for secret in [QUESTION, "Halvern", "not-a-t0ken", "payroll", *(u["token"] for u in USERS.values())]:
         assert secret not in text, secret
     for evidence in result["evidence"]:
