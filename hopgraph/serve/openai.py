@@ -391,10 +391,11 @@ async def chat_completions(
         # 503 with Retry-After), or gives up both when the client hangs up meanwhile.
         first = await while_connected(request, anext(events))
         return SlotStream(first, events)
-    reply = await service.generate(request, result)
+    reply, usage = await service.generate(request, result)
     message = {"role": "assistant", "content": content_of(reply)}
     return Head(body.model).body(
         "chat.completion",
         choices=[{"index": 0, "message": message, "logprobs": None, "finish_reason": "stop"}],
+        usage=usage_of(usage),  # as OpenAI's always carry it (clients that count tokens read it)
         hopgraph=answer_payload(reply, result, version, evidence),
     )

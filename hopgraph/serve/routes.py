@@ -113,7 +113,7 @@ async def answer(
     to fit the model's context."""
     version, result = await service.retrieve_async(request, body, who)
     evidence = finite(result.to_dict())["evidence"]
-    reply = await service.generate(request, result)
+    reply, _ = await service.generate(request, result)
     return FastJSON(answer_payload(reply, result, version, evidence))  # the evidence was checked above
 
 

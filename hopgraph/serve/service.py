@@ -265,8 +265,8 @@ class Service:
                     del self.answering[user]  # a user who has gone leaves nothing behind
                 self.own_turns.notify_all()
 
-    async def generate(self, request: Request, result: RetrievalResult) -> Answer:
-        """The answer to a retrieval, in a bounded answer slot; 503 when every slot stays busy.
+    async def generate(self, request: Request, result: RetrievalResult) -> tuple[Answer, Usage]:
+        """The answer to a retrieval and the tokens it took, in a bounded answer slot; 503 when every slot stays busy.
 
         A client that hangs up before the answer is ready stops it: the slot is given back and the
         connection to an HTTP LLM closed (which stops the generation there), not held until the model
@@ -275,7 +275,7 @@ class Service:
         generation = Generation(self, result)
         await while_connected(request, self._written(generation, request.state.user))  # waiting for a slot too
         assert generation.reply is not None  # set when texts() ends
-        return generation.reply
+        return generation.reply, generation.usage
 
     async def _written(self, generation: Generation, user: str) -> None:
         async with self.answer_slot(user):

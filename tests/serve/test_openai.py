@@ -476,6 +476,7 @@ def test_cited_evidence_is_listed_with_its_titles(acl_index, serve_config):
     names = "; ".join(dict.fromkeys(t or d for d, t in zip(first["doc_ids"], first["titles"])))
     assert found["found"] and [c["evidence"] for c in found["citations"]] == [1] and names
     assert plain.choices[0].message.content == f"Priya Anand chairs it [1], not [99].\n\nSources:\n[1] {names}"
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens, plain.usage.total_tokens) == (11, 7, 18)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == plain.choices[0].message.content
     assert extra_of(chunks[-1]) == found and chunks[-1].choices[0].finish_reason == "stop"
 
