@@ -403,7 +403,7 @@ def init(path: str, force: bool) -> None:
     Edit what you need and pass it to any command as --config PATH.
     """
     from hopgraph.config import example_toml  # noqa: PLC0415
-    from hopgraph.store import atomic_write  # noqa: PLC0415
+    from hopgraph.files import atomic_write  # noqa: PLC0415
 
     target = Path(path)
     if target.exists() and not force:

@@ -35,11 +35,11 @@ from hopgraph import (
 )
 from hopgraph.documents import Document  # noqa: E402
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json  # noqa: E402
+from hopgraph.files import atomic_write  # noqa: E402
 from hopgraph.index.datasets import load_benchmark  # noqa: E402
 from hopgraph.index.ingest import read_corpus  # noqa: E402
 from hopgraph.llm.standin import StandinServer  # noqa: E402
 from hopgraph.retrieve.methods import METHODS  # noqa: E402
-from hopgraph.store import atomic_write  # noqa: E402
 from tests.conftest import SAMPLE, SAMPLE_SETTINGS  # noqa: E402
 from tests.serve.support import SECRET_DOCUMENTS, USERS, LiveServer, audit_acl  # noqa: E402
 

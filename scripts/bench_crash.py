@@ -44,12 +44,13 @@ from bench_incremental import DATASET, compare_indexes, compare_results, retriev
 
 from hopgraph import Index, load_config
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
+from hopgraph.files import atomic_write
 from hopgraph.index import versions
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.index.pipeline import planned_stages
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.retriever import Retriever
-from hopgraph.store import IndexStore, atomic_write
+from hopgraph.store import IndexStore
 
 REPO = Path(__file__).resolve().parents[1]
 RESULT = REPO / "scripts" / "results" / "crash_safety.json"

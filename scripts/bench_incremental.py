@@ -42,13 +42,14 @@ import numpy as np
 
 from hopgraph import Index, LLMConfig, load_config
 from hopgraph.evaluate.report import machine_line, markdown_table, provenance, write_json
+from hopgraph.files import atomic_write
 from hopgraph.index import versions
 from hopgraph.index.datasets import load_benchmark
 from hopgraph.llm.standin import StandinServer
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.retrieve.retriever import Retriever
-from hopgraph.store import IndexStore, atomic_write
+from hopgraph.store import IndexStore
 
 REPO = Path(__file__).resolve().parents[1]
 DATASET = REPO.parent / "shared" / "data" / "musique" / "kag_dev100" / "musique_qa_100.json"

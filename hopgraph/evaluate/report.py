@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from hopgraph.store import atomic_write
+from hopgraph.files import atomic_write
 
 
 def machine() -> dict[str, Any]:

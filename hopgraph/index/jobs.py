@@ -33,19 +33,8 @@ from typing import Any
 
 from hopgraph.documents import Document
 from hopgraph.errors import IndexFormatError, InputError
-from hopgraph.store import (
-    CURRENT,
-    JOB_ID,
-    JOBS,
-    VERSIONS,
-    IndexStore,
-    Stamp,
-    atomic_write,
-    exclusive_lock,
-    held_elsewhere,
-    job_sequence,
-    stat_stamp,
-)
+from hopgraph.files import Stamp, atomic_write, exclusive_lock, held_elsewhere, stat_stamp
+from hopgraph.store import CURRENT, JOB_ID, JOBS, VERSIONS, IndexStore, job_sequence
 
 UNFINISHED = ("queued", "running")
 RUN_LOCK = ".lock"  # INDEX/jobs/.lock: held by the process that runs the jobs (or collects old versions)

@@ -57,6 +57,7 @@ from hopgraph.config import (
 from hopgraph.deadline import time_limit
 from hopgraph.documents import Document, canonical_document, canonical_id
 from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError, UnknownDocumentError
+from hopgraph.files import atomic_write
 from hopgraph.index.jobs import (
     RUN_LOCK,
     UNFINISHED,
@@ -75,7 +76,6 @@ from hopgraph.store import (
     CURRENT,
     VERSIONS,
     IndexStore,
-    atomic_write,
     job_sequence,
     live_root,
     live_version,

@@ -16,7 +16,8 @@ import scipy.sparse as sp
 from hopgraph.artifacts import UPDATE_COLUMNS
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import IndexFormatError
-from hopgraph.store import IndexStore, file_stamp, live_root
+from hopgraph.files import file_stamp
+from hopgraph.store import IndexStore, live_root
 
 T = TypeVar("T")
 

@@ -47,8 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hopgraph.config import read_toml, validate_section
 from hopgraph.errors import ConfigError
+from hopgraph.files import Stamp, file_stamp
 from hopgraph.serve.errors import APIError, shown
-from hopgraph.store import Stamp, file_stamp
 
 log = logging.getLogger("hopgraph.serve")
 RELOAD_CHECK_SECONDS = 1.0

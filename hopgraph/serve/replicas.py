@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from hopgraph.config import ServeConfig
+from hopgraph.files import atomic_write
 from hopgraph.index import versions
 from hopgraph.serve.state import IndexHolder, JobRunner
-from hopgraph.store import JOBS, REPLICAS, atomic_write
+from hopgraph.store import JOBS, REPLICAS
 
 LEADER = ".leader"  # INDEX/jobs/.leader: locked by the process that runs update jobs
 LEADER_RECORD = "leader.json"  # INDEX/jobs/leader.json: who took that lock last, replaced whole (never half-written)
