@@ -257,6 +257,13 @@ def test_a_200_that_is_no_chat_completion_is_a_clear_error(tmp_path, body):
             HttpLLM(scripted_config(server, tmp_path)).complete([QUESTIONS[0]])
 
 
+def cached_http(server: ScriptedServer, tmp_path, **update) -> tuple[CachedLLM, CompletionCache]:
+    """The HTTP client of ``server``, without retries, behind a completion cache of its own."""
+    config = scripted_config(server, tmp_path, retries=0, **update)
+    cache = CompletionCache(config.cache)
+    return CachedLLM(HttpLLM(config), cache), cache
+
+
 def test_completions_that_arrived_before_a_failure_stay_in_the_cache(tmp_path):
     # Scripted: a server that answers some requests and fails others with 503 (then is fixed).
     healthy = {"now": False}
@@ -269,9 +276,7 @@ def test_completions_that_arrived_before_a_failure_stay_in_the_cache(tmp_path):
 
     requests = [ask("good one"), ask("good two"), ask("bad three"), ask("good four")]
     with ScriptedServer(reply) as server:
-        config = scripted_config(server, tmp_path, retries=0, concurrency=1)
-        cache = CompletionCache(config.cache)
-        llm = CachedLLM(HttpLLM(config), cache)
+        llm, cache = cached_http(server, tmp_path, concurrency=1)
         with pytest.raises(LLMUnavailableError, match="HTTP 503"):
             llm.complete(requests)
         keys = [r.key(llm.name) for r in requests]
@@ -296,9 +301,7 @@ def test_completions_still_running_when_another_fails_are_kept_too(tmp_path):
 
     requests = [ask("slow good"), ask("bad")]
     with ScriptedServer(reply) as server:
-        config = scripted_config(server, tmp_path, retries=0, concurrency=2)
-        cache = CompletionCache(config.cache)
-        llm = CachedLLM(HttpLLM(config), cache)
+        llm, cache = cached_http(server, tmp_path, concurrency=2)
         with pytest.raises(LLMUnavailableError, match="HTTP 503"):
             llm.complete(requests)
     assert cache.get(requests[0].key(llm.name)).text == "answer to slow good"
