@@ -70,6 +70,15 @@ def test_cluster_endpoints_come_comma_separated_from_the_command_line_and_must_b
         load_config(None, {"cluster.llm_endpoints": "http://gpu1:8000/v1,gpu3:8000"})
 
 
+def test_proxy_addresses_come_comma_separated_and_must_be_addresses_or_networks():
+    from hopgraph.config import load_config
+
+    config = load_config(None, {"serve.forwarded_allow_ips": "10.0.0.5, 10.1.0.0/16,::1"})
+    assert config.serve.forwarded_allow_ips == ["10.0.0.5", "10.1.0.0/16", "::1"]
+    with pytest.raises(ConfigError, match=r"serve.forwarded_allow_ips: .*not an IP address or network: '\*'"):
+        load_config(None, {"serve.forwarded_allow_ips": "*"})
+
+
 def test_the_engine_is_not_part_of_any_stage_settings_key():
     from hopgraph.config import load_config
     from hopgraph.index.pipeline import stage_keys

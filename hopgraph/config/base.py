@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +29,14 @@ def llm_address(url: str, where: str = "") -> str:
         return web_address(url)
     except ValueError as error:
         raise ConfigError(f"{where}llm.base_url: {error}") from None
+
+
+def comma_separated(value: Any) -> Any:
+    """A list setting given as one comma-separated string (as on the command line) split into its
+    items; anything else unchanged, for the field's own validation."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
 
 class Section(BaseModel):

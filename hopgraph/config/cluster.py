@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from hopgraph.config.base import Section, web_address
+from hopgraph.config.base import Section, comma_separated, web_address
 
 
 class ClusterConfig(Section):
@@ -106,9 +106,7 @@ class ClusterConfig(Section):
     @field_validator("llm_endpoints", mode="before")
     @classmethod
     def _split_commas(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+        return comma_separated(value)
 
     @field_validator("llm_endpoints")
     @classmethod

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import ipaddress
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from hopgraph.config.base import Section
+from hopgraph.config.base import Section, comma_separated
 
 
 class RequestLimits(Section):
@@ -93,6 +94,13 @@ class ServeConfig(Section):
         le=100_000,
         description="Open connections one server process keeps from one client address; more are closed at once "
         "(behind a proxy every client is the proxy's address: set it to max_connections there).",
+    )
+    forwarded_allow_ips: list[str] = Field(
+        [],
+        description="Addresses (or networks, e.g. 10.0.0.0/24) of reverse proxies whose X-Forwarded-For header "
+        "names the client; empty = the header is ignored, as it is from anyone else (a client that could set it "
+        "would pick the address its unknown-token rate limit and log line count). Comma-separated on the command "
+        "line. Behind a proxy: its address.",
     )
     upload_seconds: float = Field(
         60.0,
@@ -278,6 +286,23 @@ class ServeConfig(Section):
         "graph path, chunk and documents (needs request_log).",
     )
     request_limits: RequestLimits = RequestLimits()
+
+    @field_validator("forwarded_allow_ips", mode="before")
+    @classmethod
+    def _split_commas(cls, value: Any) -> Any:
+        return comma_separated(value)
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        if len(value) > 256:
+            raise ValueError("at most 256 proxy addresses")
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"not an IP address or network: {item!r}") from None
+        return value
 
     @model_validator(mode="after")
     def _room_to_read_an_upload(self) -> ServeConfig:

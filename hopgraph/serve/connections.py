@@ -125,10 +125,18 @@ class BoundedH11Protocol(H11Protocol):
 
 
 def uvicorn_options(serve: ServeConfig) -> dict[str, Any]:
-    """What `hopgraph serve` gives uvicorn: this protocol, and an accept backlog no larger than the
-    connection cap (asyncio accepts up to a backlog of connections before closing any, so a flood
-    of 1,100 took every file descriptor of a 1,024 limit, with a traceback per failed accept)."""
-    return {"http": BoundedH11Protocol, "backlog": min(2048, serve.max_connections)}
+    """What `hopgraph serve` gives uvicorn: this protocol, the proxies it believes, and an accept
+    backlog no larger than the connection cap (asyncio accepts up to a backlog of connections before
+    closing any, so a flood of 1,100 took every file descriptor of a 1,024 limit, with a traceback
+    per failed accept)."""
+    return {
+        "http": BoundedH11Protocol,
+        "backlog": min(2048, serve.max_connections),
+        # uvicorn trusts X-Forwarded-For from loopback by default: any local client could then name
+        # itself a new address per request. Only the proxies named in the settings are believed.
+        "proxy_headers": bool(serve.forwarded_allow_ips),
+        "forwarded_allow_ips": ",".join(serve.forwarded_allow_ips) or "127.0.0.1",
+    }
 
 
 def configure(serve: ServeConfig) -> None:

@@ -50,6 +50,7 @@ from hopgraph.retrieve.methods import METHODS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
 from hopgraph.serve.batching import QueryBatcher
+from hopgraph.serve.connections import client_key
 from hopgraph.serve.errors import APIError, all_finite, non_finite_at, shown
 from hopgraph.serve.limits import OverLimit, check_params
 from hopgraph.serve.logs import RequestLog, piece_ids, trace_of
@@ -122,7 +123,7 @@ class Service:
         who = self.tokens.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
         if who is not None:
             return who
-        wait = self.limiter.allow(f"unknown-token@{client}")
+        wait = self.limiter.allow(f"unknown-token@{client_key(client)}")  # an IPv6 client: its /64
         if wait:
             self.metrics.rate_limited.inc()
             raise APIError(

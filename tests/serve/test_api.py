@@ -271,6 +271,26 @@ def test_the_rate_limit_is_per_token(acl_index, serve_config):
         assert guesses[-1].json()["error"]["code"] == "rate_limited" and "Retry-After" in guesses[-1].headers
 
 
+def test_x_forwarded_for_is_believed_from_the_named_proxies_only(acl_index, serve_config):
+    """Unknown tokens are rate-limited per client address: a client that names a new address per
+    request in X-Forwarded-For would never be limited, unless the header comes from a named proxy."""
+    limited = {"rate_limit": 1.0, "rate_burst": 3}
+
+    def guesses(serve: dict) -> list[int]:
+        config = serve_config.model_copy(update={"serve": serve_config.serve.model_copy(update=serve)})
+        with LiveServer(acl_index, config) as live, httpx.Client(base_url=live.url, timeout=30) as c:
+            return [
+                c.get(
+                    "/v1/index",
+                    headers={"Authorization": f"Bearer guess-{n:020d}", "X-Forwarded-For": f"203.0.113.{n}"},
+                ).status_code
+                for n in range(6)
+            ]
+
+    assert guesses(limited)[-1] == 429  # from loopback, not named: the header is ignored
+    assert guesses({**limited, "forwarded_allow_ips": ["127.0.0.1"]}) == [401] * 6  # the proxy names six clients
+
+
 def test_a_bug_is_still_a_json_error(acl_index, serve_config):
     """An unexpected exception (not a HopgraphError) answers 500 JSON that tells nothing of it.
     A route that raises stands in for a bug: a fault that cannot be provoked otherwise on purpose."""
