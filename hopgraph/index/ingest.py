@@ -47,6 +47,7 @@ from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decod
 _MARKDOWN = (".md", ".markdown")
 _MARKDOWN_HEADING = re.compile(r"^ {0,3}#[ \t]+(.*\S)[ \t]*$")
 _MARKDOWN_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_FRONT_MATTER_TITLE = re.compile(r"^title:(.*)$")
 _MAX_LISTED = 20
 _IDS_SHOWN = 10
 _KINDS = ", ".join(DOCUMENT_SUFFIXES + (".jsonl",))
@@ -276,9 +277,18 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
 
 
 def _markdown_title(text: str) -> str | None:
-    """The first level-1 heading outside fenced code (a shell comment "# install" is none)."""
+    """The front matter's ``title:``, else the first level-1 heading outside front matter and fenced
+    code (a shell comment "# install" or a YAML comment "# draft" is none)."""
+    lines = text.splitlines()
+    if lines and lines[0].rstrip() == "---":
+        end = next((n for n, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), 0)
+        # Read line by line, not as YAML: a small YAML with aliases can expand without bound.
+        given = next((m.group(1) for m in map(_FRONT_MATTER_TITLE.match, lines[1:end]) if m), "")
+        if given.strip().strip("'\"").strip():
+            return given.strip().strip("'\"").strip()
+        lines = lines[end + 1 :] if end else lines
     fence = ""
-    for line in text.splitlines():
+    for line in lines:
         marker = _MARKDOWN_FENCE.match(line)
         if fence:  # inside: only a run of the same character, at least as long, closes it
             if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):

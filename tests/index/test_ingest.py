@@ -382,8 +382,11 @@ def test_a_linked_benchmark_folder_is_read_as_a_benchmark(tmp_path: Path) -> Non
         ("~~~~\n# not this\n~~~\n# nor this\n~~~~\n\n# Real Title #\n", "Real Title"),
         ("```python\n# unclosed fence to the end\n", "setup"),
         ("    # indented code\n\n# Heading\n", "Heading"),
+        ("---\n# draft: true\ntags: [a]\n---\nBody text.\n", "setup"),
+        ("---\ntitle: 'Field Notes'\n# a comment\n---\n# Other\n", "Field Notes"),
+        ("---\ntitle:\n...\n# After Front Matter\n", "After Front Matter"),
     ],
-    ids=["comment-in-code", "longer-fence", "unclosed", "indented"],
+    ids=["comment-in-code", "longer-fence", "unclosed", "indented", "front-matter", "front-title", "empty-title"],
 )
 def test_a_markdown_title_is_a_heading_outside_code(text, title):
     """A shell comment in a fenced block ("# install the toolchain") became the title of a .md without
