@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import ConfigError
@@ -55,6 +56,10 @@ def app_from_environment() -> FastAPI:
     if not raw:
         raise RuntimeError(f"${SPEC_ENV} is not set: this factory is for the worker processes of `hopgraph serve`")
     spec = json.loads(raw)
+    # tqdm makes a multiprocessing lock for its first bar (sentence-transformers makes a hidden one
+    # per encode): in a spawned process, a named semaphore that the parent's resource tracker
+    # reported as leaked at every shutdown. This process shows no bars: a thread lock will do.
+    tqdm.set_lock(threading.RLock())
     config = validate_config(spec["config"], "serve settings (from the parent `hopgraph serve` process)")
     tokens = TokenBook.from_records(spec["tokens"], "tokens (from the parent `hopgraph serve` process)")
     given = spec["tokens_stamp"]
