@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,20 +60,32 @@ def run_engine_loop(
     set as one continuous batch, so throughput is that of a single ``LLM.chat`` call. ``seconds`` is
     the time since the previous completion, so they sum to the wall time of the batch. A prompt the
     engine refuses (its ValueError: longer than ``max_model_len``) is ``refused(i, why)``, as the HTTP
-    path's 400 for that one request, not the end of the batch."""
-    batch = next(_BATCHES)
+    path's 400 for that one request, not the end of the batch.
+
+    Whatever ends the loop early (``finished`` failing to store a completion, say), this batch's
+    requests left in the engine are aborted: the next batch's numbers would otherwise be handed
+    outputs of this one. Outputs of any other request are never delivered as this batch's."""
+    prefix = f"hopgraph-{next(_BATCHES)}-"
     last = time.perf_counter()
-    for i, (prompt, sampling) in enumerate(zip(prompts, params)):
-        try:
-            engine.add_request(f"hopgraph-{batch}-{i}", prompt, sampling)
-        except ValueError as exc:
-            refused(i, str(exc)[:300])
-    while engine.has_unfinished_requests():
-        for output in engine.step():
-            if output.finished:
-                now = time.perf_counter()
-                finished(int(output.request_id.rsplit("-", 1)[1]), output, now - last)
-                last = now
+    pending: set[str] = set()
+    try:
+        for i, (prompt, sampling) in enumerate(zip(prompts, params)):
+            try:
+                engine.add_request(f"{prefix}{i}", prompt, sampling)
+            except ValueError as exc:
+                refused(i, str(exc)[:300])
+            else:
+                pending.add(f"{prefix}{i}")
+        while pending and engine.has_unfinished_requests():
+            for output in engine.step():
+                if output.finished and output.request_id in pending:
+                    pending.discard(output.request_id)
+                    now = time.perf_counter()
+                    finished(int(output.request_id.removeprefix(prefix)), output, now - last)
+                    last = now
+    finally:
+        if pending:
+            engine.abort_request(sorted(pending))
 
 
 _BATCHES = itertools.count()  # request ids stay unique across calls on one engine
@@ -99,6 +112,9 @@ class VllmEngine:
         self.name = config.model
         self.engine = vllm.LLM(**engine_arguments(config))
         self.tokenizer = self.engine.get_tokenizer()
+        # One batch steps the engine at a time: two callers stepping it at once (the server's answer
+        # threads) would each be handed outputs of the other's requests.
+        self._stepping = threading.Lock()
 
     def _params(self, request: ChatRequest):
         kwargs = {"max_tokens": request.max_tokens, "temperature": request.temperature, "seed": request.attempt}
@@ -146,13 +162,14 @@ class VllmEngine:
                 bar.update()
 
         try:
-            run_engine_loop(
-                self.engine.llm_engine,
-                [self._prompt(r) for r in requests],
-                [self._params(r) for r in requests],
-                finished,
-                refused,
-            )
+            with self._stepping:
+                run_engine_loop(
+                    self.engine.llm_engine,
+                    [self._prompt(r) for r in requests],
+                    [self._params(r) for r in requests],
+                    finished,
+                    refused,
+                )
         finally:
             if bar is not None:
                 bar.close()

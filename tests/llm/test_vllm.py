@@ -57,6 +57,10 @@ class SteppedEngine:
     def has_unfinished_requests(self):
         return bool(self.pending)
 
+    def abort_request(self, request_ids):
+        for rid in request_ids:
+            self.pending.pop(rid, None)
+
     def step(self):
         self.steps += 1
         done = [rid for rid, i in self.pending.items() if self.finish_at[i] == self.steps]
@@ -96,6 +100,48 @@ def test_a_prompt_the_engine_refuses_is_that_requests_refusal_and_the_others_fin
     )
     assert sorted(delivered) == [0, 2]
     assert refusals == [(1, "The decoder prompt (length 21) is longer than the maximum model length of 10.")]
+
+
+class FifoEngine:
+    """Stand-in for vLLM's ``LLMEngine``: one request finishes per step, oldest first; its output's
+    text is its request id."""
+
+    def __init__(self):
+        self.pending: list[str] = []
+
+    def add_request(self, request_id, prompt, params):
+        self.pending.append(request_id)
+
+    def has_unfinished_requests(self):
+        return bool(self.pending)
+
+    def abort_request(self, request_ids):
+        self.pending = [rid for rid in self.pending if rid not in set(request_ids)]
+
+    def step(self):
+        rid = self.pending.pop(0)
+        return [SimpleNamespace(request_id=rid, finished=True, text=rid)]
+
+
+def test_a_batch_that_fails_midway_leaves_no_request_for_the_next_one_to_be_handed():
+    """A batch whose completion could not be stored (a full disk, say) left its requests in the
+    engine, and the next batch was handed their outputs under its own numbers: one prompt's cached
+    completion was another prompt's answer."""
+    engine = FifoEngine()
+    failed = []
+
+    def store_fails(i, out, seconds):
+        failed.append(out.text)
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        run_engine_loop(engine, ["a", "b", "c"], [None] * 3, store_fails, pytest.fail)
+    assert engine.pending == []  # the rest of that batch is aborted
+    engine.pending.append("someone-else-0")  # a request this batch did not add: never delivered as its own
+    delivered = []
+    run_engine_loop(engine, ["d", "e"], [None] * 2, lambda i, out, _: delivered.append((i, out.text)), pytest.fail)
+    batch = delivered[0][1].rsplit("-", 1)[0]
+    assert delivered == [(0, f"{batch}-0"), (1, f"{batch}-1")] and not failed[0].startswith(f"{batch}-")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
