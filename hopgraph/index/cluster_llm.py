@@ -17,6 +17,7 @@ from hopgraph.config import LLMConfig
 from hopgraph.config.base import llm_address
 from hopgraph.errors import ConfigError
 from hopgraph.llm.client import chat_body, completion_from_json
+from hopgraph.llm.probe import ServedModel, auth_headers
 from hopgraph.llm.types import ChatRequest, Completion, Done
 from hopgraph.llm.vllm_engine import engine_arguments
 
@@ -77,14 +78,15 @@ class RayHttpLLM(_ClusterLLM):
         if not cluster.llm_endpoints:  # the endpoints are checked with the settings; the stored address here
             llm_address(config.base_url)
         self.endpoints = cluster.llm_endpoints or [config.base_url]
+        # Cached under what the first endpoint serves, as the embedded engine's client caches them.
+        self.served = ServedModel(config.model_copy(update={"base_url": self.endpoints[0]}))
 
     def _rows(self, requests: Sequence[ChatRequest]) -> Callable[[_Clock], Iterator[tuple[int, Completion]]]:
         ray = self.engine.ray
         from ray.data.llm import HttpRequestProcessorConfig, build_processor  # noqa: PLC0415
 
         cluster = self.engine.config.cluster
-        key = os.environ.get(self.config.api_key_env, "") if self.config.api_key_env else ""
-        headers = {"Authorization": f"Bearer {key}"} if key else None
+        headers = auth_headers(self.config) or None
         timeout = self.config.timeout
         outputs = []
         for e, endpoint in enumerate(self.endpoints):

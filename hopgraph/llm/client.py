@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -26,7 +25,15 @@ from hopgraph.cache import storage_errors
 from hopgraph.config import LLMConfig
 from hopgraph.config.base import llm_address
 from hopgraph.errors import LLMRequestError, LLMUnavailableError
-from hopgraph.llm.probe import FALLBACK_CONCURRENCY, resolved_concurrency, server_answers, server_slots, start_hint
+from hopgraph.llm.probe import (
+    FALLBACK_CONCURRENCY,
+    ServedModel,
+    auth_headers,
+    resolved_concurrency,
+    server_answers,
+    server_slots,
+    start_hint,
+)
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Done
 
 
@@ -125,8 +132,7 @@ class HttpLLM:
         llm_address(config.base_url)
         self.config = config
         self.name = config.model
-        key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = auth_headers(config)
         self._http = httpx.Client(
             base_url=config.base_url.rstrip("/"),
             headers=headers,
@@ -135,6 +141,7 @@ class HttpLLM:
         )
         self._concurrency = config.concurrency or None
         self._concurrency_lock = threading.Lock()
+        self.served = ServedModel(config)
 
     @property
     def concurrency(self) -> int:
@@ -326,6 +333,19 @@ class CompletionCache:
             self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            self._db.execute("CREATE TABLE IF NOT EXISTS served (asked TEXT PRIMARY KEY, said TEXT NOT NULL)")
+
+    def served(self, asked: str, said: str | None) -> str:
+        """What a server asked for model ``asked`` serves: ``said`` (remembered), or while no server
+        can be asked, what one said last, so its cached completions are found with it down."""
+        with self._lock, storage_errors(self.path):
+            row = self._db.execute("SELECT said FROM served WHERE asked = ?", (asked,)).fetchone()
+            if said is None:
+                return str(row[0]) if row else ""
+            if row is None or row[0] != said:
+                with self._db:
+                    self._db.execute("INSERT OR REPLACE INTO served (asked, said) VALUES (?, ?)", (asked, said))
+            return said
 
     def get(self, key: str) -> Completion | None:
         with self._lock, storage_errors(self.path):
@@ -358,10 +378,18 @@ class CachedLLM:
     def __init__(self, inner: LLM, cache: CompletionCache):
         self.inner, self.cache, self.name = inner, cache, inner.name
 
+    def keys(self, requests: Sequence[ChatRequest]) -> list[str]:
+        """The cache keys of ``requests``: ``llm.model`` and, for a server, the model it says it serves
+        (llama.cpp answers any ``llm.model`` with whatever it loaded: a server restarted with another
+        model was answered from the first one's completions)."""
+        served = getattr(self.inner, "served", None)
+        said = self.cache.served(served.where, served()) if isinstance(served, ServedModel) else ""
+        return [r.key(f"{self.name}@{said}" if said else self.name) for r in requests]
+
     def complete(
         self, requests: Sequence[ChatRequest], *, progress: bool = False, desc: str = "llm", on_done: Done | None = None
     ) -> list[Completion]:
-        keys = [r.key(self.name) for r in requests]
+        keys = self.keys(requests)
         out: list[Completion | None] = [self.cache.get(k) for k in keys]
         missing = [i for i, c in enumerate(out) if c is None]
 
@@ -423,7 +451,8 @@ async def stream_completion(
     ``complete`` on ``executor`` for in-process backends."""
     cache = llm.cache if isinstance(llm, CachedLLM) else None
     inner = llm.inner if isinstance(llm, CachedLLM) else llm
-    hit = cache.get(request.key(llm.name)) if cache else None
+    key = llm.keys([request])[0] if isinstance(llm, CachedLLM) else ""
+    hit = cache.get(key) if cache else None
     if hit is not None or not isinstance(inner, HttpLLM):
         if hit is None:
             (hit,) = await asyncio.get_running_loop().run_in_executor(executor, llm.complete, [request])
@@ -436,7 +465,7 @@ async def stream_completion(
             yield piece
     done = joined(pieces)
     if cache and not done.refused:
-        cache.put(request.key(llm.name), done)
+        cache.put(key, done)
 
 
 def joined(pieces: Sequence[Completion]) -> Completion:

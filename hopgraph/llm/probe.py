@@ -9,6 +9,8 @@ fallback applies there.
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 from hopgraph.config import LLMConfig
@@ -18,6 +20,12 @@ FALLBACK_CONCURRENCY = 4
 # How long a probe may take: a server that is up answers a request without model work at once
 # (within llm.timeout where that is shorter, but never under a second: a busy CPU server is not down).
 PROBE_SECONDS = 5.0
+
+
+def auth_headers(config: LLMConfig) -> dict[str, str]:
+    """The Authorization header for the server: the key in ``llm.api_key_env``, where one is set."""
+    key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def server_root(base_url: str) -> str:
@@ -41,10 +49,7 @@ def server_slots(config: LLMConfig, headers: Any = None) -> tuple[bool, int | No
         response = _get(config, server_root(config.base_url) + "/props", headers)
     except httpx.HTTPError:
         return False, None
-    try:
-        slots = response.json().get("total_slots") if response.status_code == 200 else None
-    except (ValueError, AttributeError):
-        slots = None
+    slots = _json_field(response, "total_slots")
     return True, slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
 
 
@@ -58,6 +63,54 @@ def server_answers(config: LLMConfig, headers: Any = None) -> bool:
     except httpx.HTTPError:
         return False
     return True
+
+
+def served_model(config: LLMConfig, headers: Any = None) -> str | None:
+    """What the server says it serves: its ``/v1/models`` entry named ``llm.model`` (else its only
+    entry), with the folder or file the model was loaded from where the server reports it (vLLM's
+    ``root``, llama.cpp's ``/props`` ``model_path``); "" when it names nothing, None while it
+    cannot be reached. llama.cpp answers any model name with whatever it loaded, so ``llm.model``
+    alone ("default") does not tell two models apart."""
+    import httpx  # noqa: PLC0415
+
+    try:
+        listed = _get(config, config.base_url.rstrip("/") + "/models", headers)
+    except httpx.HTTPError:
+        return None
+    entries = _json_field(listed, "data")
+    entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+    entry = next((e for e in entries if e.get("id") == config.model), entries[0] if len(entries) == 1 else {})
+    parts = [entry.get("id"), entry.get("root")]
+    try:
+        parts.append(_json_field(_get(config, server_root(config.base_url) + "/props", headers), "model_path"))
+    except httpx.HTTPError:
+        pass
+    return "|".join(str(part) for part in parts if isinstance(part, str | int) and str(part))
+
+
+def _json_field(response: Any, name: str) -> Any:
+    """``name`` of a 200 response's JSON object; None for anything else."""
+    try:
+        data = response.json() if response.status_code == 200 else None
+    except ValueError:
+        return None
+    return data.get(name) if isinstance(data, dict) else None
+
+
+class ServedModel:
+    """What the server at ``llm.base_url`` says it serves (:func:`served_model`), asked until it answers."""
+
+    def __init__(self, config: LLMConfig) -> None:
+        self.config, self.headers = config, auth_headers(config)
+        self.where = config.model  # the name asked for, under which what it served is remembered
+        self._said: str | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str | None:
+        with self._lock:
+            if self._said is None:
+                self._said = served_model(self.config, self.headers)
+            return self._said
 
 
 def resolved_concurrency(config: LLMConfig, headers: Any = None) -> int | None:

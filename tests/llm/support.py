@@ -70,16 +70,20 @@ def chat_completion(text: str, prompt_tokens: int = 11, completion_tokens: int =
 
 class ScriptedServer:
     """``with ScriptedServer(reply) as server:`` serves POST /v1/chat/completions at ``server.base_url``
-    (and GET /props with ``props``, as llama.cpp's server reports its slots; other GETs are 404).
+    (and GET /props with ``props``, as llama.cpp's server reports its slots, and GET /v1/models
+    with ``models``; other GETs are 404).
 
     Every request body that arrives is kept in ``server.bodies`` (in arrival order, its headers in
     ``server.headers`` with lower-case names) before the reply is computed, so a test can check
     both what the client sent and how often it tried.
     """
 
-    def __init__(self, reply: Reply, raw: bool = False, props: dict[str, Any] | None = None):
+    def __init__(
+        self, reply: Reply, raw: bool = False, props: dict[str, Any] | None = None, models: list | None = None
+    ):
         self.reply, self.raw = reply, raw  # raw: a 200's content is sent as is, not wrapped
         self.props = props  # served at GET /props as llama.cpp does (e.g. {"total_slots": 2}); else 404
+        self.models = models  # the entries of GET /v1/models' "data"; else 404
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -131,8 +135,9 @@ class ScriptedServer:
                     pass
 
             def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-                found = self.path == "/props" and owner.props is not None
-                data = json.dumps(owner.props if found else {"error": {"code": 404, "message": "not found"}}).encode()
+                served = {"/props": owner.props, "/v1/models": {"object": "list", "data": owner.models}}
+                found = served.get(self.path) if self.path != "/v1/models" or owner.models is not None else None
+                data = json.dumps(found if found else {"error": {"code": 404, "message": "not found"}}).encode()
                 self.send_response(200 if found else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

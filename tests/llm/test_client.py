@@ -279,7 +279,7 @@ def test_completions_that_arrived_before_a_failure_stay_in_the_cache(tmp_path):
         llm, cache = cached_http(server, tmp_path, concurrency=1)
         with pytest.raises(LLMUnavailableError, match="HTTP 503"):
             llm.complete(requests)
-        keys = [r.key(llm.name) for r in requests]
+        keys = llm.keys(requests)
         assert cache.get(keys[0]).text == "answer to good one" and cache.get(keys[1]).text == "answer to good two"
         assert cache.get(keys[2]) is None
         healthy["now"] = True
@@ -304,7 +304,31 @@ def test_completions_still_running_when_another_fails_are_kept_too(tmp_path):
         llm, cache = cached_http(server, tmp_path, concurrency=2)
         with pytest.raises(LLMUnavailableError, match="HTTP 503"):
             llm.complete(requests)
-    assert cache.get(requests[0].key(llm.name)).text == "answer to slow good"
+    assert cache.get(llm.keys(requests[:1])[0]).text == "answer to slow good"
+
+
+def test_a_server_serving_another_model_is_not_answered_from_the_first_ones_completions(tmp_path):
+    """llama.cpp answers any llm.model ("default") with the model it loaded: a stand-in restarted
+    with another model was answered from the first model's cached completions, silently. Scripted
+    servers report their model as llama.cpp does (the stand-in's Qwen model is too large for CI)."""
+
+    def server(name: str) -> ScriptedServer:
+        return ScriptedServer(
+            lambda body, n: (200, f"{name} says hello", 0),
+            props={"total_slots": 1, "model_path": f"/models/{name}.gguf"},
+            models=[{"id": "-", "object": "model", "owned_by": "llamacpp"}],
+        )
+
+    question = [ask("Say hello.")]
+    with server("smollm2") as first:
+        assert cached_http(first, tmp_path)[0].complete(question)[0].text == "smollm2 says hello"
+    with server("qwen") as second:
+        llm, _ = cached_http(second, tmp_path)
+        assert llm.complete(question)[0].text == "qwen says hello" and len(second.bodies) == 1
+        assert llm.complete(question)[0].cached  # and its own completions are cached
+    # With no server to ask, the completions of the model served last are still found.
+    down = HttpLLM(scripted_config(second, tmp_path, retries=0))
+    assert CachedLLM(down, CompletionCache(down.config.cache)).complete(question)[0].text == "qwen says hello"
 
 
 def test_structured_requests_carry_the_json_schema(tmp_path, monkeypatch):
