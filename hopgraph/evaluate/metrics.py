@@ -34,9 +34,10 @@ def coverage_hit(context: str, answers: Sequence[str], *, whole_words: bool = Fa
 
 
 def exact_match(prediction: str, answers: Sequence[str]) -> float:
-    """1.0 when the prediction equals any gold answer after normalisation."""
+    """1.0 when the prediction equals any gold answer after normalisation (an answer that
+    normalises to nothing, "The", matches nothing: else an empty prediction would score)."""
     predicted = normalize_answer(prediction)
-    return max((float(predicted == normalize_answer(a)) for a in answers), default=0.0)
+    return max((float(predicted == answer) for answer in _normalized_answers(answers)), default=0.0)
 
 
 def _token_f1(prediction: str, answer: str) -> float:
@@ -57,6 +58,19 @@ def accuracy(prediction: str, answers: Sequence[str]) -> float:
     """CUE-RAG's Acc: a gold answer is contained in the (often verbose) prediction."""
     predicted = normalize_answer(prediction)
     return float(any(answer in predicted for answer in _normalized_answers(answers)))
+
+
+def answer_scores(prediction: str, answers: Sequence[str], *, found: bool = True) -> dict[str, float]:
+    """EM, F1 and Accuracy of one generated answer. An answer saying it found nothing scores 0:
+    "Not found in the documents" contains the gold answer "no" (8.8 % Accuracy on HotpotQA-500
+    for a model that never finds anything)."""
+    if not found:
+        return {"em": 0.0, "f1": 0.0, "accuracy": 0.0}
+    return {
+        "em": exact_match(prediction, answers),
+        "f1": f1_score(prediction, answers),
+        "accuracy": accuracy(prediction, answers),
+    }
 
 
 def supporting_recall(retrieved_doc_ids: Iterable[str], supporting_ids: Sequence[str] | None) -> float | None:

@@ -16,10 +16,8 @@ from hopgraph.errors import IndexFormatError, OtherIndexError
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import (
     RECALL_AT,
-    accuracy,
+    answer_scores,
     coverage_hit,
-    exact_match,
-    f1_score,
     supporting_recall,
     supporting_recall_at,
 )
@@ -136,14 +134,9 @@ def evaluate(
             record["reranker"] = reranker_for(retriever.index).name
         if llm is not None:
             replies, usage = answer_many(llm, results, config.answer, progress=progress)
-            record.update(
-                {
-                    metric: round(
-                        100.0 * float(np.mean([fn(a.text, q.answers) for a, q in zip(replies, bench.questions)])), 2
-                    )
-                    for metric, fn in (("em", exact_match), ("f1", f1_score), ("accuracy", accuracy))
-                }
-            )
+            scores = [answer_scores(a.text, q.answers, found=a.found) for a, q in zip(replies, bench.questions)]
+            for metric in scores[0]:
+                record[metric] = round(100.0 * float(np.mean([score[metric] for score in scores])), 2)
             record["not_found"] = sum(not a.found for a in replies)
             record["answer_llm"] = usage.to_dict()
         records.append(record)

@@ -7,6 +7,7 @@ import pytest
 from hopgraph.evaluate.metrics import (
     accuracy,
     aggregate,
+    answer_scores,
     coverage_hit,
     exact_match,
     f1_score,
@@ -36,6 +37,17 @@ def test_exact_match_takes_best_alias() -> None:
     assert exact_match("Paris", ["Lyon", "paris"]) == 1.0
     assert exact_match("Paris, France", ["Paris"]) == 0.0
     assert exact_match("anything", []) == 0.0
+
+
+def test_a_gold_answer_that_normalises_to_nothing_matches_nothing() -> None:
+    assert exact_match("", ["The"]) == 0.0 and exact_match("the", ["a"]) == 0.0
+    assert exact_match("the", ["a", "The"]) == 0.0 and exact_match("Paris", ["the", "Paris"]) == 1.0
+
+
+def test_an_answer_that_found_nothing_scores_nothing() -> None:
+    """ "Not found in the documents." holds the gold answer "no": Accuracy counted it correct."""
+    assert answer_scores("Not found in the documents.", ["no"], found=False) == {"em": 0.0, "f1": 0.0, "accuracy": 0.0}
+    assert answer_scores("No, it was not.", ["no"]) == {"em": 0.0, "f1": pytest.approx(0.4), "accuracy": 1.0}
 
 
 def test_f1_known_values() -> None:
