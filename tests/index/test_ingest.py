@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -392,3 +394,17 @@ def test_a_markdown_title_is_a_heading_outside_code(text, title):
     """A shell comment in a fenced block ("# install the toolchain") became the title of a .md without
     an H1: embedded with every chunk, cited, listed."""
     assert read_upload("setup.md", text.encode()).documents[0].title == title
+
+
+@pytest.mark.parametrize("line", ["# a" + " " * 100_000 + "b", "#" + " " * 100_000 + "\n# Title"])
+def test_a_long_markdown_line_of_spaces_is_read_at_once(line, tmp_path):
+    """The heading pattern backtracked quadratically: a line of 100,000 spaces held `hopgraph index`
+    (and an upload's reader) for about 80 s, a megabyte for an hour. Read in a child process (a
+    regular expression holds the interpreter: no thread or alarm can interrupt it); 20 s is a hang
+    bound, not a speed claim: the reading takes milliseconds."""
+    page = tmp_path / "long.md"
+    page.write_text(line, encoding="utf-8")
+    reading = "import sys; from hopgraph.index.ingest import read_upload; from pathlib import Path; "
+    reading += "print(len(read_upload('long.md', Path(sys.argv[1]).read_bytes()).documents[0].title))"
+    done = subprocess.run([sys.executable, "-c", reading, str(page)], capture_output=True, text=True, timeout=20)
+    assert done.stdout.strip() == str(len("a" + " " * 100_000 + "b") if line.startswith("# a") else len("Title"))
