@@ -24,7 +24,7 @@ import io
 import logging
 import re
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,8 +174,9 @@ def read_pdf(data: bytes) -> Extracted:
             raise Unreadable(f"PDF has {len(reader.pages)} pages, over the {MAX_PDF_PAGES} read")
         allowed = max(MAX_PDF_CONTENT_BYTES, MAX_PDF_EXPANSION * len(data))
         content = 0
+        maps: dict[Any, int] = {}  # the decoded size of each font's character map, by object number
         for pdf_page in reader.pages:
-            content += _content_bytes(pdf_page, allowed - content)
+            content += _content_bytes(pdf_page, allowed - content, maps)
             if content > allowed:
                 break
         if content > allowed:
@@ -199,11 +200,14 @@ _DRAWN = re.compile(rb"/([^\s/\[\]()<>{}%]+)\s+Do\b")  # "/Name Do": draw the re
 MAX_FORM_DEPTH = 8  # forms drawing forms: deeper nesting is counted as over any bound
 
 
-def _content_bytes(page: Any, budget: int) -> int:
-    """Decoded bytes of a PDF page's content streams (a stream shared by pages counts for each),
-    with each form (Form XObject) counted once per time it is drawn, forms inside forms too: text
-    extraction parses a form again at every draw, so a 1 kB page drawing one form thousands of
-    times took 21 s to read. Counting stops once past ``budget``."""
+def _content_bytes(page: Any, budget: int, maps: dict[Any, int]) -> int:
+    """Decoded bytes a PDF page has text extraction parse: its content streams (a stream shared by
+    pages counts for each), each form (Form XObject) once per time it is drawn, forms inside forms
+    too (a 1 kB page drawing one form thousands of times took 21 s to read), and the character
+    maps of the fonts each uses (a 100,000-entry map shared by 60 pages took 29 s: it is parsed
+    again for every page). Streams are decoded one at a time, and counting stops once past
+    ``budget`` (4 pages of 70 MB streams each held 371 MB before the first was counted); ``maps``
+    keeps each map's size, so a shared one is decoded once."""
     from pypdf.generic import ArrayObject  # noqa: PLC0415
 
     contents = page.get("/Contents")
@@ -211,16 +215,19 @@ def _content_bytes(page: Any, budget: int) -> int:
         return 0
     contents = contents.get_object()
     streams = contents if isinstance(contents, ArrayObject) else [contents]
-    return _drawn_bytes([stream.get_object().get_data() for stream in streams], page.get("/Resources"), budget, 0)
+    datas = (stream.get_object().get_data() for stream in streams)
+    return _drawn_bytes(datas, page.get("/Resources"), budget, 0, maps)
 
 
-def _drawn_bytes(datas: list[bytes], resources: Any, budget: int, depth: int) -> int:
-    total = sum(map(len, datas))
+def _drawn_bytes(datas: Iterable[bytes], resources: Any, budget: int, depth: int, maps: dict[Any, int]) -> int:
     if depth > MAX_FORM_DEPTH:
         return budget + 1
-    forms = (resources.get_object().get("/XObject") if resources is not None else None) or {}
+    resources = resources.get_object() if resources is not None else None
+    total = _font_map_bytes(resources, maps)
+    forms = (resources.get("/XObject") if resources is not None else None) or {}
     forms = forms.get_object() if hasattr(forms, "get_object") else forms
     for data in datas:
+        total += len(data)
         for name in _DRAWN.findall(data):
             if total > budget:
                 return total
@@ -228,7 +235,34 @@ def _drawn_bytes(datas: list[bytes], resources: Any, budget: int, depth: int) ->
             form = form.get_object() if form is not None else None
             if form is None or form.get("/Subtype") != "/Form":
                 continue  # an image, or a name that is not there: nothing parsed again
-            total += _drawn_bytes([form.get_data()], form.get("/Resources") or resources, budget - total, depth + 1)
+            drawn = [form.get_data()]
+            total += _drawn_bytes(drawn, form.get("/Resources") or resources, budget - total, depth + 1, maps)
+        if total > budget:
+            return total
+    return total
+
+
+def _font_map_bytes(resources: Any, maps: dict[Any, int]) -> int:
+    """Decoded bytes of the character maps (ToUnicode, an embedded CMap encoding) of the fonts in
+    ``resources``, each decoded once per file (``maps``, by object number)."""
+    from pypdf.generic import StreamObject  # noqa: PLC0415
+
+    fonts = resources.get("/Font") if resources is not None else None
+    fonts = fonts.get_object() if fonts is not None else {}
+    total = 0
+    for font in fonts.values() if hasattr(fonts, "values") else ():
+        font = font.get_object()
+        for name in ("/ToUnicode", "/Encoding"):
+            entry = font.raw_get(name) if hasattr(font, "raw_get") and name in font else None
+            where = getattr(entry, "idnum", None)
+            if where is None or where not in maps:
+                stream = entry.get_object() if entry is not None else None
+                size = len(stream.get_data()) if isinstance(stream, StreamObject) else 0
+                if where is None:
+                    total += size
+                    continue
+                maps[where] = size
+            total += maps[where]
     return total
 
 

@@ -361,6 +361,66 @@ def test_a_pdf_drawing_one_form_thousands_of_times_is_refused_before_it_is_read(
     assert read_pdf(form_drawing_pdf(b"BT /F1 12 Tf 10 10 Td (water board) Tj ET\n", draws=3)).text.count("water") == 3
 
 
+def character_map_pdf(entries: int, pages: int) -> bytes:
+    """A PDF whose ``pages`` pages use one font with a ToUnicode map of ``entries`` codes: the map
+    compresses to kilobytes, and text extraction parses it again for every page."""
+    blocks = []
+    for start in range(0, entries, 100):
+        codes = range(start, min(start + 100, entries))
+        pairs = b"".join(b"<%04X> <%04X>\n" % (code, 0x41 + code % 26) for code in codes)
+        blocks.append(b"%d beginbfchar\n%sendbfchar\n" % (len(codes), pairs))
+    cmap = b"begincmap 1 begincodespacerange <0000> <FFFF> endcodespacerange\n" + b"".join(blocks) + b"endcmap"
+    packed, text = zlib.compress(cmap, 9), b"BT /F1 12 Tf 72 720 Td <0001000200030004> Tj ET"
+    kids = b" ".join(b"%d 0 R" % (6 + n) for n in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+        b"<< /Type /Font /Subtype /Type0 /BaseFont /X /Encoding /Identity-H /ToUnicode 4 0 R /DescendantFonts "
+        b"[<< /Type /Font /Subtype /CIDFontType2 /BaseFont /X /CIDSystemInfo << /Registry (Adobe) "
+        b"/Ordering (Identity) /Supplement 0 >> >>] >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(packed), packed),
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+    ]
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> "
+    return pdf_file(objects + [page + b"/Contents 5 0 R >>"] * pages)
+
+
+def test_a_font_map_shared_by_many_pages_counts_for_each_page_it_is_parsed_on() -> None:
+    """A 295 kB PDF of 60 pages sharing a 100,000-code map took 29 s to read (0.5 s a page), so a
+    5,000-page one, about 40 minutes: the map was counted by no bound."""
+    data = character_map_pdf(60_000, pages=40)
+    started = time.perf_counter()
+    with pytest.raises(Unreadable, match="bytes of content, over the"):
+        read_pdf(data)
+    assert time.perf_counter() - started < 5  # reading it took ~12 s
+    assert read_pdf(character_map_pdf(60_000, pages=2)).text == "BCDE\n\nBCDE"  # a short one is read
+
+
+def test_the_streams_of_a_page_are_decoded_one_at_a_time_and_counting_stops_past_the_bound() -> None:
+    """Every content stream of a page was decoded before any was counted: four 70 MB streams
+    (273 kB to send) held 371 MB. Now the first one over the bound ends the reading."""
+    import tracemalloc
+
+    packed = zlib.compress(b"BT /F1 12 Tf 72 712 Td (a) Tj ET\n" * 600_000, 9)  # 20 MB each
+    streams = [b"<< /Length %d /Filter /FlateDecode >>\nstream\n%s\nendstream" % (len(packed), packed)] * 4
+    data = pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents [4 0 R 5 0 R 6 0 R 7 0 R] >>",
+            *streams,
+        ]
+    )
+    tracemalloc.start()
+    try:
+        with pytest.raises(Unreadable, match="bytes of content, over the"):
+            read_pdf(data)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 60_000_000  # one stream at a time (and pypdf's copy of it); all four: over 80 MB
+
+
 def test_a_docx_of_too_many_xml_elements_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
     path = tmp_path / "handbook.docx"
     write_docx(path)
