@@ -20,7 +20,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path, PurePosixPath
@@ -266,6 +266,15 @@ def _name_problem(name: str) -> str | None:
     return None
 
 
+def _source(path: Path) -> str:
+    """Where a document was read from, as text a table can store: the bytes of a folder name that
+    are not UTF-8 (a name from another system) as \\x escapes (they ended the build in a traceback)."""
+    real = str(path.resolve())
+    if unicode_problem(real):
+        return os.fsencode(real).decode("utf-8", "backslashreplace")
+    return real
+
+
 def _read_regular(path: Path, limit: int) -> bytes | None:
     """At most ``limit`` + 1 bytes of ``path``, or None when it is no longer a regular file (replaced
     since it was planned): opened without blocking, so a pipe is never waited on nor a device
@@ -376,25 +385,42 @@ class _Reader:
                 bar.set_postfix(documents=len(self.documents), skipped=len(self.problems), refresh=False)
 
     def walk(self, folder: Path, root: Path) -> None:
-        """Recurse in sorted order (deterministic ids and order); hidden entries are listed as skipped.
-        Links inside are read once every real entry has been (:meth:`run`)."""
+        """Every entry under ``folder`` in sorted order (deterministic ids and order), depth first
+        with a stack of its own (recursion ended a 600-deep tree in a RecursionError, every file
+        lost); hidden entries are listed as skipped. Links inside are read once every real entry
+        has been (:meth:`run`)."""
+        stack: list[Iterator[Path]] = [iter([folder])]
+        while stack:
+            path = next(stack[-1], None)
+            if path is None:
+                stack.pop()
+            elif path.is_dir() and detect_format(path) != KETRAG:
+                stack.append(iter(self.entries(path, root)))
+            else:
+                self.dispatch(path, root, named=False)
+
+    def entries(self, folder: Path, root: Path) -> list[Path]:
+        """The entries of ``folder`` to plan: none the second time it is reached, no hidden one and
+        no link (kept for :meth:`run`)."""
         real = folder.resolve()
         if real in self._visited:  # a symlink loop, or the same folder named twice
             self.problem(folder, None, f"the same folder as {self._visited[real]}, read once")
-            return
+            return []
         self._visited[real] = str(folder)
         try:
-            entries = sorted(folder.iterdir(), key=lambda entry: entry.name)
+            listed = sorted(folder.iterdir(), key=lambda entry: entry.name)
         except OSError as error:
             self.problem(folder, None, f"cannot list folder ({error.strerror or error})")
-            return
-        for entry in entries:
+            return []
+        kept = []
+        for entry in listed:
             if entry.name.startswith("."):
                 self.problem(entry, None, "hidden (its name starts with '.'; name it to read it)")
             elif entry.is_symlink():
                 self._links.append((entry, root))
             else:
-                self.dispatch(entry, root, named=False)
+                kept.append(entry)
+        return kept
 
     def plan_file(self, path: Path, root: Path, *, named: bool) -> None:
         size = self.size(path)
@@ -430,7 +456,7 @@ class _Reader:
             self.problem(path, None, problem)
             return
         if suffix != ".jsonl":
-            name = self.known_ids.get(str(real), name)
+            name = self.known_ids.get(_source(real), name)
         self._tasks.append((size, lambda: self.read_file(path, name)))
 
     def size(self, path: Path) -> int | None:
@@ -445,7 +471,12 @@ class _Reader:
         return size
 
     def plan_benchmark(self, path: Path) -> None:
-        sizes = [self.size(path / n) for n in ("document.txt", "qa-pairs.json")]
+        """A KET-RAG folder: its document.txt and qa-pairs.json; anything else in it is listed as not read."""
+        read = ("document.txt", "qa-pairs.json")
+        for entry in sorted(path.iterdir(), key=lambda entry: entry.name):
+            if entry.name not in read and not entry.name.startswith("."):
+                self.problem(entry, None, f"not read: its folder is KET-RAG benchmark data ({', '.join(read)})")
+        sizes = [self.size(path / n) for n in read]
         if all(size is not None for size in sizes):
             self._tasks.append((sum(s or 0 for s in sizes), lambda: self.add_benchmark(path)))
 
@@ -458,7 +489,7 @@ class _Reader:
         for skipped in bench.skipped:  # passages no way in indexes (text_problem), left out by the loader
             self.problem(path, None, skipped)
         for document in bench.documents:
-            source = str(Path(document.source).resolve()) if document.source else str(path.resolve())
+            source = _source(Path(document.source) if document.source else path)
             document.metadata = {**self.base, "source_path": source, **document.metadata}
             self.add_document(document, path, None)
 
@@ -475,7 +506,7 @@ class _Reader:
         if len(data) > self.max_file_bytes:
             self.problem(path, None, f"file grew past the {self.max_file_bytes:,}-byte limit while it was read")
             return
-        self.add_data(path, name, data, str(path.resolve()), modified)
+        self.add_data(path, name, data, _source(path), modified)
 
     def add_data(self, where: Path | str, name: str, data: bytes, source: str, modified: str) -> None:
         """The bytes of one file (read from disk or uploaded) as its document or JSONL records."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -408,3 +409,35 @@ def test_a_long_markdown_line_of_spaces_is_read_at_once(line, tmp_path):
     reading += "print(len(read_upload('long.md', Path(sys.argv[1]).read_bytes()).documents[0].title))"
     done = subprocess.run([sys.executable, "-c", reading, str(page)], capture_output=True, text=True, timeout=20)
     assert done.stdout.strip() == str(len("a" + " " * 100_000 + "b") if line.startswith("# a") else len("Title"))
+
+
+def test_a_deep_folder_tree_is_read_whole(tmp_path: Path) -> None:
+    """Folders were walked by recursion: 600 nested ones ended in a RecursionError (a traceback
+    naming no file) and every other file was lost with it."""
+    (tmp_path / "top.txt").write_text("at the top", encoding="utf-8")
+    deep = tmp_path.joinpath(*["a"] * 600)
+    deep.mkdir(parents=True)
+    (deep / "x.txt").write_text("far down", encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert sorted(d.text for d in result.documents) == ["at the top", "far down"] and result.problems == []
+
+
+def test_a_folder_whose_name_is_not_utf8_gives_a_source_path_a_table_can_hold(tmp_path: Path) -> None:
+    """The source path kept the folder name's stray byte as a lone surrogate: the build then failed
+    writing the documents table, with a UnicodeEncodeError traceback."""
+    folder = Path(os.fsdecode(bytes(tmp_path) + b"/dir\xff/docs"))
+    folder.mkdir(parents=True)
+    (folder / "a.txt").write_text("a note", encoding="utf-8")
+    (document,) = read_corpus([folder]).documents
+    assert document.id == "a.txt" and document.metadata["source_path"].endswith("/dir\\xff/docs/a.txt")
+
+
+def test_files_beside_a_benchmark_folders_data_are_listed_as_not_read(tmp_path: Path) -> None:
+    bench = tmp_path / "wiki"
+    bench.mkdir()
+    (bench / "document.txt").write_text("para zero\npara one\n", encoding="utf-8")
+    (bench / "qa-pairs.json").write_text('[{"id": "q", "question": "Q?", "answer": "zero"}]', encoding="utf-8")
+    (bench / "notes.md").write_text("# Notes\nkept apart", encoding="utf-8")
+    result = read_corpus([tmp_path])
+    assert [d.text for d in result.documents] == ["para zero", "para one"]
+    assert [(Path(p.path).name, p.reason.split(":")[0]) for p in result.problems] == [("notes.md", "not read")]
