@@ -22,6 +22,7 @@ from hopgraph.errors import (
     SHOWN_PROBLEMS,
     ConfigError,
     HopgraphError,
+    IndexFormatError,
     InputError,
     LLMRequestError,
     LLMUnavailableError,
@@ -197,6 +198,15 @@ def install_error_handlers(app: FastAPI) -> None:
             )
         if isinstance(exc, (ConfigError, InputError)):
             return error_response(422, "invalid_request", str(exc))
+        if isinstance(exc, IndexFormatError):  # the index on disk: being rebuilt, left half-built or damaged
+            log.error("%s %s: %s", request.method, request.url.path, exc)
+            return error_response(
+                503,
+                "index_unavailable",
+                "the index on disk cannot take this now (it is being rebuilt, or an operator must finish or repair "
+                "it: the server log says which); reads go on from the version being served",
+                {"Retry-After": "60"},
+            )
         log.error("%s %s: %s", request.method, request.url.path, exc)
         return error_response(500, "server_error", "the server failed to handle the request (logged)")
 

@@ -4,6 +4,7 @@ and a worker that keeps dying."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -340,3 +341,19 @@ def test_an_insert_on_a_full_or_read_only_disk_says_so_instead_of_a_server_error
             assert refused.status_code == status and body["code"] == code, refused.text
             assert str(index_copy) not in body["message"] and refused.headers["retry-after"] == "60"
             assert insert(client, "memo", "The Sorvik pier was rebuilt in stone in 1911.").status_code == 202
+
+
+def test_an_insert_while_the_index_on_disk_is_half_built_is_refused_with_its_state_not_a_server_error(
+    index_copy, serve_config
+):
+    """An `hopgraph index --overwrite` killed on the served folder leaves its manifest incomplete:
+    an insert then answered 500 "server_error", the reason in the log only."""
+    with LiveServer(index_copy, configured(serve_config)) as server:
+        manifest = index_copy / "manifest.json"
+        built = json.loads(manifest.read_text(encoding="utf-8"))
+        manifest.write_text(json.dumps({**built, "complete": False}), encoding="utf-8")  # as the killed build left it
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            refused = insert(client, "memo", "The Sorvik pier was rebuilt in stone in 1911.")
+            assert refused.status_code == 503 and refused.json()["error"]["code"] == "index_unavailable", refused.text
+            assert str(index_copy) not in refused.text and refused.headers["retry-after"] == "60"
+            assert client.post("/v1/retrieve", json={"query": "Sorvik pier"}, headers=auth("admin")).status_code == 200
