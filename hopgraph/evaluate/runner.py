@@ -133,7 +133,7 @@ def evaluate(
         if method == "cue":
             record["reranker"] = reranker_for(retriever.index).name
         if llm is not None:
-            replies, usage = answer_many(llm, results, config.answer, progress=progress)
+            replies, usage = answer_many(llm, results, config.answer, progress=progress, refused_as_not_found=True)
             scores = [answer_scores(a.text, q.answers, found=a.found) for a, q in zip(replies, bench.questions)]
             for metric in scores[0]:
                 record[metric] = round(100.0 * float(np.mean([score[metric] for score in scores])), 2)

@@ -113,20 +113,30 @@ def not_found(result: RetrievalResult, config: AnswerConfig) -> Answer:
 
 
 def answer_many(
-    llm: LLM, results: Sequence[RetrievalResult], config: AnswerConfig, *, progress: bool = False
+    llm: LLM,
+    results: Sequence[RetrievalResult],
+    config: AnswerConfig,
+    *,
+    progress: bool = False,
+    refused_as_not_found: bool = False,
 ) -> tuple[list[Answer], Usage]:
     """One answer per retrieval result, its evidence fitted to the model's context; with no evidence
-    (or none that fits) the answer is "not found" without a call."""
+    (or none that fits) the answer is "not found" without a call. A request the model refuses
+    raises, or with ``refused_as_not_found`` (an evaluation: one refusal ended a whole run, results
+    unwritten, and the next run met it again) is "not found", counted in ``usage.refused``."""
     usage = Usage()
     window = context_window(llm)
     keep = [evidence_that_fits(r, config, window) for r in results]
     asked = [i for i, r in enumerate(results) if keep[i]]
     done = llm.complete([answer_request(results[i], config, keep[i]) for i in asked], progress=progress, desc="answers")
     usage.add(done)
-    refusal_error(done)
+    usage.refused += sum(1 for c in done if c.refused)
+    if not refused_as_not_found:
+        refusal_error(done)
     answers = [not_found(r, config) for r in results]
     for i, completion in zip(asked, done):
-        answers[i] = read_answer(completion.text, results[i], config, keep[i])
+        if not completion.refused:
+            answers[i] = read_answer(completion.text, results[i], config, keep[i])
     return answers, usage
 
 

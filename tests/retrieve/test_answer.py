@@ -17,8 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from hopgraph.cli import main
-from hopgraph.config import AnswerConfig
-from hopgraph.retrieve.answer import read_answer
+from hopgraph.config import AnswerConfig, LLMConfig
+from hopgraph.errors import LLMRequestError
+from hopgraph.llm.client import HttpLLM
+from hopgraph.retrieve.answer import answer_many, read_answer
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
 from tests.llm.support import ScriptedServer
 from tests.serve.support import LiveServer, auth
@@ -44,6 +46,26 @@ def test_not_found_cites_nothing_whatever_marks_the_model_wrote(raw):
 def test_a_found_answer_keeps_its_citations():
     reply = read_answer("Mirela Tasch [2] [3] [9]", result_with(3), AnswerConfig())
     assert reply.found and [c["evidence"] for c in reply.citations] == [2, 3]
+
+
+def test_an_evaluation_counts_a_refused_answer_as_not_found_instead_of_ending(tmp_path):
+    """One prompt the model refused (too long for its context, say) ended a whole evaluation,
+    every method's results unwritten; the refusal is the same next time. Scripted: the stand-in
+    cannot be made to refuse one chosen prompt."""
+
+    def reply(body, n):
+        asked = body["messages"][-1]["content"]
+        return (400, '{"error": {"message": "too long"}}', 0) if "refuse me" in asked else (200, "Mirela Tasch [1]", 0)
+
+    results = [result_with(2), result_with(2)]
+    results[1].query = "refuse me"
+    with ScriptedServer(reply) as server:
+        llm = HttpLLM(LLMConfig(base_url=server.base_url, model="scripted", cache="", retries=0))
+        answers, usage = answer_many(llm, results, AnswerConfig(), refused_as_not_found=True)
+        assert [a.found for a in answers] == [True, False] and answers[1].text == AnswerConfig().not_found
+        assert usage.refused == 1 and usage.calls == 2
+        with pytest.raises(LLMRequestError, match="refused the request: HTTP 400"):
+            answer_many(llm, results, AnswerConfig())  # a query's one answer: the refusal is its error
 
 
 def test_not_found_carries_no_citations_in_the_cli_and_the_server(sample_index, sample_config, tmp_path):
