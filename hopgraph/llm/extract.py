@@ -19,7 +19,7 @@ from typing import Any
 
 from hopgraph.config import LLMConfig
 from hopgraph.llm.jsonparse import parse_json
-from hopgraph.llm.templates import prompt
+from hopgraph.llm.templates import prompt, prompt_room
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 from hopgraph.models import count_tokens, get_encoding
 
@@ -126,8 +126,10 @@ TASKS = {
 
 
 def fit_passage(passage: str, template: str, config: LLMConfig) -> str:
-    """Cut the passage so prompt + completion fit the model's context window."""
-    room = config.context_tokens - config.max_tokens - count_tokens(template) - 16
+    """Cut the passage so prompt + completion fit the model's context window, in the model's own
+    tokens (a passage cut to the cl100k count alone was 2,173 SmolLM2 tokens with its completion
+    in a 2,048 context: vLLM refuses such a prompt, and every run asked it again)."""
+    room = int(prompt_room(config.context_tokens, config.max_tokens)) - count_tokens(template)
     tokens = get_encoding().encode(passage, disallowed_special=())
     return passage if len(tokens) <= room else get_encoding().decode(tokens[: max(room, 0)])
 

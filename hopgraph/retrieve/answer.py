@@ -15,18 +15,13 @@ from typing import Any
 from hopgraph.config import AnswerConfig
 from hopgraph.errors import LLMRequestError
 from hopgraph.llm.client import context_window
-from hopgraph.llm.templates import prompt
+from hopgraph.llm.templates import prompt, prompt_room
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.text import normalize_answer
 
 _CITATION = re.compile(r"\[(\d+)\]")
-# Evidence is counted with cl100k, but the served model's tokenizer differs (SmolLM2, Llama, Qwen
-# use up to ~30% more tokens on prose with names and numbers), so counts are scaled by this factor
-# and a fixed reserve is kept for the chat template around the prompt.
-TOKENIZER_SLACK = 1.3
-RESERVE_TOKENS = 48
 
 
 @dataclass
@@ -56,9 +51,7 @@ def _prompt(result: RetrievalResult, config: AnswerConfig, context: str) -> str:
 
 def evidence_that_fits(result: RetrievalResult, config: AnswerConfig, context_tokens: int) -> int:
     """How many leading evidence items fit in a prompt for a model with ``context_tokens`` of context."""
-    room = (context_tokens - config.max_tokens - RESERVE_TOKENS) / TOKENIZER_SLACK - count_tokens(
-        _prompt(result, config, "")
-    )
+    room = prompt_room(context_tokens, config.max_tokens) - count_tokens(_prompt(result, config, ""))
     used = 0.0
     for n, ev in enumerate(result.evidence, 1):
         used += count_tokens(_item(n, ev)) + (2 if n > 1 else 0)  # the blank line between items

@@ -8,6 +8,7 @@ made to fail every time on demand.
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from hopgraph.config import LLMConfig
@@ -142,6 +143,20 @@ def test_long_passages_are_cut_to_fit_the_context():
     assert passage.startswith(cut) and len(cut) < len(passage)
     assert count_tokens(template) + count_tokens(cut) + config.max_tokens <= config.context_tokens
     assert fit_passage(PASSAGES[0], template, config) == PASSAGES[0]
+
+
+def test_a_cut_passage_fits_the_context_in_the_served_models_own_tokens(llm_server):
+    """Cut to the cl100k count alone, a prompt of names and numbers was 2,173 SmolLM2 tokens with
+    its completion in a 2,048 context (vLLM refuses such a prompt). Counted here by the stand-in's
+    own tokenizer, with its chat template around the prompt."""
+    config = LLMConfig(context_tokens=2048, max_tokens=512)
+    template = prompt("kg_extract")
+    passage = " ".join(f"Ysolde Marrin-{n} (b. 17{n % 100:02d}) chaired Vellum Trust {n}." for n in range(400))
+    asked = template.replace("{passage}", fit_passage(passage, template, config))
+    root = llm_server.base_url.removesuffix("/v1")
+    chat = httpx.post(f"{root}/apply-template", json={"messages": [{"role": "user", "content": asked}]}, timeout=60)
+    tokens = httpx.post(f"{root}/tokenize", json={"content": chat.json()["prompt"]}, timeout=60).json()["tokens"]
+    assert len(tokens) + config.max_tokens <= config.context_tokens
 
 
 # ------------------------------------------------------------------ extract() against the stand-in
