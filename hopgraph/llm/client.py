@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -391,21 +392,30 @@ class CachedLLM:
     ) -> list[Completion]:
         keys = self.keys(requests)
         out: list[Completion | None] = [self.cache.get(k) for k in keys]
-        missing = [i for i, c in enumerate(out) if c is None]
+        # A request repeated in the batch (a chunk ingested twice, boilerplate) is sent once: its
+        # copies get the same completion, as a cache hit.
+        sent: dict[str, int] = {}
+        copies: dict[int, list[int]] = {}
+        for i, c in enumerate(out):
+            if c is None:
+                copies.setdefault(sent.setdefault(keys[i], i), []).append(i)
+        asked = list(sent.values())
 
         def store(j: int, completion: Completion) -> None:  # each completion is kept the moment it arrives
-            i = missing[j]
+            i = asked[j]
             if not completion.refused:  # a refusal may not be final (another server, a longer context)
                 self.cache.put(keys[i], completion)
-            out[i] = completion
-            if on_done:
-                on_done(i, completion)
+            for n, k in enumerate(copies[i]):
+                copy = completion if n == 0 or completion.refused else replace(completion, cached=True, seconds=0.0)
+                out[k] = copy
+                if on_done:
+                    on_done(k, copy)
 
         if on_done:
             for i, c in enumerate(out):
                 if c is not None:
                     on_done(i, c)
-        self.inner.complete([requests[i] for i in missing], progress=progress, desc=desc, on_done=store)
+        self.inner.complete([requests[i] for i in asked], progress=progress, desc=desc, on_done=store)
         return [c for c in out if c is not None]
 
 

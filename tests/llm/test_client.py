@@ -307,6 +307,20 @@ def test_completions_still_running_when_another_fails_are_kept_too(tmp_path):
     assert cache.get(llm.keys(requests[:1])[0]).text == "answer to slow good"
 
 
+def test_a_request_repeated_in_one_batch_is_paid_once(tmp_path):
+    """Three copies of one request (a chunk ingested twice) were three calls; now one, and the
+    copies count as cache hits."""
+    with ScriptedServer(lambda body, n: (200, f"answer {n}", 0)) as server:
+        llm, _ = cached_http(server, tmp_path)
+        arrived: list[int] = []
+        done = llm.complete(
+            [ask("same"), ask("other"), ask("same"), ask("same")], on_done=lambda i, c: arrived.append(i)
+        )
+    assert len(server.bodies) == 2 and sorted(arrived) == [0, 1, 2, 3]
+    assert done[0].text == done[2].text == done[3].text != done[1].text
+    assert [c.cached for c in done] == [False, False, True, True]
+
+
 def test_a_server_serving_another_model_is_not_answered_from_the_first_ones_completions(tmp_path):
     """llama.cpp answers any llm.model ("default") with the model it loaded: a stand-in restarted
     with another model was answered from the first model's cached completions, silently. Scripted
