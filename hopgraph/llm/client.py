@@ -85,7 +85,9 @@ def completion_from_json(config: LLMConfig, data: Any, seconds: float, raw: str 
     error = data.get("error") if isinstance(data, dict) else None
     if error:
         code = error.get("code") if isinstance(error, dict) else None
-        status = code if isinstance(code, int) else data.get("code") if isinstance(data.get("code"), int) else 500
+        code = code if code is not None else data.get("code")
+        # A number, or its digits ("429"); any other code ("rate_limit_exceeded") is the server's fault.
+        status = int(code) if isinstance(code, int | str) and str(code).isdigit() and len(str(code)) == 3 else 500
         return _refusal(config, status, json.dumps(error)[:300], seconds)
     try:
         content = data["choices"][0]["message"].get("content") or ""
@@ -106,7 +108,7 @@ def completion_from_json(config: LLMConfig, data: Any, seconds: float, raw: str 
 def _refusal(config: LLMConfig, status: int, reason: str, seconds: float) -> Completion:
     if status in REFUSED_ONE:
         return Completion("", 0, 0, seconds=seconds, refused=f"HTTP {status}: {reason[:300]}")
-    if 400 <= status < 500:
+    if 400 <= status < 500 and status not in HttpLLM.RETRY_STATUS:  # 408 and 429 are the server's state
         raise LLMRequestError(f"LLM server {config.base_url} refused the request: HTTP {status}: {reason[:300]}")
     raise LLMUnavailableError(f"LLM server {config.base_url} refused the request: HTTP {status}: {reason[:300]}")
 
@@ -202,7 +204,17 @@ class HttpLLM:
                 problem, down = f"HTTP {response.status_code}: {response.text[:200]}", False
                 asked_wait = retry_after_seconds(response.headers.get("retry-after"))
                 continue
-            return read_chat_response(self.config, response.status_code, response.text, time.perf_counter() - started)
+            try:
+                return read_chat_response(
+                    self.config, response.status_code, response.text, time.perf_counter() - started
+                )
+            except LLMUnavailableError as exc:
+                if response.status_code != 200:
+                    raise
+                # A 200 without a completion (a proxy's garbled page) or with a server's error object
+                # inside (a 429 or 503 said in the body): as worth another try as the status itself.
+                problem, down = str(exc).removeprefix(f"LLM server {self.config.base_url} "), False
+                continue
         attempts = self.config.retries + 1
         if down:
             raise self._down(problem, attempts)

@@ -8,6 +8,7 @@ from the stand-in.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -18,7 +19,7 @@ from hopgraph.llm import ChatRequest, Usage, open_llm
 from hopgraph.llm.client import CachedLLM, CompletionCache, HttpLLM
 from hopgraph.llm.extract import KG_SCHEMA
 from hopgraph.llm.probe import FALLBACK_CONCURRENCY, server_slots
-from tests.llm.support import InFlight, ScriptedServer, Trickle
+from tests.llm.support import InFlight, ScriptedServer, Trickle, chat_completion
 from tests.ports import dead_port
 
 
@@ -245,6 +246,20 @@ def test_a_refusal_of_one_request_is_that_requests_completion_and_the_others_go_
 def test_timeouts_and_rate_limits_from_the_backend_are_retried(tmp_path, status):
     # Scripted: a 408/429 first (the backend is busy, not refusing the request), then an answer.
     with ScriptedServer(lambda body, n: (status, '{"error": "busy"}', 0) if n == 0 else (200, "fine", 0)) as server:
+        done = HttpLLM(scripted_config(server, tmp_path, retries=1)).complete([QUESTIONS[0]])
+    assert [c.text for c in done] == ["fine"] and len(server.bodies) == 2
+
+
+@pytest.mark.parametrize(
+    "first",
+    ['{"error": {"code": 429, "message": "busy"}}', '{"error": {"code": "503"}}', "<html>gateway</html>"],
+    ids=["429-in-body", "503-as-text", "garbled"],
+)
+def test_a_200_saying_the_server_is_busy_or_garbled_is_retried(tmp_path, first):
+    """Some gateways answer 200 with the error inside: a 429 there was taken for a request no retry
+    could help (the error for wrong settings), and a garbled 200 ended the batch at once."""
+    answer = json.dumps(chat_completion("fine"))
+    with ScriptedServer(lambda body, n: (200, first if n == 0 else answer, 0), raw=True) as server:
         done = HttpLLM(scripted_config(server, tmp_path, retries=1)).complete([QUESTIONS[0]])
     assert [c.text for c in done] == ["fine"] and len(server.bodies) == 2
 
