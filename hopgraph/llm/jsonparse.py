@@ -13,34 +13,74 @@ import re
 from typing import Any
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
-_TRAILING_COMMA = re.compile(r",\s*([\]}])")
+_DECODER = json.JSONDecoder()
+MAX_STARTS = 200  # brackets tried as the start of a value in one text ("[[[[…" would be quadratic)
 
 
 def parse_json(text: str) -> Any | None:
-    """The JSON value in ``text``, tolerating fences, surrounding prose and trailing commas; None if absent."""
-    fenced = _FENCE.search(text)
-    body = fenced.group(1) if fenced else text
-    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
-    if not starts:
-        return None
-    start = min(starts)
-    end = body.rfind("}" if body[start] == "{" else "]")
-    if end <= start:
-        return _salvage(body[start:])
-    candidate = body[start : end + 1]
-    for attempt in (candidate, _TRAILING_COMMA.sub(r"\1", candidate)):
+    """The JSON value in ``text``, tolerating fences, surrounding prose and trailing commas; None if
+    absent. Each fenced block is tried, then the whole text; in each, the largest JSON object or
+    array it holds, or what closed of one cut off at the end (prose may hold brackets of its own:
+    "Sure [1]: {…}", a "<think>{…}</think>" before the answer)."""
+    for body in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
+        found = _largest_value(_without_trailing_commas(body))
+        if found is not None:
+            return found
+    return None
+
+
+def _largest_value(body: str) -> Any | None:
+    best: tuple[int, Any] | None = None
+    at, tried, first_failed = 0, 0, None
+    while tried < MAX_STARTS:
+        starts = [i for i in (body.find("{", at), body.find("[", at)) if i >= 0]
+        if not starts:
+            break
+        start, tried = min(starts), tried + 1
         try:
-            return json.loads(attempt)
-        except json.JSONDecodeError:
+            value, end = _DECODER.raw_decode(body, start)
+        except (json.JSONDecodeError, RecursionError):  # nested past the interpreter's limit: not an answer
+            first_failed = start if first_failed is None else first_failed
+            at = start + 1
             continue
-    return _salvage(body[start:])
+        if best is None or end - start > best[0]:
+            best = (end - start, value)
+        at = end
+    if first_failed is not None:  # a value cut off (max_tokens): what closed of it, if that is more
+        salvaged = _salvage(body[first_failed:])
+        if salvaged is not None and (best is None or salvaged[0] > best[0]):
+            best = salvaged
+    return best[1] if best is not None else None
 
 
-def _salvage(text: str, tries: int = 30) -> Any | None:
+def _without_trailing_commas(text: str) -> str:
+    """``text`` without commas right before a closing bracket, outside strings only (a regular
+    expression also took them out of "a, ]" inside a string)."""
+    out: list[str] = []
+    in_string = escaped = False
+    pending = -1  # where in ``out`` a comma waits to see what follows it
+    for ch in text:
+        if in_string:
+            in_string = escaped or ch != '"'
+            escaped = not escaped and ch == "\\"
+        elif ch == '"':
+            in_string, pending = True, -1
+        elif ch in "]}" and pending >= 0:
+            del out[pending]
+            pending = -1
+        elif ch == ",":
+            pending = len(out)
+        elif not ch.isspace():
+            pending = -1
+        out.append(ch)
+    return "".join(out)
+
+
+def _salvage(text: str, tries: int = 30) -> tuple[int, Any] | None:
     """Keep the complete items of JSON cut off mid-way (a completion that hit max_tokens).
 
     Scans once, remembering every point where a value inside an array or object has just closed,
-    then tries those cut points from the latest, closing the brackets still open.
+    then tries those cut points from the latest, closing the brackets still open; (length kept, value).
     """
     stack: list[str] = []
     cuts: list[tuple[int, str]] = []
@@ -68,7 +108,7 @@ def _salvage(text: str, tries: int = 30) -> Any | None:
                 cuts.append((i + 1, "".join(reversed(stack))))
     for end, closing in reversed(cuts[-tries:]):
         try:
-            return json.loads(_TRAILING_COMMA.sub(r"\1", text[:end] + closing))
-        except json.JSONDecodeError:
+            return end, json.loads(_without_trailing_commas(text[:end] + closing))
+        except (json.JSONDecodeError, RecursionError):  # nested past the interpreter's limit: not an answer
             continue
     return None

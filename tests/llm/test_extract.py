@@ -59,6 +59,29 @@ def test_parse_json_accepts_trailing_commas():
     assert parse_json(text) == {"entities": [{"name": "A", "type": "t", "description": "d"}], "relations": []}
 
 
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ('Sure [1]: {"knowledge_units": ["a", "b"]}', {"knowledge_units": ["a", "b"]}),
+        ('<think>maybe {"x": 1}</think>{"knowledge_units": ["a"]}', {"knowledge_units": ["a"]}),
+        ('```text\nno JSON here\n```\n```json\n{"knowledge_units": ["a"]}\n```', {"knowledge_units": ["a"]}),
+        ('Step [2]: {"knowledge_units": ["kept", "cut o', {"knowledge_units": ["kept"]}),
+        ('{"knowledge_units": ["a comma, ]", "b",],}', {"knowledge_units": ["a comma, ]", "b"]}),
+    ],
+    ids=["bracket-in-prose", "think-first", "second-fence", "prose-then-cut", "comma-in-string"],
+)
+def test_parse_json_finds_the_value_past_brackets_and_fences_of_prose(text, value):
+    """Only the first bracket and the first fence were tried (each of these was None), and the
+    trailing-comma rule also rewrote text inside strings ("a comma, ]" became "a comma]")."""
+    assert parse_json(text) == value
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' * 50_000, "[1, " * 30_000])
+def test_a_completion_of_endless_brackets_is_no_json_not_an_error(text):
+    """A model looping on "[" nests past the interpreter's recursion limit."""
+    assert parse_json(text) is None
+
+
 def test_parse_json_salvages_the_complete_items_of_truncated_json():
     # A completion cut off by max_tokens inside the second entity keeps the first.
     cut_entity = f'{{"entities": [{ENTITY_A}, {{"name": "Halvern Har'
