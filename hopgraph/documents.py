@@ -63,16 +63,24 @@ def one_line(value: str) -> str:
     return NAME_CONTROL.sub("", _BREAKS.sub(" ", value)).strip()
 
 
+# Longest title kept: a DOCX's or PDF's properties may hold megabytes (a 45 kB DOCX gave a
+# 9,000,000-character title), past every bound on a document's text.
+MAX_TITLE_CHARS = 500
+
+
 def canonical_document(document: Document) -> Document:
     """``document`` as it is stored: its id and title composed (:func:`canonical_id`; a title is
-    often the file's name), its title and source on one line (:func:`one_line`). Every way in
-    (files, records, uploads, inserts, the Python API's builds and updates) passes through it; an id
+    often the file's name), its title (at most :data:`MAX_TITLE_CHARS`) and source on one line
+    (:func:`one_line`). Every way in (files, records, uploads, inserts, the Python API's builds and
+    updates) passes through it; an id
     no way in takes (:func:`id_problem`) is an InputError."""
     problem = id_problem(document.id)
     if problem:
         raise InputError(f"document id {cut(document.id)!r} {problem}")
     doc_id, source = canonical_id(document.id), one_line(document.source)
     title = canonical_id(one_line(document.title))
+    if len(title) > MAX_TITLE_CHARS:  # a title is shown, cited and embedded with every chunk of its document
+        title = title[: MAX_TITLE_CHARS - 1].rstrip() + "…"
     if (doc_id, title, source) == (document.id, document.title, document.source):
         return document
     return dataclasses.replace(document, id=doc_id, title=title, source=source)

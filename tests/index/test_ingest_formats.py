@@ -562,3 +562,13 @@ def test_html_after_a_second_broken_character_reference_is_not_taken_as_text() -
 def test_html_marked_sections_bs4_rejects_are_text_and_office_ones_are_kept() -> None:
     page = b"<p>A</p><![ x]]><![foo[y]]><![<![<![<![if !IE]><p>B</p><![endif]><![CDATA[C]]>"
     assert read_html(page).text == "A\n\n<![ x]]><![foo[y]]><![<![<![\n\nB\n\nC"  # was ParserRejectedMarkup
+
+
+def test_a_title_from_a_files_properties_is_bounded() -> None:
+    """A 45 kB DOCX gave a 9,000,000-character title (its text: 15 characters), shown, cited and
+    embedded with every chunk, and sent whole from an upload's reader to the server."""
+    from hopgraph.documents import MAX_TITLE_CHARS
+
+    (document,) = read_upload("big.pdf", pdf_bytes(["A short page."], "Annual report " * 20_000)).documents
+    assert len(document.title) == MAX_TITLE_CHARS and document.title.startswith("Annual report Annual")
+    assert document.title.endswith("…") and document.text == "A short page."
