@@ -128,11 +128,13 @@ def decode(data: bytes) -> tuple[str, str]:
     that fit no encoding raise :class:`Unreadable`.
     """
     for bom, encoding in _BOMS + _BOMS16:
-        if data.startswith(bom):
+        if data.startswith(bom):  # the mark says the encoding: a stray byte is replaced, as without one
+            name = encoding.removesuffix("-sig")
             try:
-                return data.decode(encoding), encoding.removesuffix("-sig")
-            except UnicodeDecodeError as error:
-                raise Unreadable(f"not valid {encoding} at byte offset {error.start}") from None
+                return data.decode(encoding), name
+            except UnicodeDecodeError:
+                text = data.decode(encoding, errors="replace")
+                return text, f"{name}, invalid bytes replaced by U+FFFD"
     if b"\0" in data[:_BINARY_PROBE]:
         raise Unreadable("binary file (NUL byte in the first 8 KiB)")
     try:
@@ -417,6 +419,16 @@ def _html_flow(soup: Any) -> tuple[list[str], list[tuple[int, int, int]]]:
     return flow, [(level, start, end) for level, start, end in headings]
 
 
+def _codec(label: str) -> str | None:
+    """Python's codec for a declared charset (None for one it does not know); Latin-1 and ASCII
+    are read as Windows-1252, as browsers read them (the HTML standard's table)."""
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return None
+    return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
+
+
 def read_html(data: bytes) -> Extracted:
     """Visible text by blocks (navigation, scripts and styles left out); h1-h6 become ``sections``.
 
@@ -424,7 +436,7 @@ def read_html(data: bytes) -> Extracted:
     :data:`MAX_HTML_ELEMENTS` elements or :data:`MAX_HTML_DEPTH` levels of nesting is not read.
     """
     from bs4.builder import ParserRejectedMarkup  # noqa: PLC0415  (bs4.exceptions only from 4.13)
-    from bs4.dammit import EncodingDetector, UnicodeDammit  # noqa: PLC0415
+    from bs4.dammit import EncodingDetector  # noqa: PLC0415
 
     declared = EncodingDetector.find_declared_encoding(data, is_html=True, search_entire_document=False)
     # As the HTML standard has it: a byte-order mark wins over a stale <meta charset>, and a declared
@@ -432,9 +444,10 @@ def read_html(data: bytes) -> Extracted:
     bom = data.startswith(tuple(mark for mark, _ in _BOMS + _BOMS16))
     if bom or (declared and declared.lower().replace("_", "-").startswith(("utf-16", "utf-32", "utf16", "utf32"))):
         declared = None
-    markup = UnicodeDammit(data, [declared], is_html=True).unicode_markup if declared else decode(data)[0]
-    if markup is None:
-        raise Unreadable(f"HTML is not in its declared encoding {declared!r} (nor in another that fits)")
+    codec = _codec(declared) if declared else None
+    # In its declared encoding, a stray byte replaced (bs4 went on to other encodings, and one bad
+    # byte in a UTF-8 page made every "ü" of it "ĂĽ"); an encoding Python does not know: detected.
+    markup = data.decode(codec, errors="replace") if codec else decode(data)[0]
     try:
         soup = _bounded_soup(_defused(markup))
     except ParserRejectedMarkup as error:  # bs4 gives up on some malformed markup ("<![ x")

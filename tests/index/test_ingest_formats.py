@@ -572,3 +572,16 @@ def test_a_title_from_a_files_properties_is_bounded() -> None:
     (document,) = read_upload("big.pdf", pdf_bytes(["A short page."], "Annual report " * 20_000)).documents
     assert len(document.title) == MAX_TITLE_CHARS and document.title.startswith("Annual report Annual")
     assert document.title.endswith("…") and document.text == "A short page."
+
+
+def test_a_stray_byte_is_replaced_in_a_file_with_a_byte_order_mark_and_in_a_page_with_a_charset() -> None:
+    """With a UTF-8 byte-order mark one stray byte refused the whole file ("not valid utf-8-sig");
+    in a page declaring UTF-8, bs4 went on to another encoding and "Grüße" became "GrĂĽĂźe"."""
+    text, encoding = decode(b"\xef\xbb\xbfM\xc3\xbcnchen notes \xa9 2024")
+    assert text == "M\u00fcnchen notes \ufffd 2024" and encoding == "utf-8, invalid bytes replaced by U+FFFD"
+    page = '<html><head><meta charset="utf-8"></head><body><p>Gr\u00fc\u00dfe aus M\u00fcnchen</p>'
+    assert read_html(page.encode() + b"<p>\xa9 2024</p></body></html>").text == (
+        "Gr\u00fc\u00dfe aus M\u00fcnchen\n\n\ufffd 2024"
+    )
+    latin = b'<meta charset="iso-8859-1"><p>\x93quoted\x94 caf\xe9</p>'  # read as browsers read it: Windows-1252
+    assert read_html(latin).text == "\u201cquoted\u201d caf\u00e9"
