@@ -79,7 +79,8 @@ def detect_format(path: str | Path) -> str | None:
 
 
 def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
-    """Read a benchmark; ``limit`` keeps the first N questions over the whole corpus (same index as the full set)."""
+    """Read a benchmark; ``limit`` keeps the first N questions over the whole corpus (same index as the
+    full set); 0 reads the passages alone, without reading a questions file of their own."""
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
@@ -246,7 +247,7 @@ def _load_ketrag(path: Path, limit: int | None) -> Benchmark:
             documents.append(
                 Document(id=f"p{number:05d}", text=line.strip(), source=str(text_path), metadata={"line": number})
             )
-    records = _read_records(qa_path)[:limit]
+    records = _read_records(qa_path)[:limit] if limit != 0 else []  # 0: the passages alone, questions unread
     questions = [
         Question(
             id=_id_field(record, ("id",), where),
@@ -292,7 +293,8 @@ def _load_hipporag(path: Path, limit: int | None) -> Benchmark:
     for document in documents.values():
         by_title.setdefault(document.title, []).append(document.id)
     questions = []
-    for index, (where, record) in enumerate(_read_records(questions_path)[:limit] if questions_path else []):
+    asked = _read_records(questions_path)[:limit] if questions_path and limit != 0 else []  # 0: unread
+    for index, (where, record) in enumerate(asked):
         has_id = "id" in record or "_id" in record
         questions.append(
             Question(

@@ -445,3 +445,19 @@ def test_files_beside_a_benchmark_folders_data_are_listed_as_not_read(tmp_path: 
     result = read_corpus([tmp_path])
     assert [d.text for d in result.documents] == ["para zero", "para one"]
     assert [(Path(p.path).name, p.reason.split(":")[0]) for p in result.problems] == [("notes.md", "not read")]
+
+
+def test_a_broken_questions_file_does_not_lose_the_passages_beside_it(tmp_path: Path) -> None:
+    """Indexing reads the passages alone, yet a questions record without "question" (or a
+    qa-pairs.json that is no JSON) skipped the whole corpus."""
+    hippo = tmp_path / "hippo"
+    hippo.mkdir()
+    (hippo / "toy_corpus.json").write_text('[{"title": "T", "text": "titled text"}]', encoding="utf-8")
+    (hippo / "toy.json").write_text('[{"id": "h", "answer": "x"}]', encoding="utf-8")
+    ket = tmp_path / "ket"
+    ket.mkdir()
+    (ket / "document.txt").write_text("para zero\n", encoding="utf-8")
+    (ket / "qa-pairs.json").write_text("[{", encoding="utf-8")
+    result = read_corpus([hippo, ket])
+    assert sorted(d.text for d in result.documents) == ["para zero", "titled text"]
+    assert [Path(p.path).name for p in result.problems] == ["toy.json"]  # listed: no benchmark data it knows
