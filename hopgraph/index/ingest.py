@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,11 +41,8 @@ from hopgraph.documents import (
 )
 from hopgraph.errors import InputError, cut, listed
 from hopgraph.index.datasets import HIPPORAG, KETRAG, detect_format, load_benchmark
-from hopgraph.index.formats import DOCUMENT_SUFFIXES, READERS, Unreadable, decode
+from hopgraph.index.formats import DOCUMENT_SUFFIXES, MARKDOWN, READERS, Unreadable, decode, markdown_title
 
-_MARKDOWN = (".md", ".markdown")
-_MARKDOWN_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
-_FRONT_MATTER_TITLE = re.compile(r"^title:(.*)$")
 _MAX_LISTED = 20
 _IDS_SHOWN = 10
 _KINDS = ", ".join(DOCUMENT_SUFFIXES + (".jsonl",))
@@ -231,7 +227,7 @@ def checked_document(document: Document) -> Document:
 
 
 def normalise_metadata(metadata: dict[str, Any]) -> None:
-    """Normalise ``acl`` to a list of strings and validate ``timestamp``, in place.
+    """Normalise ``acl`` to a list of strings and validate ``timestamp`` and ``modified``, in place.
 
     Both keys carry meaning downstream (access control, recency), so a wrong type is reported
     rather than silently misread (a bare string acl would otherwise be split into letters).
@@ -243,16 +239,22 @@ def normalise_metadata(metadata: dict[str, Any]) -> None:
         metadata["acl"] = [acl]
     elif not isinstance(acl, list) or not all(isinstance(group, str) for group in acl):
         raise ValueError("'acl' must be a list of strings or a single string")
-    stamp = metadata.get("timestamp")
-    if stamp is None:
-        metadata.pop("timestamp", None)
-    elif not isinstance(stamp, str):
-        raise ValueError("'timestamp' must be an ISO-8601 string")
-    else:
-        try:
-            datetime.fromisoformat(stamp)
-        except ValueError:
-            raise ValueError(f"'timestamp' {stamp!r} is not an ISO-8601 date/time") from None
+    for key in ("timestamp", "modified"):  # "modified" stands in for a missing timestamp (timestamp_of)
+        stamp = metadata.get(key)
+        if stamp is None:
+            metadata.pop(key, None)
+        elif not isinstance(stamp, str):
+            raise ValueError(f"'{key}' must be an ISO-8601 string")
+        else:
+            try:
+                datetime.fromisoformat(stamp)
+            except ValueError:
+                raise ValueError(f"'{key}' {cut(stamp)!r} is not an ISO-8601 date/time") from None
+
+
+def _no_constant(name: str) -> Any:
+    """JSON's NaN and Infinity refused, as the server refuses them in an insert."""
+    raise ValueError(f"{name}: numbers must be finite")
 
 
 def _name_problem(name: str) -> str | None:
@@ -282,46 +284,6 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     with open(fd, "rb") as handle:
         return handle.read(limit + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-
-
-def _markdown_title(text: str) -> str | None:
-    """The front matter's ``title:``, else the first level-1 heading outside front matter and fenced
-    code (a shell comment "# install" or a YAML comment "# draft" is none)."""
-    lines = text.splitlines()
-    if lines and lines[0].rstrip() == "---":
-        end = next((n for n, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), 0)
-        # Read line by line, not as YAML: a small YAML with aliases can expand without bound.
-        given = next((m.group(1) for m in map(_FRONT_MATTER_TITLE.match, lines[1:end]) if m), "")
-        if given.strip().strip("'\"").strip():
-            return given.strip().strip("'\"").strip()
-        lines = lines[end + 1 :] if end else lines
-    fence = ""
-    for line in lines:
-        marker = _MARKDOWN_FENCE.match(line)
-        if fence:  # inside: only a run of the same character, at least as long, closes it
-            if marker and marker.group(1)[0] == fence[0] and len(marker.group(1)) >= len(fence):
-                fence = "" if not line[marker.end() :].strip() else fence
-            continue
-        if marker:
-            fence = marker.group(1)
-            continue
-        heading = _level_one_heading(line)
-        if heading:
-            return heading
-    return None
-
-
-def _level_one_heading(line: str) -> str:
-    """The text of a Markdown "# Heading #" line ("" for any other line). String methods, not a
-    regular expression: one of "#", 20,000 spaces and a letter took 1.7 s to backtrack through."""
-    body = line.lstrip(" ")
-    if len(line) - len(body) > 3 or body[:1] != "#" or body[1:2] not in (" ", "\t"):
-        return ""
-    text = body[1:].strip(" \t")
-    bare = text.rstrip("#")  # a closing run of "#" counts only after a space
-    if bare != text and (not bare or bare[-1] in " \t"):
-        text = bare
-    return text.strip()
 
 
 def _modified(path: Path) -> str:
@@ -524,7 +486,7 @@ class _Reader:
                 text, title, metadata = extracted.text, extracted.title, extracted.metadata
             else:
                 text, encoding = decode(data)
-                title = (_markdown_title(text) if suffix in _MARKDOWN else None) or ""
+                title = (markdown_title(text) if suffix in MARKDOWN else None) or ""
                 if encoding != "utf-8":
                     metadata["encoding"] = encoding
         except Unreadable as error:
@@ -546,7 +508,7 @@ class _Reader:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line, parse_constant=_no_constant)
             except json.JSONDecodeError as error:
                 self.problem(where, lineno, f"invalid JSON ({error.msg} at column {error.colno})")
                 continue

@@ -461,3 +461,19 @@ def test_a_broken_questions_file_does_not_lose_the_passages_beside_it(tmp_path: 
     result = read_corpus([hippo, ket])
     assert sorted(d.text for d in result.documents) == ["para zero", "titled text"]
     assert [Path(p.path).name for p in result.problems] == ["toy.json"]  # listed: no benchmark data it knows
+
+
+def test_a_records_modified_time_is_checked_as_its_timestamp_and_nan_is_refused() -> None:
+    """A record's own "modified" stands in for its timestamp (listing, filters, freshness) unchecked:
+    "9999-not-a-date" sorted after every real date. NaN was taken here though an insert refuses it."""
+    records = [
+        {"id": "r1", "text": "one", "modified": "9999-not-a-date"},
+        {"id": "r3", "text": "three", "modified": "2024-01-02"},
+    ]
+    data = "\n".join(json.dumps(r) for r in records).encode() + b'\n{"id": "r2", "text": "two", "score": NaN}\n'
+    result = read_upload("records.jsonl", data)
+    assert [d.id for d in result.documents] == ["r3"]
+    assert [(p.line, p.reason) for p in result.problems] == [
+        (1, "'modified' '9999-not-a-date' is not an ISO-8601 date/time"),
+        (3, "unreadable JSON (NaN: numbers must be finite)"),
+    ]
