@@ -25,6 +25,7 @@ from hopgraph.cli_options import (
 )
 from hopgraph.cli_output import echo_llm_usage, read_inputs
 from hopgraph.config import LLM_CONNECTION_FIELDS, apply_overrides
+from hopgraph.errors import HopgraphError
 
 UPDATE_SETTINGS = (*(f"llm.{name}" for name in LLM_CONNECTION_FIELDS), "cluster.")
 
@@ -124,6 +125,12 @@ def update(
             for line in corpus.describe(verbose=verbose) if corpus else ():
                 click.echo(line)
     done = versions.run_pending(index_dir, llm=llm, cluster=cluster, progress=not quiet)
+    if not resume and job["id"] not in {j["id"] for j in done}:  # run by another `hopgraph update` meanwhile
+        record = versions.read_job(index_dir, job["id"])
+        if record["status"] == "failed":
+            raise HopgraphError(f"update job {job['id']} failed: {record.get('error') or 'see `hopgraph jobs`'}")
+        if record["status"] == "done":
+            done.append(record)  # said as done, not as "no pending jobs"
     if as_json:
         summary = corpus.summary() if corpus else {"documents": 0, "ids": [], "skipped": []}
         click.echo(json.dumps({**summary, "jobs": done}, indent=2, default=str))

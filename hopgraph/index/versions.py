@@ -56,7 +56,14 @@ from hopgraph.config import (
 )
 from hopgraph.deadline import time_limit
 from hopgraph.documents import Document, canonical_document, canonical_id
-from hopgraph.errors import HopgraphError, IndexFormatError, InputError, QueueFullError, UnknownDocumentError
+from hopgraph.errors import (
+    HopgraphError,
+    IndexFormatError,
+    InputError,
+    QueueFullError,
+    UnknownDocumentError,
+    storage_state,
+)
 from hopgraph.files import atomic_write
 from hopgraph.index.jobs import (
     RUN_LOCK,
@@ -320,6 +327,10 @@ def _run(
             )
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
+        if isinstance(exc, OSError) and storage_state(exc) is not None:
+            # The machine's state, not the jobs' fault (a full disk): they are left as a killed run
+            # leaves them, finished stages kept, for the next run to resume (they ended "failed").
+            raise
         if building and len(batch) > 1:
             return _split(root, batch, leader, str(exc) or type(exc).__name__)
         _mark_failed(root, batch, str(exc) or type(exc).__name__)

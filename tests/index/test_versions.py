@@ -28,7 +28,7 @@ from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.retrieve.retriever import Retriever
 from hopgraph.store import IndexStore
-from tests.conftest import REPO, SAMPLE, SAMPLE_SETTINGS
+from tests.conftest import REPO, SAMPLE, SAMPLE_SETTINGS, file_size_limit
 
 QUERIES = [
     "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?",
@@ -229,6 +229,42 @@ def test_cli_update_jobs_and_clean_errors(index, tmp_path):
     small = [arg for key, value in SAMPLE_SETTINGS.items() for arg in (f"--{key}", str(value))]
     rebuilt = runner.invoke(main, ["index", str(SAMPLE), "--out", str(index), "--overwrite", "-q", *small])
     assert rebuilt.exit_code == 0 and "live again" in rebuilt.output and LoadedIndex(index).version == ""
+
+
+def test_an_update_the_storage_refuses_stays_queued_and_resumes(index, tmp_path):
+    """On a full disk an update job ended "failed" for good (`--resume` said "no pending jobs"),
+    though nothing was wrong with it. A file-size limit makes the storage refuse as a full disk does."""
+    added = tmp_path / "new.jsonl"
+    added.write_text("".join(json.dumps(r) + "\n" for r in NEW_DOCUMENTS), encoding="utf-8")
+    command = [sys.executable, "-m", "hopgraph.cli", "update", str(index), "--add", str(added), "-q"]
+    refused = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=file_size_limit(30_000)
+    )
+    assert refused.returncode == 2 and refused.stderr.startswith("error: the storage is "), refused.stderr
+    [job] = versions.list_jobs(index)
+    assert f"job {job['id']} stays queued and `hopgraph update {index} --resume` finishes it" in refused.stderr
+    assert job["status"] == "running" and LoadedIndex(index).version == ""  # as a killed run leaves it
+    resumed = CliRunner().invoke(main, ["update", str(index), "--resume", "-q"])
+    assert resumed.exit_code == 0 and f"job {job['id']} done" in resumed.output, resumed.output
+
+
+def test_an_update_whose_job_another_process_ran_says_it_is_done(index, tmp_path):
+    """Two `hopgraph update` at once: the second one's job was run by the first, and it printed "no
+    pending jobs", never that its job was done. Here this test is the other process: it holds the
+    job lock, runs the job the command queued, and lets go."""
+    added = tmp_path / "new.jsonl"
+    added.write_text("".join(json.dumps(r) + "\n" for r in NEW_DOCUMENTS), encoding="utf-8")
+    command = [sys.executable, "-m", "hopgraph.cli", "update", str(index), "--add", str(added), "-q"]
+    with jobs.job_lock(index, jobs.RUN_LOCK):
+        proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not versions.list_jobs(index) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        [job] = versions.list_jobs(index)
+        versions._run(index, [job], None, False)  # what the other `hopgraph update` does under the lock
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert f"job {job['id']} done: live version versions/{job['id']}" in out and "no pending jobs" not in out
 
 
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["kill", "ctrl-c"])
