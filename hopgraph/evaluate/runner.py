@@ -159,7 +159,10 @@ def evaluate(
             "llm": {k: v["llm"] for k, v in manifest["stages"].items() if "llm" in v},
             "extraction": config.extraction.model_dump() if config.extraction.active() else None,
         },
-        "llm_model": config.llm.model if (answers or config.extraction.active()) else None,
+        # Two models where both apply: the index's LLM-built parts keep the model that built them (a
+        # complete index is not extracted again for another --llm.model), answers use this run's.
+        "extraction_model": manifest["config"]["llm"]["model"] if config.extraction.active() else None,
+        "answer_model": config.llm.model if answers else None,
         "query_embedding_seconds": round(query_embedding_seconds, 3),
         "peak_memory_mb": round(peak_memory_mb(), 1),
         "peak_memory_covers": PEAK_MEMORY_COVERS,

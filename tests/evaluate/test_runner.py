@@ -76,6 +76,22 @@ def test_eval_overrides_never_reach_the_index(tmp_path):
     assert "Index stages run now: 0 (0.0 s); finished by an earlier build:" in table and "the build's" in table
 
 
+def test_the_result_names_the_model_that_built_the_graph_apart_from_the_answer_model(tmp_path):
+    """A complete index keeps its knowledge graph when a run names another --llm.model (it is not
+    extracted again), yet the result file said "llm_model": the new model. Scripted extraction: the
+    stand-in is too slow to extract on every test run, and only the model's name matters here."""
+    from tests.llm.support import ScriptedServer
+
+    kg = {"entities": [{"name": "Mara Quill", "type": "person", "description": "A director."}], "relations": []}
+    data, index = musique_file(tmp_path / "musique.jsonl"), tmp_path / "index"
+    with ScriptedServer(lambda body, n: (200, json.dumps(kg), 0)) as server:
+        settings = {**SAMPLE_SETTINGS, "extraction.kg": "all", "llm.base_url": server.base_url, "llm.cache": ""}
+        built = evaluate(data, index, load_config(None, {**settings, "llm.model": "extractor"}), ["kg"], progress=False)
+        again = evaluate(data, index, load_config(None, {**settings, "llm.model": "other"}), ["kg"], progress=False)
+    assert built["extraction_model"] == again["extraction_model"] == "extractor" and again["answer_model"] is None
+    assert again["index"]["stages_seconds_this_run"] == {}  # nothing extracted again
+
+
 def test_an_index_eval_cannot_use_is_refused_with_what_eval_can_do(tmp_path):
     """The refusal said "pass --overwrite ... or choose another --out": eval has no --overwrite, and
     its --out is the result file."""
