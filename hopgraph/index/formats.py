@@ -452,7 +452,8 @@ def read_html(data: bytes) -> Extracted:
         soup = _bounded_soup(_defused(markup))
     except ParserRejectedMarkup as error:  # bs4 gives up on some malformed markup ("<![ x")
         raise Unreadable(f"HTML could not be read ({str(error).splitlines()[-1].strip()})") from None
-    title_tag = soup.find("title")
+    # The page's <title>, not an inline SVG's (a tooltip) in a page that has none.
+    title_tag = next((tag for tag in soup.find_all("title") if tag.find_parent("svg") is None), None)
     title = tidy(title_tag.get_text(" ")) if title_tag else ""
     flow, headings = _html_flow(soup)
     pending = [(level, heading) for level, start, end in headings if (heading := tidy(" ".join(flow[start:end])))]

@@ -585,3 +585,8 @@ def test_a_stray_byte_is_replaced_in_a_file_with_a_byte_order_mark_and_in_a_page
     )
     latin = b'<meta charset="iso-8859-1"><p>\x93quoted\x94 caf\xe9</p>'  # read as browsers read it: Windows-1252
     assert read_html(latin).text == "\u201cquoted\u201d caf\u00e9"
+
+
+def test_an_inline_svgs_title_is_not_the_pages_title() -> None:
+    page = b"<html><body><svg><title>icon tooltip</title></svg><h1>Site safety</h1><p>Helmets on.</p></body></html>"
+    assert read_html(page).title == "Site safety"
