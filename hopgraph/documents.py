@@ -50,6 +50,17 @@ def canonical_id(name: str) -> str:
     return unicodedata.normalize("NFC", name)
 
 
+def repeated_id(names: list[str]) -> str | None:
+    """The first of ``names`` given twice as a document id (in composed form, :func:`canonical_id`:
+    "é" typed and "é" from macOS are one id), or None."""
+    seen: set[str] = set()
+    for name in names:
+        if canonical_id(name) in seen:
+            return name
+        seen.add(canonical_id(name))
+    return None
+
+
 # Tabs and what breaks a line (for str.splitlines too): each run becomes one space in :func:`one_line`.
 _BREAKS = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from pydantic import ValidationError
 
 from hopgraph.config import ServeConfig
-from hopgraph.documents import name_control
+from hopgraph.documents import name_control, repeated_id
 from hopgraph.errors import InputError, QueueFullError, listed
 from hopgraph.index.catalog import document_row
 from hopgraph.index.formats import DOCUMENT_SUFFIXES
@@ -101,8 +101,9 @@ def upload(
     100,000 elements or nested over 512 levels is refused (422, with its line and column), and so is
     an upload that takes longer than ``serve.upload_seconds`` to read."""
     names = [upload_name(f.filename) for f in files]
-    if len(set(names)) != len(names):
-        raise APIError(422, "duplicate_files", "the same file name appears twice in the upload")
+    twice = repeated_id(names)
+    if twice is not None:
+        raise APIError(422, "duplicate_files", f"the file name {shown(twice)} appears twice in the upload")
     serve = service.config.serve
     try:
         service.jobs.check_room()  # before the files are read

@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from hopgraph.documents import Document
+from hopgraph.documents import Document, repeated_id
 from hopgraph.errors import InputError, QueueFullError, UnknownDocumentError
 from hopgraph.index.ingest import normalise_metadata
 from hopgraph.serve.auth import Principal
@@ -125,9 +125,9 @@ def insert(
     limit = service.serve.max_documents
     if len(body.documents) > limit:
         raise APIError(413, "too_many_documents", f"{len(body.documents)} documents; at most {limit} per request")
-    ids = [d.id for d in body.documents]
-    if len(set(ids)) != len(ids):
-        raise APIError(422, "duplicate_ids", "the same document id appears twice in the request")
+    twice = repeated_id([d.id for d in body.documents])
+    if twice is not None:
+        raise APIError(422, "duplicate_ids", f"the document id {shown(twice)} appears twice in the request")
     documents = []
     for d in body.documents:
         metadata = dict(d.metadata)

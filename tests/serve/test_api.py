@@ -205,6 +205,10 @@ def test_bad_documents_are_refused_with_the_document_named(client):
         headers=auth("admin"),
     )
     assert twice.status_code == 422 and twice.json()["error"]["code"] == "duplicate_ids"
+    composed = [{"id": "caf\u00e9", "text": "a"}, {"id": "cafe\u0301", "text": "b"}]  # one id, two spellings
+    twice = client.post("/v1/documents", json={"documents": composed}, headers=auth("admin"))
+    assert twice.status_code == 422 and twice.json()["error"]["code"] == "duplicate_ids"
+    assert twice.json()["error"]["message"] == "the document id 'cafe\u0301' appears twice in the request"
     assert client.post("/v1/documents", json={"documents": []}, headers=auth("admin")).status_code == 422
 
 

@@ -354,10 +354,17 @@ def test_the_document_list_pages_within_bounds(client):
         ([("files", ("bad.jsonl", b'{"text": "ok"}\nnot json\n', "application/x-ndjson"))], "unreadable_upload"),
         (
             [("files", ("nan.jsonl", b'{"id": "n", "text": "ok", "metadata": {"x": NaN}}\n', "text/plain"))],
-            "invalid_request",
+            "unreadable_upload",  # refused where it is read, as `hopgraph index` refuses it
         ),
         (
             [("files", ("a.txt", b"one", "text/plain")), ("files", ("dir/a.txt", b"two", "text/plain"))],
+            "duplicate_files",
+        ),
+        (  # one name composed, one decomposed (as macOS writes it): one document id
+            [
+                ("files", ("caf\u00e9.txt", b"one", "text/plain")),
+                ("files", ("cafe\u0301.txt", b"two", "text/plain")),
+            ],
             "duplicate_files",
         ),
         ([("files", ("..", b"one", "text/plain"))], "invalid_file_name"),
