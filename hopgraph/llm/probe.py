@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from hopgraph.config import LLMConfig
@@ -98,18 +99,25 @@ def _json_field(response: Any, name: str) -> Any:
 
 
 class ServedModel:
-    """What the server at ``llm.base_url`` says it serves (:func:`served_model`), asked until it answers."""
+    """What the server at ``llm.base_url`` says it serves (:func:`served_model`): asked until it
+    answers, then again every ``ask_again`` seconds, so a query server running for months notices
+    the LLM server restarted with another model (what it said last stands while it cannot be asked)."""
+
+    ask_again = 60.0
 
     def __init__(self, config: LLMConfig) -> None:
         self.config, self.headers = config, auth_headers(config)
         self.where = config.model  # the name asked for, under which what it served is remembered
         self._said: str | None = None
+        self._asked = 0.0
         self._lock = threading.Lock()
 
     def __call__(self) -> str | None:
         with self._lock:
-            if self._said is None:
-                self._said = served_model(self.config, self.headers)
+            if self._said is None or time.monotonic() - self._asked >= self.ask_again:
+                said = served_model(self.config, self.headers)
+                self._asked = time.monotonic()
+                self._said = said if said is not None else self._said
             return self._said
 
 

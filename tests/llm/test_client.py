@@ -355,6 +355,14 @@ def test_a_server_serving_another_model_is_not_answered_from_the_first_ones_comp
         llm, _ = cached_http(second, tmp_path)
         assert llm.complete(question)[0].text == "qwen says hello" and len(second.bodies) == 1
         assert llm.complete(question)[0].cached  # and its own completions are cached
+    # A client that runs for months (the query server) asks again: a restart with another model is seen.
+    switching = server("smollm2")
+    with switching:
+        llm, _ = cached_http(switching, tmp_path / "switch")
+        llm.inner.served.ask_again = 0.0
+        assert llm.complete(question)[0].text == "smollm2 says hello"
+        switching.props["model_path"], switching.reply = "/models/qwen.gguf", lambda body, n: (200, "qwen says", 0)
+        assert llm.complete(question)[0].text == "qwen says"
     # With no server to ask, the completions of the model served last are still found.
     down = HttpLLM(scripted_config(second, tmp_path, retries=0))
     assert CachedLLM(down, CompletionCache(down.config.cache)).complete(question)[0].text == "qwen says hello"
