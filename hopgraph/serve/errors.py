@@ -141,6 +141,35 @@ def problems_of(errors: Sequence[Any], *, skip: int = 0, whole: str = "body") ->
     return details, listed(problems, total=len(errors))
 
 
+# What a request meets that is the server's state, not the request's fault: (error, status, code,
+# message, headers).
+_SERVER_STATES: tuple[tuple[type[HopgraphError], int, str, str, dict[str, str] | None], ...] = (
+    (
+        LLMUnavailableError,
+        503,
+        "llm_unavailable",
+        "the answer model is down or too slow; try again later",
+        {"Retry-After": "30"},
+    ),
+    (
+        LLMRequestError,
+        422,
+        "llm_rejected",
+        "the answer model refused the request (e.g. a prompt too long for its context); retrying the same "
+        "request will not help",
+        None,
+    ),
+    (  # the index on disk: being rebuilt, left half-built or damaged
+        IndexFormatError,
+        503,
+        "index_unavailable",
+        "the index on disk cannot take this now (it is being rebuilt, or an operator must finish or repair it: "
+        "the server log says which); reads go on from the version being served",
+        {"Retry-After": "60"},
+    ),
+)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Every failure, FastAPI's own and unexpected bugs included, answers as an error body (with
     OpenAI's 400 for 422 on its endpoints, :func:`as_openai_says`, whichever handler made it)."""
@@ -182,31 +211,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @handles(HopgraphError)
     async def hopgraph_error(request: Request, exc: HopgraphError) -> JSONResponse:
-        # LLM and server faults name internal addresses and paths: logged here, never sent to clients.
-        if isinstance(exc, LLMUnavailableError):
-            log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return error_response(
-                503, "llm_unavailable", "the answer model is down or too slow; try again later", {"Retry-After": "30"}
-            )
-        if isinstance(exc, LLMRequestError):
-            log.warning("%s %s: %s", request.method, request.url.path, exc)
-            return error_response(
-                422,
-                "llm_rejected",
-                "the answer model refused the request (e.g. a prompt too long for its context); "
-                "retrying the same request will not help",
-            )
         if isinstance(exc, (ConfigError, InputError)):
             return error_response(422, "invalid_request", str(exc))
-        if isinstance(exc, IndexFormatError):  # the index on disk: being rebuilt, left half-built or damaged
-            log.error("%s %s: %s", request.method, request.url.path, exc)
-            return error_response(
-                503,
-                "index_unavailable",
-                "the index on disk cannot take this now (it is being rebuilt, or an operator must finish or repair "
-                "it: the server log says which); reads go on from the version being served",
-                {"Retry-After": "60"},
-            )
+        # LLM and index faults name internal addresses and paths: logged here, never sent to clients.
+        for kind, status, code, message, headers in _SERVER_STATES:
+            if isinstance(exc, kind):
+                log.warning("%s %s: %s", request.method, request.url.path, exc)
+                return error_response(status, code, message, headers)
         log.error("%s %s: %s", request.method, request.url.path, exc)
         return error_response(500, "server_error", "the server failed to handle the request (logged)")
 
