@@ -420,13 +420,17 @@ def _html_flow(soup: Any) -> tuple[list[str], list[tuple[int, int, int]]]:
 
 
 def _codec(label: str) -> str | None:
-    """Python's codec for a declared charset (None for one it does not know); Latin-1 and ASCII
-    are read as Windows-1252, as browsers read them (the HTML standard's table)."""
+    """Python's codec for a declared charset, None for one that is no text encoding a page may use
+    (Python also knows "base64", "zlib" or "rot13", which decode bytes into no text, and UTF-7,
+    which browsers never honour); Latin-1 and ASCII are read as Windows-1252, as browsers read
+    them (the HTML standard's table)."""
     try:
-        name = codecs.lookup(label).name
+        codec = codecs.lookup(label)
     except LookupError:
         return None
-    return "cp1252" if name in ("latin-1", "iso8859-1", "ascii") else name
+    if not getattr(codec, "_is_text_encoding", True) or codec.name == "utf-7":
+        return None
+    return "cp1252" if codec.name in ("latin-1", "iso8859-1", "ascii") else codec.name
 
 
 def read_html(data: bytes) -> Extracted:

@@ -590,3 +590,11 @@ def test_a_stray_byte_is_replaced_in_a_file_with_a_byte_order_mark_and_in_a_page
 def test_an_inline_svgs_title_is_not_the_pages_title() -> None:
     page = b"<html><body><svg><title>icon tooltip</title></svg><h1>Site safety</h1><p>Helmets on.</p></body></html>"
     assert read_html(page).title == "Site safety"
+
+
+@pytest.mark.parametrize("charset", ["base64", "zlib", "rot13", "utf-7", "x-no-such-charset"])
+def test_a_page_declaring_no_text_encoding_is_read_as_an_undeclared_one(charset) -> None:
+    """Python knows "base64" and "zlib" as codecs, which decode bytes into no text: such a page
+    ended the whole build in a traceback; UTF-7, which browsers never honour, garbled "C++"."""
+    page = f'<meta charset="{charset}"><p>C++ and 1+1 caf\u00e9</p>'.encode()
+    assert read_html(page).text == "C++ and 1+1 caf\u00e9"
