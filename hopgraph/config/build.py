@@ -273,9 +273,11 @@ class LLMConfig(Section):
         description="Extra attempts when a completion does not parse; then the recorded fallback is used.",
     )
     context_tokens: int = Field(
-        2048,
+        4096,
         ge=256,
-        description="The served model's context window: chunk text in extraction prompts is cut to fit it.",
+        description="The served model's context window in its own tokens (vLLM's --max-model-len): extraction "
+        "passages and answer evidence are cut to fit it with max_tokens, counted with room for another tokenizer "
+        "(x1.3) and the chat template. 4096 keeps a default chunk (1,200 tokens) whole with max_tokens 512.",
     )
     max_model_len: int | None = Field(
         None,
