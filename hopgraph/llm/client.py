@@ -395,6 +395,8 @@ class CachedLLM:
         """The cache keys of ``requests``: ``llm.model`` and, for a server, the model it says it serves
         (llama.cpp answers any ``llm.model`` with whatever it loaded: a server restarted with another
         model was answered from the first one's completions)."""
+        if not requests:
+            return []
         served = getattr(self.inner, "served", None)
         said = self.cache.served(served.where, served()) if isinstance(served, ServedModel) else ""
         return [r.key(f"{self.name}@{said}" if said else self.name) for r in requests]
@@ -473,11 +475,13 @@ async def stream_completion(
     ``complete`` on ``executor`` for in-process backends."""
     cache = llm.cache if isinstance(llm, CachedLLM) else None
     inner = llm.inner if isinstance(llm, CachedLLM) else llm
-    key = llm.keys([request])[0] if isinstance(llm, CachedLLM) else ""
+    loop = asyncio.get_running_loop()
+    # Off the event loop: the key may ask the LLM server what it serves (seconds, at worst).
+    key = (await loop.run_in_executor(executor, llm.keys, [request]))[0] if isinstance(llm, CachedLLM) else ""
     hit = cache.get(key) if cache else None
     if hit is not None or not isinstance(inner, HttpLLM):
         if hit is None:
-            (hit,) = await asyncio.get_running_loop().run_in_executor(executor, llm.complete, [request])
+            (hit,) = await loop.run_in_executor(executor, llm.complete, [request])
         yield hit
         return
     pieces = []

@@ -70,13 +70,15 @@ def served_model(config: LLMConfig, headers: Any = None) -> str | None:
     """What the server says it serves: its ``/v1/models`` entry named ``llm.model`` (else its only
     entry), with the folder or file the model was loaded from where the server reports it (vLLM's
     ``root``, llama.cpp's ``/props`` ``model_path``); "" when it names nothing, None while it
-    cannot be reached. llama.cpp answers any model name with whatever it loaded, so ``llm.model``
-    alone ("default") does not tell two models apart."""
+    cannot tell (unreachable, busy or loading). llama.cpp answers any model name with whatever it
+    loaded, so ``llm.model`` alone ("default") does not tell two models apart."""
     import httpx  # noqa: PLC0415
 
     try:
         listed = _get(config, config.base_url.rstrip("/") + "/models", headers)
     except httpx.HTTPError:
+        return None
+    if listed.status_code == 429 or listed.status_code >= 500:  # busy, or still loading its model: ask later
         return None
     entries = _json_field(listed, "data")
     entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
@@ -100,25 +102,38 @@ def _json_field(response: Any, name: str) -> Any:
 
 class ServedModel:
     """What the server at ``llm.base_url`` says it serves (:func:`served_model`): asked until it
-    answers, then again every ``ask_again`` seconds, so a query server running for months notices
-    the LLM server restarted with another model (what it said last stands while it cannot be asked)."""
+    answers (every ``ask_unreached`` seconds at most), then again every ``ask_again`` seconds, so a
+    query server running for months notices the LLM server restarted with another model. While it
+    is asked, callers go on with what it said before; only the first answer is waited for."""
 
     ask_again = 60.0
+    ask_unreached = 5.0
 
     def __init__(self, config: LLMConfig) -> None:
         self.config, self.headers = config, auth_headers(config)
         self.where = config.model  # the name asked for, under which what it served is remembered
         self._said: str | None = None
-        self._asked = 0.0
-        self._lock = threading.Lock()
+        self._next = 0.0  # when to ask next (monotonic seconds)
+        self._asking = False
+        self._answered = threading.Condition()
 
     def __call__(self) -> str | None:
-        with self._lock:
-            if self._said is None or time.monotonic() - self._asked >= self.ask_again:
-                said = served_model(self.config, self.headers)
-                self._asked = time.monotonic()
+        with self._answered:
+            if self._asking and self._said is None:  # the first answer: keys depend on it
+                self._answered.wait_for(lambda: not self._asking, timeout=4 * PROBE_SECONDS)
+            if self._asking or time.monotonic() < self._next:
+                return self._said
+            self._asking = True
+        said = None
+        try:
+            said = served_model(self.config, self.headers)  # not under the lock: it may take seconds
+        finally:
+            with self._answered:
+                self._asking = False
                 self._said = said if said is not None else self._said
-            return self._said
+                self._next = time.monotonic() + (self.ask_again if said is not None else self.ask_unreached)
+                self._answered.notify_all()
+        return self._said
 
 
 def resolved_concurrency(config: LLMConfig, headers: Any = None) -> int | None:

@@ -79,11 +79,12 @@ class ScriptedServer:
     """
 
     def __init__(
-        self, reply: Reply, raw: bool = False, props: dict[str, Any] | None = None, models: list | None = None
+        self, reply: Reply, raw: bool = False, props: dict[str, Any] | None = None, models: list | int | None = None
     ):
         self.reply, self.raw = reply, raw  # raw: a 200's content is sent as is, not wrapped
         self.props = props  # served at GET /props as llama.cpp does (e.g. {"total_slots": 2}); else 404
-        self.models = models  # the entries of GET /v1/models' "data"; else 404
+        self.models = models  # the entries of GET /v1/models' "data" (a number: that status); else 404
+        self.get_delay = 0.0  # seconds before answering any GET
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -135,10 +136,14 @@ class ScriptedServer:
                     pass
 
             def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+                time.sleep(owner.get_delay)
                 served = {"/props": owner.props, "/v1/models": {"object": "list", "data": owner.models}}
                 found = served.get(self.path) if self.path != "/v1/models" or owner.models is not None else None
-                data = json.dumps(found if found else {"error": {"code": 404, "message": "not found"}}).encode()
-                self.send_response(200 if found else 404)
+                status = 200 if found else 404
+                if isinstance(owner.models, int) and self.path == "/v1/models":  # e.g. 503 while loading
+                    found, status = None, owner.models
+                data = json.dumps(found if found else {"error": {"code": status, "message": "not now"}}).encode()
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

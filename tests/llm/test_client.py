@@ -322,6 +322,34 @@ def test_completions_still_running_when_another_fails_are_kept_too(tmp_path):
     assert cache.get(llm.keys(requests[:1])[0]).text == "answer to slow good"
 
 
+def test_asking_the_server_what_it_serves_never_holds_the_event_loop(tmp_path):
+    """A streamed answer's cache key asked the LLM server what it serves on the event loop: a slow
+    server stalled every request of the query server (4 s) meanwhile."""
+    import asyncio
+
+    from hopgraph.llm.client import stream_completion
+
+    with ScriptedServer(lambda body, n: (200, "an answer", 0), props={"model_path": "/m/a.gguf"}) as slow:
+        slow.get_delay = 1.5
+        llm, _ = cached_http(slow, tmp_path)
+
+        async def answer_while_ticking() -> tuple[str, float]:
+            ticks: list[float] = []
+
+            async def tick() -> None:
+                while True:
+                    ticks.append(time.monotonic())
+                    await asyncio.sleep(0.05)
+
+            ticker = asyncio.create_task(tick())
+            pieces = [piece.text async for piece in stream_completion(llm, ask("Say something."))]
+            ticker.cancel()
+            return "".join(pieces), max(b - a for a, b in zip(ticks, ticks[1:]))
+
+        text, longest_gap = asyncio.run(answer_while_ticking())
+    assert text == "an answer" and longest_gap < 1.0, longest_gap
+
+
 def test_a_request_repeated_in_one_batch_is_paid_once(tmp_path):
     """Three copies of one request (a chunk ingested twice) were three calls; now one, and the
     copies count as cache hits."""
@@ -363,6 +391,11 @@ def test_a_server_serving_another_model_is_not_answered_from_the_first_ones_comp
         assert llm.complete(question)[0].text == "smollm2 says hello"
         switching.props["model_path"], switching.reply = "/models/qwen.gguf", lambda body, n: (200, "qwen says", 0)
         assert llm.complete(question)[0].text == "qwen says"
+    # A server still loading its model (503) cannot tell: what it said before stands, cached completions are found.
+    with server("qwen") as loading:
+        loading.models = 503
+        llm, _ = cached_http(loading, tmp_path)
+        assert llm.complete(question)[0].cached and loading.bodies == []
     # With no server to ask, the completions of the model served last are still found.
     down = HttpLLM(scripted_config(second, tmp_path, retries=0))
     assert CachedLLM(down, CompletionCache(down.config.cache)).complete(question)[0].text == "qwen says hello"
