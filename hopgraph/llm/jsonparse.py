@@ -13,17 +13,20 @@ import re
 from typing import Any
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
+_THINKING = re.compile(r"<think>.*?</think>", re.S)  # a reasoning model's drafts before its answer
+_TRAILING_COMMA = re.compile(r",\s*[\]}]")
 _DECODER = json.JSONDecoder()
-MAX_STARTS = 200  # brackets tried as the start of a value in one text ("[[[[…" would be quadratic)
+MAX_STARTS = 2000  # brackets tried as the start of a value in one text ("[[[[…" would be quadratic)
 
 
 def parse_json(text: str) -> Any | None:
     """The JSON value in ``text``, tolerating fences, surrounding prose and trailing commas; None if
-    absent. Each fenced block is tried, then the whole text; in each, the largest JSON object or
-    array it holds, or what closed of one cut off at the end (prose may hold brackets of its own:
-    "Sure [1]: {…}", a "<think>{…}</think>" before the answer)."""
+    absent. A reasoning model's <think> block is left out; each fenced block is tried, then the
+    whole text; in each, the largest JSON object or array it holds, or what closed of one cut off
+    at the end (prose may hold brackets of its own: "Sure [1]: {…}")."""
+    text = _THINKING.sub("", text)
     for body in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
-        found = _largest_value(_without_trailing_commas(body))
+        found = _largest_value(body)
         if found is not None:
             return found
     return None
@@ -38,19 +41,37 @@ def _largest_value(body: str) -> Any | None:
             break
         start, tried = min(starts), tried + 1
         try:
-            value, end = _DECODER.raw_decode(body, start)
-        except (json.JSONDecodeError, RecursionError):  # nested past the interpreter's limit: not an answer
+            decoded = _decoded_at(body, start)
+        except RecursionError:  # nested past the interpreter's limit: no answer here or further in
+            break
+        if decoded is None:
             first_failed = start if first_failed is None else first_failed
             at = start + 1
             continue
-        if best is None or end - start > best[0]:
-            best = (end - start, value)
-        at = end
+        if best is None or decoded[0] > best[0]:
+            best = decoded
+        at = start + decoded[0]  # (no further than its end, where trailing commas were taken out)
     if first_failed is not None:  # a value cut off (max_tokens): what closed of it, if that is more
-        salvaged = _salvage(body[first_failed:])
+        salvaged = _salvage(_without_trailing_commas(body[first_failed:]))
         if salvaged is not None and (best is None or salvaged[0] > best[0]):
             best = salvaged
     return best[1] if best is not None else None
+
+
+def _decoded_at(body: str, start: int) -> tuple[int, Any] | None:
+    """(length, value) of the JSON value starting at ``start``, as written or with its trailing
+    commas taken out (from ``start`` on: a quote in the prose before it cannot turn its strings
+    inside out); None where there is none."""
+    candidates = [body]
+    if _TRAILING_COMMA.search(body, start):
+        candidates.append(body[:start] + _without_trailing_commas(body[start:]))
+    for candidate in candidates:
+        try:
+            value, end = _DECODER.raw_decode(candidate, start)
+        except json.JSONDecodeError:
+            continue
+        return end - start, value
+    return None
 
 
 def _without_trailing_commas(text: str) -> str:

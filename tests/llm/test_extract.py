@@ -67,8 +67,23 @@ def test_parse_json_accepts_trailing_commas():
         ('```text\nno JSON here\n```\n```json\n{"knowledge_units": ["a"]}\n```', {"knowledge_units": ["a"]}),
         ('Step [2]: {"knowledge_units": ["kept", "cut o', {"knowledge_units": ["kept"]}),
         ('{"knowledge_units": ["a comma, ]", "b",],}', {"knowledge_units": ["a comma, ]", "b"]}),
+        (
+            '<think>{"knowledge_units": ["a longer draft", "b", "c"]}</think>{"knowledge_units": ["a"]}',
+            {"knowledge_units": ["a"]},
+        ),
+        ('The 3" pipe: {"k": "a, }"}', {"k": "a, }"}),
+        (" ".join(f"f[{i}]" for i in range(300)) + ' {"knowledge_units": ["x"]}', {"knowledge_units": ["x"]}),
     ],
-    ids=["bracket-in-prose", "think-first", "second-fence", "prose-then-cut", "comma-in-string"],
+    ids=[
+        "bracket-in-prose",
+        "think-first",
+        "second-fence",
+        "prose-then-cut",
+        "comma-in-string",
+        "larger-draft-in-think",
+        "quote-in-prose",
+        "many-brackets-before",
+    ],
 )
 def test_parse_json_finds_the_value_past_brackets_and_fences_of_prose(text, value):
     """Only the first bracket and the first fence were tried (each of these was None), and the
