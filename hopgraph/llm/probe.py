@@ -103,8 +103,9 @@ def _json_field(response: Any, name: str) -> Any:
 class ServedModel:
     """What the server at ``llm.base_url`` says it serves (:func:`served_model`): asked until it
     answers (every ``ask_unreached`` seconds at most), then again every ``ask_again`` seconds, so a
-    query server running for months notices the LLM server restarted with another model. While it
-    is asked, callers go on with what it said before; only the first answer is waited for."""
+    long run (an evaluation, a build, a program using the Python API) notices the LLM server
+    restarted with another model. While it is asked, callers go on with what it said before; only
+    the first answer is waited for."""
 
     ask_again = 60.0
     ask_unreached = 5.0

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hopgraph.config import HopgraphConfig, dotted_keys
 from hopgraph.deadline import check_deadline, deadline_after
-from hopgraph.errors import DeadlineExceeded, LLMUnavailableError, cut
+from hopgraph.errors import ConfigError, DeadlineExceeded, LLMUnavailableError, cut
 from hopgraph.llm import open_llm
 from hopgraph.llm.client import context_window, joined, stream_completion
 from hopgraph.llm.types import Completion, Usage
@@ -62,10 +62,23 @@ from hopgraph.serve.state import IndexHolder, JobRunner, Snapshot
 T = TypeVar("T")
 
 
+def check_answer_backend(config: HopgraphConfig) -> None:
+    """Refuse ``llm.backend=vllm`` for a server: in-process vLLM is for batch indexing (every worker
+    process would load the model on the GPU, and one engine steps one batch at a time, so concurrent
+    answers would queue behind each other)."""
+    if config.llm.backend == "vllm":
+        raise ConfigError(
+            "hopgraph serve answers through an OpenAI-compatible server: start `vllm serve MODEL_DIR` and pass "
+            "--llm.backend http --llm.base_url http://HOST:PORT/v1 (llm.backend=vllm runs the engine in-process, "
+            "for batch indexing)"
+        )
+
+
 class Service:
     """The server's state (live index, jobs, metrics, limiter, LLM) and the rules every endpoint applies."""
 
     def __init__(self, root: Path, config: HopgraphConfig, tokens: TokenBook):
+        check_answer_backend(config)
         self.root, self.config, self.tokens = root, config, tokens
         self.serve = config.serve
         limit_compute_threads(self.serve.compute_threads)  # before the first model call (the version warm-up)

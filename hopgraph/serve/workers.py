@@ -42,6 +42,7 @@ from hopgraph.errors import ConfigError
 from hopgraph.serve import connections
 from hopgraph.serve.app import bound_socket, create_app
 from hopgraph.serve.auth import TokenBook
+from hopgraph.serve.service import check_answer_backend
 
 SPEC_ENV = "HOPGRAPH_SERVE_SPEC"  # what the worker processes of one `hopgraph serve` are handed
 STARTUP_FAILURE = 3  # a worker's exit status when it never served (uvicorn's own code for this)
@@ -81,6 +82,7 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
     never on a command line that `ps` shows to everyone."""
     import uvicorn  # noqa: PLC0415
 
+    check_answer_backend(config)  # here, not once per worker process that would load the index first
     spec = {
         "root": str(root),
         "config": config.model_dump(mode="json"),

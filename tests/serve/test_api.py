@@ -490,3 +490,14 @@ def test_the_page_carries_its_policy_on_every_path_that_serves_it(client, path):
     assert policy == page.headers["content-security-policy"] and "frame-ancestors 'none'" in policy
     assert same.headers["x-content-type-options"] == "nosniff" and same.headers["referrer-policy"] == "no-referrer"
     assert "content-security-policy" not in client.get("/static/web/app.js").headers  # assets need none
+
+
+def test_a_server_refuses_the_in_process_vllm_engine_before_loading_anything(acl_index, serve_config):
+    """llm.backend=vllm would load the model on the GPU in every worker process, and one engine steps
+    one batch at a time: concurrent answers would queue behind each other."""
+    from hopgraph.errors import ConfigError
+    from hopgraph.serve.app import create_app
+
+    config = serve_config.model_copy(update={"llm": serve_config.llm.model_copy(update={"backend": "vllm"})})
+    with pytest.raises(ConfigError, match=r"start `vllm serve MODEL_DIR` and pass --llm.backend http"):
+        create_app(acl_index, config, token_book(), start_jobs=False)
