@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -255,6 +256,14 @@ def normalise_metadata(metadata: dict[str, Any]) -> None:
 def _no_constant(name: str) -> Any:
     """JSON's NaN and Infinity refused, as the server refuses them in an insert."""
     raise ValueError(f"{name}: numbers must be finite")
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number; one past a float's range (1e999, read as infinity) refused as NaN is."""
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"{cut(literal)}: numbers must be finite")
+    return value
 
 
 def _name_problem(name: str) -> str | None:
@@ -508,7 +517,7 @@ class _Reader:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line, parse_constant=_no_constant)
+                record = json.loads(line, parse_constant=_no_constant, parse_float=_finite_float)
             except json.JSONDecodeError as error:
                 self.problem(where, lineno, f"invalid JSON ({error.msg} at column {error.colno})")
                 continue

@@ -471,9 +471,11 @@ def test_a_records_modified_time_is_checked_as_its_timestamp_and_nan_is_refused(
         {"id": "r3", "text": "three", "modified": "2024-01-02"},
     ]
     data = "\n".join(json.dumps(r) for r in records).encode() + b'\n{"id": "r2", "text": "two", "score": NaN}\n'
+    data += b'{"id": "r4", "text": "four", "score": 1e999}\n'  # past a float's range: infinity
     result = read_upload("records.jsonl", data)
     assert [d.id for d in result.documents] == ["r3"]
     assert [(p.line, p.reason) for p in result.problems] == [
         (1, "'modified' '9999-not-a-date' is not an ISO-8601 date/time"),
         (3, "unreadable JSON (NaN: numbers must be finite)"),
+        (4, "unreadable JSON (1e999: numbers must be finite)"),
     ]
