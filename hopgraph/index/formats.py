@@ -480,19 +480,44 @@ def read_html(data: bytes) -> Extracted:
 MARKDOWN = (".md", ".markdown")
 _MARKDOWN_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _FRONT_MATTER_TITLE = re.compile(r"^title:(.*)$")
+_YAML_KEY = re.compile(r"[A-Za-z_][\w-]*:(\s|$)")
+
+
+def _front_matter_end(lines: list[str]) -> int:
+    """The line closing a YAML front matter ("---" first, then "key: value" lines, then "---" or
+    "..."), or 0 where the text has none (a "---" rule opening a page is no front matter)."""
+    if not lines or lines[0].rstrip() != "---":
+        return 0
+    end = next((n for n, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), 0)
+    first = next((line for line in lines[1:end] if line.strip() and not line.lstrip().startswith("#")), "")
+    return end if end and _YAML_KEY.match(first) else 0
+
+
+def _yaml_scalar(value: str) -> str:
+    """A plain or quoted one-line YAML scalar as text: "" for null, a block scalar (``>``, ``|``),
+    a list or map, an alias or a tag; a comment after it left out."""
+    value = value.strip()
+    if value[:1] in ("'", '"'):
+        closing = value.find(value[0], 1)
+        return value[1:closing].strip() if closing > 0 else value[1:].strip()
+    value = re.split(r"\s#", value, maxsplit=1)[0].strip()
+    if value in ("null", "Null", "NULL", "~") or value[:1] in (">", "|", "[", "{", "&", "*", "!"):
+        return ""
+    return value
 
 
 def markdown_title(text: str) -> str | None:
     """The front matter's ``title:``, else the first level-1 heading outside front matter and fenced
     code (a shell comment "# install" or a YAML comment "# draft" is none)."""
     lines = text.splitlines()
-    if lines and lines[0].rstrip() == "---":
-        end = next((n for n, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), 0)
+    end = _front_matter_end(lines)
+    if end:
         # Read line by line, not as YAML: a small YAML with aliases can expand without bound.
         given = next((m.group(1) for m in map(_FRONT_MATTER_TITLE.match, lines[1:end]) if m), "")
-        if given.strip().strip("'\"").strip():
-            return given.strip().strip("'\"").strip()
-        lines = lines[end + 1 :] if end else lines
+        title = _yaml_scalar(given)
+        if title:
+            return title
+        lines = lines[end + 1 :]
     fence = ""
     for line in lines:
         marker = _MARKDOWN_FENCE.match(line)

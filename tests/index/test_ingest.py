@@ -388,8 +388,24 @@ def test_a_linked_benchmark_folder_is_read_as_a_benchmark(tmp_path: Path) -> Non
         ("---\n# draft: true\ntags: [a]\n---\nBody text.\n", "setup"),
         ("---\ntitle: 'Field Notes'\n# a comment\n---\n# Other\n", "Field Notes"),
         ("---\ntitle:\n...\n# After Front Matter\n", "After Front Matter"),
+        ("---\ntitle: >\n  folded\n---\n# Heading\n", "Heading"),
+        ("---\ntitle: null\n---\n# Heading\n", "Heading"),
+        ('---\ntitle: "Quoted" # a comment\n---\n', "Quoted"),
+        ("---\n\n# Opened by a rule\n\ntext\n---\n# Second\n", "Opened by a rule"),
     ],
-    ids=["comment-in-code", "longer-fence", "unclosed", "indented", "front-matter", "front-title", "empty-title"],
+    ids=[
+        "comment-in-code",
+        "longer-fence",
+        "unclosed",
+        "indented",
+        "front-matter",
+        "front-title",
+        "empty-title",
+        "block-scalar",
+        "null-title",
+        "quoted-with-comment",
+        "rule-not-front-matter",
+    ],
 )
 def test_a_markdown_title_is_a_heading_outside_code(text, title):
     """A shell comment in a fenced block ("# install the toolchain") became the title of a .md without
