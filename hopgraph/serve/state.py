@@ -214,6 +214,9 @@ LOOP_RETRY_MAX_SECONDS = 60.0  # the longest wait after a failed pass of the job
 # The update worker's exit status once its jobs' records hold its failure; any other failing status
 # (Python's 1 for a traceback: say, a full disk that stopped even the record) counts as a crash.
 FAILURE_RECORDED = 4
+# Its exit status when the storage refused a write (full, read-only): the jobs wait, unfinished and
+# with that attempt taken back, until the storage takes writes again; no crash is counted.
+STORAGE_REFUSED = 5
 FORGIVE_PATIENCE = 5.0  # seconds a stopped worker's forked helpers may still hold the job lock (they poll every 1 s)
 
 
@@ -247,6 +250,7 @@ class JobRunner:
         self._child: subprocess.Popen | None = None
         self._run = ""  # the name of the worker's run, recorded with the attempts it starts
         self._crashes = 0  # consecutive worker deaths (jobs also record the attempts that started)
+        self._refusals = 0  # consecutive workers that met storage refusing their writes
         # Per build, the last 100 (a server runs for months): worker exit → switch.
         self.publish_seconds: deque[dict[str, float]] = deque(maxlen=100)
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
@@ -408,7 +412,19 @@ class JobRunner:
         if self._stop.is_set():  # ended by stop(): a shutdown, not a crash to count against its jobs
             return exited
         if code == 0:
-            self._crashes = 0
+            self._crashes = self._refusals = 0
+            return exited
+        if code == STORAGE_REFUSED:
+            versions.forgive_interrupted(self.root, self._run, patience=FORGIVE_PATIENCE)
+            self._refusals += 1
+            wait = min(LOOP_RETRY_MAX_SECONDS, self.backoff * 2 ** (min(self._refusals, 10) - 1))
+            print(
+                f"hopgraph serve: the storage refused the update worker's writes; its jobs wait (trying again in "
+                f"{wait:g} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._stop.wait(wait)
             return exited
         listed = jobs.list_jobs(self.root)
         running = [j for j in listed if j["status"] == "running"]

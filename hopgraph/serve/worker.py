@@ -14,9 +14,9 @@ import sys
 import time
 
 from hopgraph.config import LLMConfig, validate_section
-from hopgraph.errors import HopgraphError
+from hopgraph.errors import HopgraphError, storage_state
 from hopgraph.index import versions
-from hopgraph.serve.state import FAILURE_RECORDED, check_servable
+from hopgraph.serve.state import FAILURE_RECORDED, STORAGE_REFUSED, check_servable
 
 
 def work(
@@ -92,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     except HopgraphError as exc:  # the job record holds the message too
         print(f"hopgraph worker: {exc}", file=sys.stderr)
         return FAILURE_RECORDED
+    except OSError as exc:
+        state = storage_state(exc)
+        if state is None:
+            raise
+        # Not the jobs' fault: they stay unfinished, as a killed run leaves them, for a later run.
+        where = f" (at {exc.filename})" if exc.filename else ""
+        print(f"hopgraph worker: the storage is {state}{where}: {exc.strerror or exc}", file=sys.stderr)
+        return STORAGE_REFUSED
     return 0
 
 

@@ -357,3 +357,31 @@ def test_an_insert_while_the_index_on_disk_is_half_built_is_refused_with_its_sta
             assert refused.status_code == 503 and refused.json()["error"]["code"] == "index_unavailable", refused.text
             assert str(index_copy) not in refused.text and refused.headers["retry-after"] == "60"
             assert client.post("/v1/retrieve", json={"query": "Sorvik pier"}, headers=auth("admin")).status_code == 200
+
+
+def test_an_update_worker_the_storage_refuses_leaves_its_jobs_waiting_not_failed(index_copy, serve_config):
+    """On a full disk the worker ended in a traceback, counted as a crash: after serve.job_attempts
+    the jobs ended "failed", their reason lost ("the update worker exited with 1"). A file-size
+    limit on the worker makes the storage refuse its writes as a full disk does; the server's own
+    loop runs it, and once the limit is gone the job finishes."""
+    from hopgraph.documents import Document
+    from tests.conftest import file_size_limit
+
+    job = versions.submit_update(index_copy, [Document("memo", "The Sorvik pier was rebuilt in 1911.")], [])
+    limited = {"on": True}
+    spawn = subprocess.Popen
+
+    def worker(command, **options):  # the same worker, under the limit while it is on
+        return spawn(command, preexec_fn=file_size_limit(30_000) if limited["on"] else None, **options)
+
+    subprocess.Popen = worker  # only the job loop starts processes here; the fault itself is real
+    try:
+        with LiveServer(index_copy, configured(serve_config, job_attempts=1)) as server:
+            runner = server.app.state.jobs
+            wait_until(lambda: runner._refusals >= 2, timeout=120)
+            record = versions.read_job(index_copy, job["id"])
+            assert record["status"] in ("queued", "running") and record.get("attempts", 0) == 0, record
+            limited["on"] = False
+            wait_until(lambda: versions.read_job(index_copy, job["id"])["status"] == "done", timeout=300)
+    finally:
+        subprocess.Popen = spawn
