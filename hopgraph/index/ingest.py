@@ -444,12 +444,15 @@ class _Reader:
     def plan_benchmark(self, path: Path) -> None:
         """A KET-RAG folder: its document.txt and qa-pairs.json; anything else in it is listed as not read."""
         read = ("document.txt", "qa-pairs.json")
-        for entry in sorted(path.iterdir(), key=lambda entry: entry.name):
-            if entry.name not in read and not entry.name.startswith("."):
-                self.problem(entry, None, f"not read: its folder is KET-RAG benchmark data ({', '.join(read)})")
-        sizes = [self.size(path / n) for n in read]
-        if all(size is not None for size in sizes):
-            self._tasks.append((sum(s or 0 for s in sizes), lambda: self.add_benchmark(path)))
+        try:
+            others = sorted(e for e in path.iterdir() if e.name not in read and not e.name.startswith("."))
+        except OSError:
+            others = []  # reading document.txt says what is wrong with the folder
+        for entry in others:
+            self.problem(entry, None, f"not read: its folder is KET-RAG benchmark data ({', '.join(read)})")
+        size = self.size(path / "document.txt")  # the passages: the questions are not read to index
+        if size is not None:
+            self._tasks.append((size, lambda: self.add_benchmark(path)))
 
     def add_benchmark(self, path: Path) -> None:
         try:  # the passages alone: a broken questions file beside them no longer loses the corpus

@@ -473,8 +473,8 @@ def test_a_broken_questions_file_does_not_lose_the_passages_beside_it(tmp_path: 
     ket = tmp_path / "ket"
     ket.mkdir()
     (ket / "document.txt").write_text("para zero\n", encoding="utf-8")
-    (ket / "qa-pairs.json").write_text("[{", encoding="utf-8")
-    result = read_corpus([hippo, ket])
+    (ket / "qa-pairs.json").write_text("[{" + " " * 5000, encoding="utf-8")  # past the file limit below, too
+    result = read_corpus([hippo, ket], max_file_bytes=4000)
     assert sorted(d.text for d in result.documents) == ["para zero", "titled text"]
     assert [Path(p.path).name for p in result.problems] == ["toy.json"]  # listed: no benchmark data it knows
 
