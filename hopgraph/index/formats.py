@@ -128,13 +128,14 @@ def decode(data: bytes) -> tuple[str, str]:
     that fit no encoding raise :class:`Unreadable`.
     """
     for bom, encoding in _BOMS + _BOMS16:
+        if data.startswith(bom) and encoding == "utf-8-sig":
+            data = data[len(bom) :]  # read as any UTF-8 file below: the binary probe, stray bytes counted
+            break
         if data.startswith(bom):  # the mark says the encoding: a stray byte is replaced, as without one
-            name = encoding.removesuffix("-sig")
             try:
-                return data.decode(encoding), name
+                return data.decode(encoding), encoding
             except UnicodeDecodeError:
-                text = data.decode(encoding, errors="replace")
-                return text, f"{name}, invalid bytes replaced by U+FFFD"
+                return data.decode(encoding, errors="replace"), f"{encoding}, invalid bytes replaced by U+FFFD"
     if b"\0" in data[:_BINARY_PROBE]:
         raise Unreadable("binary file (NUL byte in the first 8 KiB)")
     try:

@@ -578,7 +578,9 @@ def test_a_stray_byte_is_replaced_in_a_file_with_a_byte_order_mark_and_in_a_page
     """With a UTF-8 byte-order mark one stray byte refused the whole file ("not valid utf-8-sig");
     in a page declaring UTF-8, bs4 went on to another encoding and "Grüße" became "GrĂĽĂźe"."""
     text, encoding = decode(b"\xef\xbb\xbfM\xc3\xbcnchen notes \xa9 2024")
-    assert text == "M\u00fcnchen notes \ufffd 2024" and encoding == "utf-8, invalid bytes replaced by U+FFFD"
+    assert text == "M\u00fcnchen notes \ufffd 2024" and encoding == "utf-8, 1 invalid byte replaced by U+FFFD"
+    with pytest.raises(Unreadable, match="binary file"):  # a mark does not make bytes text
+        decode(b"\xef\xbb\xbf" + bytes(range(256)) * 4)
     page = '<html><head><meta charset="utf-8"></head><body><p>Gr\u00fc\u00dfe aus M\u00fcnchen</p>'
     assert read_html(page.encode() + b"<p>\xa9 2024</p></body></html>").text == (
         "Gr\u00fc\u00dfe aus M\u00fcnchen\n\n\ufffd 2024"
