@@ -87,7 +87,8 @@ def completion_from_json(config: LLMConfig, data: Any, seconds: float, raw: str 
         code = error.get("code") if isinstance(error, dict) else None
         code = code if code is not None else data.get("code")
         # A number, or its digits ("429"); any other code ("rate_limit_exceeded") is the server's fault.
-        status = int(code) if isinstance(code, int | str) and str(code).isdigit() and len(str(code)) == 3 else 500
+        digits = str(code) if isinstance(code, int | str) else ""
+        status = int(digits) if digits.isascii() and digits.isdecimal() and len(digits) == 3 else 500
         return _refusal(config, status, json.dumps(error)[:300], seconds)
     try:
         content = data["choices"][0]["message"].get("content") or ""
