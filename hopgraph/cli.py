@@ -300,7 +300,13 @@ MIN_CONCEPT_CHARS = 3
 
 @main.command()
 @click.argument("index_dir", metavar="INDEX", type=click.Path())
-@click.option("--top", default=10, show_default=True, help="How many core chunks and central concepts to list.")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="How many core chunks and central concepts to list.",
+)
 def inspect(index_dir: str, top: int) -> None:
     """Summarise INDEX: counts, stage times, settings, core chunks and central concepts."""
     import numpy as np  # noqa: PLC0415

@@ -52,7 +52,7 @@ def test_index_replace_by_id_and_list_documents(tmp_path: Path) -> None:
     assert namesakes(tmp_path / "idx", ["tomas-reyes.md"]) == [("tomas-reyes.md", "people/tomas-reyes.md")]
 
     updated = run(tmp_path, "update", "idx", "--add", str(copy), "--root", "wiki2", "-q")
-    assert "read 1 documents: people/tomas-reyes.md" in updated.stdout
+    assert "read 1 document: people/tomas-reyes.md" in updated.stdout
     assert "+1 added, -0 deleted, 1 replaced" in updated.stdout and "documents=5" in updated.stdout
 
     listing = json.loads(run(tmp_path, "documents", "idx", "--json").stdout)

@@ -42,6 +42,12 @@ def test_questions_from_a_file_in_one_run(index, tmp_path):
     assert text.count("=== ") == 2 and "path:" in text
 
 
+def test_inspect_refuses_a_top_that_is_no_count(index):
+    """--top -1 was taken as a Python slice: every concept but the last was listed."""
+    refused = hopgraph("inspect", str(index), "--top", "-1", check=False)
+    assert refused.returncode == 2 and "--top" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_query_without_a_question_off_a_terminal_says_what_to_give(index):
     out = hopgraph("query", str(index), check=False)
     assert out.returncode == 2 and "--questions FILE" in out.stderr

@@ -157,8 +157,8 @@ class RetrievalConfig(Section):
     method: str = Field(
         "ppr",
         pattern=r"^[a-z][a-z0-9_-]{0,40}$",
-        description="Retrieval method, one of those registered in hopgraph/retrieve/methods: text, knng, keyword, "
-        "concept, ppr; "
+        description="Retrieval method, one of those registered in hopgraph/retrieve/methods: text, bm25, knng, "
+        "keyword, concept, ppr; "
         "kg, hybrid, ket, g2cons (need an index built with extraction.kg); cue (needs extraction.cue_alpha).",
     )
     budget: int = Field(12000, ge=50, le=1_000_000, description="λ: context budget in tokens.")

@@ -84,7 +84,7 @@ class IngestResult:
         ids = [d.id for d in self.documents]
         shown = ids if verbose else ids[:_IDS_SHOWN]
         more = f" … and {len(ids) - len(shown)} more (--verbose lists all)" if len(ids) > len(shown) else ""
-        lines = [f"read {len(ids)} documents: {', '.join(shown)}{more}"]
+        lines = [f"read {len(ids)} document{'s' * (len(ids) != 1)}: {', '.join(shown)}{more}"]
         if self.problems:
             count = len(self.problems)
             lines.append(f"skipped {count} input{'s' if count > 1 else ''} (each named above with its reason)")
