@@ -27,9 +27,17 @@ from hopgraph.cli_options import (
     fail,
     settings,
 )
-from hopgraph.cli_output import cluster_cost, echo_llm_usage, print_result, questions_to_ask, read_inputs
+from hopgraph.cli_output import (
+    EXCERPT_CHARS,
+    cluster_cost,
+    echo_llm_usage,
+    print_result,
+    questions_to_ask,
+    read_inputs,
+)
 from hopgraph.cli_updates import documents, jobs, update
 from hopgraph.config import BUILD_SECTIONS, QUERY_SECTIONS
+from hopgraph.errors import LLMUnavailableError
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -156,6 +164,12 @@ def index(
     is_flag=True,
     help="Also answer from the evidence with the LLM at --llm.base_url (answer, citations, evidence path).",
 )
+@click.option(
+    "--full",
+    is_flag=True,
+    help=f"Print each piece whole (by default the {EXCERPT_CHARS} characters of it that hold most of the question's "
+    "words).",
+)
 @config_file_option("TOML file with [retrieval], [rerank], [answer], [llm] settings (over the index's own).")
 @config_options(QUERY_SECTIONS)
 def query(
@@ -166,6 +180,7 @@ def query(
     groups: str | None,
     as_json: bool,
     with_answer: bool,
+    full: bool,
     config_file: str | None,
     **options: Any,
 ) -> None:
@@ -209,19 +224,24 @@ def query(
         llm = open_llm(config.llm)
     for text in asked:
         result = retriever.retrieve(text, metadata_filter=flt)
-        reply = None
+        reply, down = None, None
         if llm is not None:
             from hopgraph.retrieve.answer import answer  # noqa: PLC0415
 
-            reply = answer(llm, result, config.answer)
+            try:
+                reply = answer(llm, result, config.answer)
+            except LLMUnavailableError as exc:  # the evidence is shown all the same, then the error
+                down = exc
         if as_json:
             payload = result.to_dict()
-            if reply is not None:
-                payload["answer"] = reply.to_dict()
+            if llm is not None:
+                payload["answer"] = reply.to_dict() if reply is not None else None
             single = question is not None
             click.echo(json.dumps(payload, indent=2 if single else None, ensure_ascii=False))
         else:
-            print_result(result, reply, header=question is None)
+            print_result(result, reply, header=question is None, width=None if full else EXCERPT_CHARS)
+        if down is not None:
+            raise down
 
 
 @main.command(name="eval")

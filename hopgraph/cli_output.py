@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import sys
 import typing
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,30 @@ def _json_question(line: str, where: str) -> str:
     return question.strip()
 
 
-def print_result(result: Any, reply: Any, header: bool) -> None:
+EXCERPT_CHARS = 400
+_WORD = re.compile(r"[^\W_]+")
+_SENTENCE_START = re.compile(r"(?<=[.!?])\s+")
+
+
+def excerpt(text: str, query: str, width: int | None = EXCERPT_CHARS) -> str:
+    """``text`` on one line, or with ``width`` the part of it that holds most of the question's words
+    (from a sentence start): a piece often opens inside the document before the one it is about."""
+    flat = text.replace("\n", " ")
+    if width is None or len(flat) <= width:
+        return flat
+    from hopgraph.text import words as keywords  # noqa: PLC0415
+
+    words = set(keywords(query))  # stop words ("the", "who") say nothing of where the answer is
+
+    def fit(at: int) -> tuple[int, int]:  # the question's words held, then how soon the first comes
+        found = [m for m in _WORD.finditer(flat, at, at + width) if m.group().lower() in words]
+        return len({m.group().lower() for m in found}), -(found[0].start() - at if found else width)
+
+    best = max([0, *(m.end() for m in _SENTENCE_START.finditer(flat))], key=fit)
+    return ("…" if best else "") + flat[best : best + width] + ("…" if best + width < len(flat) else "")
+
+
+def print_result(result: Any, reply: Any, header: bool, width: int | None = EXCERPT_CHARS) -> None:
     from hopgraph.retrieve.packing import source_names  # noqa: PLC0415  (the CLI starts without retrieval code)
 
     if header:
@@ -122,9 +146,14 @@ def print_result(result: Any, reply: Any, header: bool) -> None:
             f"\n[{rank}] {ev.kind} {ev.index} (chunk {ev.chunk}) score={ev.score:.3f}  path: {ev.path}", fg="cyan"
         )
         click.echo(f"    source: {source}")
-        click.echo("    " + ev.text[:400].replace("\n", " ") + ("…" if len(ev.text) > 400 else ""))
+        click.echo("    " + excerpt(ev.text, result.query, width))
     if len(result.evidence) > 10:
         click.echo(f"\n… {len(result.evidence) - 10} more pieces (use --json for all)")
+    if not result.evidence:
+        click.echo(
+            f"no piece fits a budget of {result.budget} tokens and the filters given: raise --retrieval.budget "
+            "(a piece is a sub-chunk, a chunk or a knowledge unit: often 100 to 1,200 tokens)"
+        )
 
 
 def read_inputs(paths: tuple[str, ...], root: str | None, index_dir: str | None, *, progress: bool) -> IngestResult:

@@ -42,6 +42,33 @@ def test_questions_from_a_file_in_one_run(index, tmp_path):
     assert text.count("=== ") == 2 and "path:" in text
 
 
+def test_a_piece_is_shown_from_where_the_question_is_answered_and_none_is_explained(index):
+    """A piece was cut to its first 400 characters, often of the document packed before the one it
+    is about; a budget no piece fits printed "0 pieces" and nothing else."""
+    from hopgraph.cli_output import excerpt
+
+    before = "The ferry timetable changes in winter. " * 20
+    text = before + "Mara Quill was the first director of the Halvern Harbor Institute. It opened in 1931."
+    shown = excerpt(text, "Who was the first director of the Halvern Harbor Institute?")
+    assert shown.startswith("…Mara Quill was the first director") and len(shown) <= 402
+    assert excerpt(text, "anything", None) == text
+    empty = hopgraph("query", str(index), QUESTIONS[0], "--where", '{"id": "no-such-document"}').stdout
+    assert "0 pieces" in empty and "no piece fits a budget of 12000 tokens and the filters given" in empty
+    whole = hopgraph("query", str(index), QUESTIONS[0], "--full", "--retrieval.method", "text").stdout
+    assert "…" not in whole.split("\n[1]", 1)[1].split("\n[2]", 1)[0]
+
+
+def test_an_answer_model_that_is_down_still_shows_the_evidence(index):
+    """The error alone was printed: the retrieved evidence was thrown away (and --json printed nothing)."""
+    down = ["--answer", "--llm.base_url", "http://127.0.0.1:9/v1", "--llm.retries", "0", "--llm.cache", ""]
+    shown = hopgraph("query", str(index), QUESTIONS[0], *down, check=False)
+    assert shown.returncode == 2 and "pieces" in shown.stdout and "[1]" in shown.stdout
+    assert shown.stderr.startswith("error: LLM server http://127.0.0.1:9/v1 is down"), shown.stderr
+    as_json = hopgraph("query", str(index), QUESTIONS[0], "--json", *down, check=False)
+    payload = json.loads(as_json.stdout)
+    assert as_json.returncode == 2 and payload["answer"] is None and payload["evidence"]
+
+
 def test_inspect_refuses_a_top_that_is_no_count(index):
     """--top -1 was taken as a Python slice: every concept but the last was listed."""
     refused = hopgraph("inspect", str(index), "--top", "-1", check=False)
