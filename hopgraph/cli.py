@@ -256,7 +256,19 @@ def query(
 @click.option(
     "--methods", default="text,knng,keyword,concept,ppr", show_default=True, help="Comma-separated methods to compare."
 )
-@click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    help="Only the first N questions (the index still holds the whole corpus, as for the full set).",
+)
+@click.option(
+    "--corpus",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Documents of your own (files or folders, read as `hopgraph index` reads them; repeat for more): DATASET "
+    "is then a JSONL of questions about them (question, answer, optional support: [[document id, sentence], ...]), "
+    "e.g. examples/wiki-questions.jsonl with --corpus examples/wiki.",
+)
 @click.option(
     "--out",
     "out",
@@ -272,15 +284,18 @@ def evaluate(
     index_dir: str,
     methods: str,
     limit: int | None,
+    corpus: tuple[str, ...],
     out: str | None,
     config_file: str | None,
     quiet: bool,
     answers: bool,
     **options: Any,
 ) -> None:
-    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format).
+    """Score retrieval methods on DATASET (KET-RAG, HippoRAG, IRCoT or MuSiQue format), or on
+    questions of your own about the documents given with --corpus.
 
-    Coverage at λ, and EM/F1/Accuracy with --answers.
+    Coverage at λ, supporting-document recall where the questions name them, and EM/F1/Accuracy
+    with --answers.
     """
     from hopgraph.evaluate.runner import evaluate as run  # noqa: PLC0415
     from hopgraph.evaluate.runner import write_outputs
@@ -305,6 +320,7 @@ def evaluate(
         progress=not quiet,
         answers=answers,
         skipped=lambda why: click.secho(f"skipped: {why}", fg="yellow", err=True),
+        corpus=corpus,
     )
     from hopgraph.evaluate.report import markdown_table  # noqa: PLC0415
     from hopgraph.evaluate.runner import result_columns  # noqa: PLC0415

@@ -21,7 +21,8 @@ from hopgraph.evaluate.metrics import (
     supporting_recall,
     supporting_recall_at,
 )
-from hopgraph.index.datasets import check_questions, load_benchmark
+from hopgraph.index.datasets import Benchmark, check_questions, load_benchmark, load_questions
+from hopgraph.index.ingest import read_corpus
 from hopgraph.index.pipeline import build_index, peak_memory_mb
 from hopgraph.index.versions import live_version
 from hopgraph.llm import open_llm
@@ -54,6 +55,14 @@ def build_config(index_dir: str | Path, config: HopgraphConfig) -> HopgraphConfi
     return config.model_copy(update=kept)
 
 
+def own_benchmark(questions: str | Path, corpus: Sequence[str | Path], limit: int | None) -> Benchmark:
+    """Questions of one's own about documents of one's own: the documents as `hopgraph index` reads
+    them (same ids, so supporting ids name them as listed), every file left out said as skipped."""
+    read = read_corpus(corpus)
+    skipped = [f"{p.path}{f':{p.line}' if p.line else ''}: {p.reason}" for p in read.problems]
+    return Benchmark(Path(questions).stem, read.documents, load_questions(questions, limit=limit), skipped)
+
+
 def percentile_ms(seconds: list[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(seconds) * 1000.0, q)), 2) if seconds else 0.0
 
@@ -68,14 +77,17 @@ def evaluate(
     progress: bool = True,
     answers: bool = False,
     skipped: Callable[[str], None] | None = None,
+    corpus: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
     """Run every method over the benchmark and return one result record per method.
 
     With ``answers`` the configured LLM also answers every question from each method's context,
     adding EM, F1 and Accuracy and the answer-generation token counts. ``skipped(why)`` hears of
-    each passage left out as soon as the dataset is read, not once a long run has ended.
+    each passage left out as soon as the dataset is read, not once a long run has ended. With
+    ``corpus`` (files and folders, read as `hopgraph index` reads them) ``dataset`` holds only
+    questions about it (:func:`load_questions`): an evaluation on one's own documents.
     """
-    bench = load_benchmark(dataset, limit=limit)
+    bench = own_benchmark(dataset, corpus, limit) if corpus else load_benchmark(dataset, limit=limit)
     if skipped is not None:
         for why in bench.skipped:
             skipped(why)

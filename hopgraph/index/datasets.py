@@ -104,6 +104,31 @@ def load_benchmark(path: str | Path, *, limit: int | None = None) -> Benchmark:
     return _checked(loaders[kind](path, limit))
 
 
+def load_questions(path: str | Path, *, limit: int | None = None) -> list[Question]:
+    """Questions about a corpus of one's own (JSONL, or a JSON list): ``question``, ``answer`` (or
+    ``answers``, a list, and ``answer_aliases``), optionally ``id`` (else the line number) and the
+    ids of the documents that support the answer, as ``supporting_ids`` or as ``support`` pairs of
+    [document id, sentence] (``examples/wiki-questions.jsonl``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    questions = []
+    for index, (where, record) in enumerate(_read_records(path)[:limit]):
+        if not isinstance(record, dict):
+            raise InputError(f"{where}: a question record must be a JSON object")
+        support = [s[0] for s in _list(record.get("support")) if isinstance(s, list) and s and isinstance(s[0], str)]
+        support += [s for s in _list(record.get("supporting_ids")) if isinstance(s, str)]
+        questions.append(
+            Question(
+                id=_id_field(record, ("id",), where) if "id" in record else str(index + 1),
+                text=_field(record, "question", str, where),
+                answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
+                supporting_ids=list(dict.fromkeys(support)) or None,
+            )
+        )
+    return questions
+
+
 def check_questions(bench: Benchmark, path: str | Path) -> None:
     """Refuse (InputError, naming them) a benchmark without questions (a HippoRAG corpus file alone:
     no Coverage to report) and questions that cannot be scored: an empty one, an id given twice
@@ -256,11 +281,16 @@ def _load_ketrag(path: Path, limit: int | None) -> Benchmark:
         )
         for where, record in records
     ]
-    return Benchmark(f"{folder.parent.name}/{folder.name}", documents, questions)
+    return Benchmark(_named(folder.parent.name, folder.name), documents, questions)
 
 
 def _titled(title: str, text: str, source: Path) -> Document:
     return Document(id=paragraph_id(title, text), text=text, title=title, source=str(source), metadata={"title": title})
+
+
+def _named(folder: str, name: str) -> str:
+    """ "FOLDER/NAME", or NAME for a file in the current folder (its parent's name is "")."""
+    return f"{folder}/{name}" if folder else name
 
 
 def _dataset_name(corpus_path: Path) -> str:
@@ -360,7 +390,7 @@ def _load_paragraph_qa(
                     supporting if marked else None,
                 )
             )
-    return Benchmark(f"{path.parent.name}/{path.stem}", [documents[key] for key in sorted(documents)], questions)
+    return Benchmark(_named(path.parent.name, path.stem), [documents[key] for key in sorted(documents)], questions)
 
 
 def _load_ircot(path: Path, limit: int | None) -> Benchmark:

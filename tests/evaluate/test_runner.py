@@ -162,3 +162,32 @@ def test_questions_that_cannot_be_scored_are_refused_and_bad_passages_left_out_a
     twice.write_text((json.dumps(record) + "\n") * 2, encoding="utf-8")
     with pytest.raises(InputError, match="question id given more than once"):
         evaluate(twice, tmp_path / "twice_index", settings, ["text"], progress=False)
+
+
+def test_questions_of_ones_own_about_ones_own_documents_are_evaluated(tmp_path):
+    """`eval` read benchmark formats only: the wiki's own questions (examples/wiki-questions.jsonl,
+    the obvious first thing to measure) were refused as "not a recognised benchmark"."""
+    from tests.conftest import REPO
+
+    questions = REPO / "examples" / "wiki-questions.jsonl"
+    config = load_config(None, {"retrieval.budget": 600})
+    result = evaluate(
+        questions, tmp_path / "index", config, ["bm25"], progress=False, corpus=[REPO / "examples" / "wiki"]
+    )
+    asked = len(questions.read_text(encoding="utf-8").splitlines())
+    assert result["dataset"] == "wiki-questions" and result["n_questions"] == asked and result["skipped_passages"] == []
+    [bm25] = result["results"]
+    assert bm25["supporting_recall"] is not None and bm25["coverage"] > 0  # the support pairs name documents
+    assert IndexStore(tmp_path / "index").read_manifest()["counts"]["documents"] == 18  # the corpus, as index reads it
+
+
+def test_a_questions_file_names_where_a_record_is_wrong(tmp_path):
+    from hopgraph.errors import InputError
+    from hopgraph.index.datasets import load_questions
+
+    path = tmp_path / "questions.jsonl"
+    path.write_text('{"question": "Q1?", "answer": "a", "support": [["doc.md", "s"]]}\n{"answer": "b"}\n')
+    with pytest.raises(InputError, match=r"questions.jsonl:2: missing or invalid 'question'"):
+        load_questions(path)
+    [first] = load_questions(path, limit=1)
+    assert (first.id, first.answers, first.supporting_ids) == ("1", ["a"], ["doc.md"])
