@@ -85,3 +85,18 @@ def test_the_engine_is_not_part_of_any_stage_settings_key():
 
     ray = {"cluster.engine": "ray", "cluster.address": "auto", "cluster.embed_actors": 16}
     assert stage_keys(load_config(None, ray)) == stage_keys(load_config())
+
+
+def test_an_unknown_key_in_a_settings_file_names_the_setting_it_may_mean(tmp_path):
+    """A typo in a TOML file said "Extra inputs are not permitted" and nothing else, where the same
+    typo on the command line gets a suggestion."""
+    from hopgraph.config import load_config
+
+    path = tmp_path / "typo.toml"
+    path.write_text("[chunking]\nsise = 150\n[retrieval.ppr]\ndampng = 0.5\nzzz = 1\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    message = str(refused.value)
+    assert "chunking.sise: Extra inputs are not permitted (did you mean chunking.size?)" in message
+    assert "retrieval.ppr.dampng: Extra inputs are not permitted (did you mean retrieval.ppr.damping?)" in message
+    assert "retrieval.ppr.zzz: Extra inputs are not permitted;" in message + ";"

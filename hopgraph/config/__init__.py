@@ -8,6 +8,7 @@ seeds' settings unless a field's description says otherwise.
 
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
 from pathlib import Path
@@ -162,8 +163,23 @@ def validate_section(model: type[M], data: dict[str, Any], source: str = "config
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        problems = [f"{cut('.'.join(str(p) for p in err['loc']))}: {err['msg']}" for err in exc.errors()]
+        problems = [_problem(model, err) for err in exc.errors()]
         raise ConfigError(f"{source}: {listed(problems)}") from None
+
+
+def _problem(model: type[BaseModel], error: Any) -> str:
+    """One validation error as "key: what is wrong", an unknown key with the setting it may mean."""
+    where = [str(part) for part in error["loc"]]
+    said = f"{cut('.'.join(where))}: {error['msg']}"
+    if error.get("type") != "extra_forbidden":
+        return said
+    section: Any = model
+    for part in where[:-1]:  # the section the unknown key is in
+        field = getattr(section, "model_fields", {}).get(part)
+        section = field.annotation if field is not None else None
+    known = list(getattr(section, "model_fields", {}))
+    close = difflib.get_close_matches(where[-1], known, n=1)
+    return f"{said} (did you mean {'.'.join([*where[:-1], close[0]])}?)" if close else said
 
 
 def leaf_fields(model: type[BaseModel] = HopgraphConfig, prefix: str = "") -> list[tuple[str, Any]]:
