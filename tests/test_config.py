@@ -100,3 +100,11 @@ def test_an_unknown_key_in_a_settings_file_names_the_setting_it_may_mean(tmp_pat
     assert "chunking.sise: Extra inputs are not permitted (did you mean chunking.size?)" in message
     assert "retrieval.ppr.dampng: Extra inputs are not permitted (did you mean retrieval.ppr.damping?)" in message
     assert "retrieval.ppr.zzz: Extra inputs are not permitted;" in message + ";"
+
+
+def test_an_overlap_too_large_for_the_chunk_size_says_what_to_set():
+    """The paper's ℓ=150 with the default overlap (100) said only that it was too large."""
+    from hopgraph.config import load_config
+
+    with pytest.raises(ConfigError, match=r"set chunking.overlap to 74 or less \(0: none\)"):
+        load_config(None, {"chunking.size": 150})

@@ -46,7 +46,10 @@ class ChunkingConfig(Section):
     @model_validator(mode="after")
     def _overlap_below_size(self) -> ChunkingConfig:
         if self.overlap * 2 >= self.size:
-            raise ValueError(f"chunking.overlap ({self.overlap}) must be less than half of chunking.size ({self.size})")
+            raise ValueError(
+                f"chunking.overlap ({self.overlap}) must be less than half of chunking.size ({self.size}): set "
+                f"chunking.overlap to {(self.size - 1) // 2} or less (0: none)"
+            )
         return self
 
     @property

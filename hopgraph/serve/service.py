@@ -185,11 +185,15 @@ class Service:
             )
         if len(body.query) > serve.max_query_chars:
             raise APIError(
-                422, "query_too_long", f"query of {len(body.query)} characters; the limit is {serve.max_query_chars}"
+                422,
+                "query_too_long",
+                f"query of {len(body.query)} characters; the limit is {serve.max_query_chars} (serve.max_query_chars)",
             )
         if body.budget is not None and body.budget > serve.max_budget:
             raise APIError(
-                422, "budget_too_large", f"budget {cut(str(body.budget))} over the server's limit {serve.max_budget}"
+                422,
+                "budget_too_large",
+                f"budget {cut(str(body.budget))} over the server's limit {serve.max_budget} (serve.max_budget)",
             )
         overrides = dotted_keys(body.params)
         if "budget" in overrides or "method" in overrides:

@@ -136,6 +136,8 @@ def test_bad_requests_get_clear_json_errors(client, body, status, code):
     response = client.post("/v1/retrieve", json=body, headers=auth("guest"))
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code and response.json()["error"]["message"]
+    setting = {"query_too_long": "serve.max_query_chars", "budget_too_large": "serve.max_budget"}.get(code)
+    assert setting is None or f"({setting})" in response.json()["error"]["message"]  # what an operator raises
 
 
 @pytest.mark.parametrize("content", [b"{not json", b'{"query": "\xff\xfe caf\xe9"}', b"", b"[1, 2]"])
