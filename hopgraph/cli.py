@@ -459,7 +459,7 @@ def init(path: str, force: bool) -> None:
 @click.argument("index_dir", metavar="[INDEX]", type=click.Path(), required=False)
 def methods(index_dir: str | None) -> None:
     """List the retrieval methods: name, the index stages each needs, and (given INDEX) whether INDEX has them."""
-    from hopgraph.retrieve.methods import SPECS  # noqa: PLC0415
+    from hopgraph.retrieve.methods import BUILT_BY, SPECS  # noqa: PLC0415
 
     loaded = None
     if index_dir:
@@ -468,7 +468,8 @@ def methods(index_dir: str | None) -> None:
         loaded = open_index(index_dir)
     for spec in SPECS.values():
         needs = ", ".join(spec.needs) or "no LLM"
-        here = "" if loaded is None else ("  [offered]" if spec.available(loaded) else "  [not built]")
+        built = "; ".join(BUILT_BY[stage] for stage in spec.needs if stage in BUILT_BY)
+        here = "" if loaded is None else ("  [offered]" if spec.available(loaded) else f"  [not built: {built}]")
         settings = f" [retrieval.{spec.settings}]" if spec.settings else ""
         click.echo(f"{spec.name:<8} ({needs}){here}  {spec.description}{settings}")
 

@@ -113,7 +113,7 @@ def test_every_method_is_checked_before_the_first_runs_and_an_empty_question_set
 
     data, index = musique_file(tmp_path / "musique.jsonl"), tmp_path / "index"
     settings = load_config(None, SAMPLE_SETTINGS)
-    with pytest.raises(ConfigError, match=r"method 'kg' needs parts this index lacks"):
+    with pytest.raises(ConfigError, match=r"method 'kg' needs parts this index lacks \(stage kg_extract: built with "):
         evaluate(data, index, settings, ["text", "kg"], progress=False)
     (hipporag := tmp_path / "hr").mkdir()
     (hipporag / "mini_corpus.json").write_text(json.dumps([{"title": t, "text": p} for t, p, _ in PARAGRAPHS]))

@@ -24,6 +24,13 @@ def available_methods(index: HasManifest) -> list[str]:
     return [name for name, spec in SPECS.items() if spec.available(index)]
 
 
+# How an index gets the stages only some methods need (an LLM builds them).
+BUILT_BY = {
+    "kg_extract": "built with --extraction.kg all (or pagerank, random, concept) and an LLM at --llm.base_url",
+    "cue_graph": "built with --extraction.cue_alpha A (an LLM at --llm.base_url; 0: none needed)",
+}
+
+
 def check_method(method: str, manifest: dict[str, Any] | None = None, source: str = "") -> None:
     """Refuse (ConfigError) a method the registry does not have or, given an index's ``manifest``,
     one whose stages that index has not built, naming the methods it offers: a wrong default is
@@ -43,5 +50,6 @@ def check_method(method: str, manifest: dict[str, Any] | None = None, source: st
     missing = SPECS[method].missing(manifest) if manifest is not None else []
     if missing:
         raise ConfigError(
-            f"{where}method {method!r} needs parts this index lacks (stage {', '.join(missing)}); {offers}"
+            f"{where}method {method!r} needs parts this index lacks (stage {', '.join(missing)}: "
+            f"{'; '.join(BUILT_BY.get(stage, 'built by hopgraph index') for stage in missing)}); {offers}"
         )
