@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.errors import IndexFormatError
+from hopgraph.errors import IndexFormatError, storage_state
 from hopgraph.index import garbage, jobs, versions
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import available_methods
@@ -415,7 +415,11 @@ class JobRunner:
             self._crashes = self._refusals = 0
             return exited
         if code == STORAGE_REFUSED:
-            versions.forgive_interrupted(self.root, self._run, patience=FORGIVE_PATIENCE)
+            try:
+                versions.forgive_interrupted(self.root, self._run, patience=FORGIVE_PATIENCE)
+            except OSError as exc:  # the same storage may refuse this process too: the attempt then stays counted
+                if storage_state(exc) is None:
+                    raise
             self._refusals += 1
             wait = min(LOOP_RETRY_MAX_SECONDS, self.backoff * 2 ** (min(self._refusals, 10) - 1))
             print(

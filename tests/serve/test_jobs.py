@@ -4,6 +4,7 @@ and a worker that keeps dying."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -381,6 +382,20 @@ def test_an_update_worker_the_storage_refuses_leaves_its_jobs_waiting_not_failed
             wait_until(lambda: runner._refusals >= 2, timeout=120)
             record = versions.read_job(index_copy, job["id"])
             assert record["status"] in ("queued", "running") and record.get("attempts", 0) == 0, record
+            # The server's own storage refusing too (taking the attempt back writes the job record): the
+            # loop still waits and tries again. Injected: this process's storage cannot be made to refuse
+            # only this write.
+            forgive = versions.forgive_interrupted
+
+            def refused(*args, **kwargs):
+                raise OSError(errno.EROFS, "Read-only file system", str(index_copy / "jobs"))
+
+            versions.forgive_interrupted = refused
+            seen = runner._refusals
+            try:
+                wait_until(lambda: runner._refusals >= seen + 1, timeout=120)
+            finally:
+                versions.forgive_interrupted = forgive
             limited["on"] = False
             wait_until(lambda: versions.read_job(index_copy, job["id"])["status"] == "done", timeout=300)
     finally:
