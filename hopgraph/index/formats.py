@@ -128,9 +128,13 @@ def decode(data: bytes) -> tuple[str, str]:
     that fit no encoding raise :class:`Unreadable`.
     """
     for bom, encoding in _BOMS + _BOMS16:
-        if data.startswith(bom) and encoding == "utf-8-sig":
-            data = data[len(bom) :]  # read as any UTF-8 file below: the binary probe, stray bytes counted
-            break
+        if data.startswith(bom) and encoding == "utf-8-sig":  # UTF-8 for sure: no guessing, bad bytes replaced
+            data = data[len(bom) :]
+            if b"\0" in data[:_BINARY_PROBE]:
+                raise Unreadable("binary file (NUL byte in the first 8 KiB)")
+            text = data.decode("utf-8", errors="replace")
+            bad = text.count("\ufffd") - data.count("\ufffd".encode())
+            return text, f"utf-8, {bad} invalid byte{'s' * (bad != 1)} replaced by U+FFFD" if bad else "utf-8"
         if data.startswith(bom):  # the mark says the encoding: a stray byte is replaced, as without one
             try:
                 return data.decode(encoding), encoding
@@ -420,6 +424,11 @@ def _html_flow(soup: Any) -> tuple[list[str], list[tuple[int, int, int]]]:
     return flow, [(level, start, end) for level, start, end in headings]
 
 
+# Text codecs of Python's that no page is written in (UTF-7 browsers never honour; the rest turn
+# escapes or domain names into text, or raise).
+_NOT_CHARSETS = ("utf-7", "idna", "punycode", "undefined", "unicode-escape", "raw-unicode-escape", "mbcs", "oem")
+
+
 def _codec(label: str) -> str | None:
     """Python's codec for a declared charset, None for one that is no text encoding a page may use
     (Python also knows "base64", "zlib" or "rot13", which decode bytes into no text, and UTF-7,
@@ -429,7 +438,7 @@ def _codec(label: str) -> str | None:
         codec = codecs.lookup(label)
     except LookupError:
         return None
-    if not getattr(codec, "_is_text_encoding", True) or codec.name == "utf-7":
+    if not getattr(codec, "_is_text_encoding", True) or codec.name in _NOT_CHARSETS:
         return None
     return "cp1252" if codec.name in ("latin-1", "iso8859-1", "ascii") else codec.name
 
@@ -452,7 +461,10 @@ def read_html(data: bytes) -> Extracted:
     codec = _codec(declared) if declared else None
     # In its declared encoding, a stray byte replaced (bs4 went on to other encodings, and one bad
     # byte in a UTF-8 page made every "ü" of it "ĂĽ"); an encoding Python does not know: detected.
-    markup = data.decode(codec, errors="replace") if codec else decode(data)[0]
+    try:
+        markup = data.decode(codec, errors="replace") if codec else decode(data)[0]
+    except (UnicodeError, LookupError):  # a codec that refuses even with replacement: read as undeclared
+        markup = decode(data)[0]
     try:
         soup = _bounded_soup(_defused(markup))
     except ParserRejectedMarkup as error:  # bs4 gives up on some malformed markup ("<![ x")

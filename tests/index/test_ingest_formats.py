@@ -581,6 +581,9 @@ def test_a_stray_byte_is_replaced_in_a_file_with_a_byte_order_mark_and_in_a_page
     assert text == "M\u00fcnchen notes \ufffd 2024" and encoding == "utf-8, 1 invalid byte replaced by U+FFFD"
     with pytest.raises(Unreadable, match="binary file"):  # a mark does not make bytes text
         decode(b"\xef\xbb\xbf" + bytes(range(256)) * 4)
+    # As many stray bytes as characters: the mark still says UTF-8 (no code page is guessed).
+    text, encoding = decode(b"\xef\xbb\xbfNotes: caf\xc3\xa9 ok. Stray \xa9 and \x80")
+    assert text == "Notes: caf\u00e9 ok. Stray \ufffd and \ufffd" and encoding.startswith("utf-8, 2 invalid bytes")
     page = '<html><head><meta charset="utf-8"></head><body><p>Gr\u00fc\u00dfe aus M\u00fcnchen</p>'
     assert read_html(page.encode() + b"<p>\xa9 2024</p></body></html>").text == (
         "Gr\u00fc\u00dfe aus M\u00fcnchen\n\n\ufffd 2024"
@@ -594,7 +597,10 @@ def test_an_inline_svgs_title_is_not_the_pages_title() -> None:
     assert read_html(page).title == "Site safety"
 
 
-@pytest.mark.parametrize("charset", ["base64", "zlib", "rot13", "utf-7", "x-no-such-charset"])
+@pytest.mark.parametrize(
+    "charset",
+    ["base64", "zlib", "rot13", "utf-7", "x-no-such-charset", "idna", "punycode", "undefined", "unicode_escape"],
+)
 def test_a_page_declaring_no_text_encoding_is_read_as_an_undeclared_one(charset) -> None:
     """Python knows "base64" and "zlib" as codecs, which decode bytes into no text: such a page
     ended the whole build in a traceback; UTF-7, which browsers never honour, garbled "C++"."""
