@@ -37,7 +37,7 @@ from hopgraph.cli_output import (
 )
 from hopgraph.cli_updates import documents, jobs, update
 from hopgraph.config import BUILD_SECTIONS, QUERY_SECTIONS
-from hopgraph.errors import LLMUnavailableError
+from hopgraph.errors import LLMRequestError, LLMUnavailableError
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -222,16 +222,17 @@ def query(
         from hopgraph.llm import open_llm  # noqa: PLC0415
 
         llm = open_llm(config.llm)
+    failed: LLMUnavailableError | LLMRequestError | None = None
     for text in asked:
         result = retriever.retrieve(text, metadata_filter=flt)
-        reply, down = None, None
-        if llm is not None:
+        reply = None
+        if llm is not None and failed is None:  # after a failure, the other questions' evidence alone
             from hopgraph.retrieve.answer import answer  # noqa: PLC0415
 
             try:
                 reply = answer(llm, result, config.answer)
-            except LLMUnavailableError as exc:  # the evidence is shown all the same, then the error
-                down = exc
+            except (LLMUnavailableError, LLMRequestError) as exc:  # evidence shown all the same, the error last
+                failed = exc
         if as_json:
             payload = result.to_dict()
             if llm is not None:
@@ -240,8 +241,8 @@ def query(
             click.echo(json.dumps(payload, indent=2 if single else None, ensure_ascii=False))
         else:
             print_result(result, reply, header=question is None, width=None if full else EXCERPT_CHARS)
-        if down is not None:
-            raise down
+    if failed is not None:
+        raise failed
 
 
 @main.command(name="eval")

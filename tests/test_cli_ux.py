@@ -58,7 +58,7 @@ def test_a_piece_is_shown_from_where_the_question_is_answered_and_none_is_explai
     assert "…" not in whole.split("\n[1]", 1)[1].split("\n[2]", 1)[0]
 
 
-def test_an_answer_model_that_is_down_still_shows_the_evidence(index):
+def test_an_answer_model_that_is_down_still_shows_the_evidence(index, tmp_path):
     """The error alone was printed: the retrieved evidence was thrown away (and --json printed nothing)."""
     down = ["--answer", "--llm.base_url", "http://127.0.0.1:9/v1", "--llm.retries", "0", "--llm.cache", ""]
     shown = hopgraph("query", str(index), QUESTIONS[0], *down, check=False)
@@ -67,6 +67,13 @@ def test_an_answer_model_that_is_down_still_shows_the_evidence(index):
     as_json = hopgraph("query", str(index), QUESTIONS[0], "--json", *down, check=False)
     payload = json.loads(as_json.stdout)
     assert as_json.returncode == 2 and payload["answer"] is None and payload["evidence"]
+    # Several questions: every one's evidence, the model asked once, the error at the end.
+    asked = tmp_path / "questions.txt"
+    asked.write_text("\n".join(QUESTIONS), encoding="utf-8")
+    many = hopgraph("query", str(index), "--questions", str(asked), "--json", *down, check=False)
+    lines = [json.loads(line) for line in many.stdout.splitlines()]
+    assert many.returncode == 2 and [r["query"] for r in lines] == QUESTIONS and all(r["evidence"] for r in lines)
+    assert many.stderr.count("error:") == 1
 
 
 def test_inspect_refuses_a_top_that_is_no_count(index):
