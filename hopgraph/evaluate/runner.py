@@ -12,7 +12,7 @@ import numpy as np
 from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
-from hopgraph.errors import IndexFormatError, OtherIndexError
+from hopgraph.errors import IndexFormatError, InputError, OtherIndexError, cut
 from hopgraph.evaluate import report
 from hopgraph.evaluate.metrics import (
     RECALL_AT,
@@ -59,8 +59,16 @@ def own_benchmark(questions: str | Path, corpus: Sequence[str | Path], limit: in
     """Questions of one's own about documents of one's own: the documents as `hopgraph index` reads
     them (same ids, so supporting ids name them as listed), every file left out said as skipped."""
     read = read_corpus(corpus)
-    skipped = [f"{p.path}{f':{p.line}' if p.line else ''}: {p.reason}" for p in read.problems]
-    return Benchmark(Path(questions).stem, read.documents, load_questions(questions, limit=limit), skipped)
+    asked = load_questions(questions, limit=limit)
+    ids = {document.id for document in read.documents}
+    for number, question in enumerate(asked, 1):
+        unknown = [doc_id for doc_id in question.supporting_ids or () if doc_id not in ids]
+        if unknown:  # a typo would score 0 recall unseen
+            raise InputError(
+                f"{questions}: question {number} names support {cut(unknown[0])!r}, no document of the corpus "
+                "(a document's id is its path relative to the folder given: `hopgraph documents` lists them)"
+            )
+    return Benchmark(Path(questions).stem, read.documents, asked, [str(p) for p in read.problems])
 
 
 def percentile_ms(seconds: list[float], q: float) -> float:

@@ -167,6 +167,7 @@ def test_questions_that_cannot_be_scored_are_refused_and_bad_passages_left_out_a
 def test_questions_of_ones_own_about_ones_own_documents_are_evaluated(tmp_path):
     """`eval` read benchmark formats only: the wiki's own questions (examples/wiki-questions.jsonl,
     the obvious first thing to measure) were refused as "not a recognised benchmark"."""
+    from hopgraph.errors import InputError
     from tests.conftest import REPO
 
     questions = REPO / "examples" / "wiki-questions.jsonl"
@@ -177,8 +178,14 @@ def test_questions_of_ones_own_about_ones_own_documents_are_evaluated(tmp_path):
     asked = len(questions.read_text(encoding="utf-8").splitlines())
     assert result["dataset"] == "wiki-questions" and result["n_questions"] == asked and result["skipped_passages"] == []
     [bm25] = result["results"]
-    assert bm25["supporting_recall"] is not None and bm25["coverage"] > 0  # the support pairs name documents
+    assert bm25["supporting_recall"] > 0 and bm25["coverage"] > 0  # the support pairs name the corpus's documents
     assert IndexStore(tmp_path / "index").read_manifest()["counts"]["documents"] == 18  # the corpus, as index reads it
+    # A support id that names no document would score 0 recall unseen: refused, naming it.
+    typo = tmp_path / "typo.jsonl"
+    record = {"question": "Who leads Kestrel?", "answer": "Tomas Reyes", "support": [["projects/kestrl.md", "s"]]}
+    typo.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"typo.jsonl: question 1 names support 'projects/kestrl.md', no document"):
+        evaluate(typo, tmp_path / "index", config, ["bm25"], progress=False, corpus=[REPO / "examples" / "wiki"])
 
 
 def test_a_questions_file_names_where_a_record_is_wrong(tmp_path):
