@@ -8,7 +8,7 @@ import pytest
 from hopgraph.errors import HopgraphError, IndexFormatError
 from hopgraph.index import garbage, versions
 from hopgraph.store import JOBS
-from tests.index.test_versions import built, index, new_documents  # noqa: F401 - fixtures and data
+from tests.index.test_versions import new_documents
 
 
 def test_a_build_past_its_time_limit_fails_its_jobs_and_publishes_nothing(index):  # noqa: F811 - the imported fixture

@@ -14,7 +14,7 @@ from hopgraph.errors import IndexFormatError
 from hopgraph.index import garbage, jobs, versions
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.store import JOBS, REPLICAS
-from tests.index.test_versions import built, index, new_documents  # noqa: F401 - fixtures and data
+from tests.index.test_versions import new_documents
 
 
 def test_a_record_names_its_first_ids_and_the_whole_lists_live_beside_it(index):  # noqa: F811 - the imported fixture

@@ -10,7 +10,6 @@ from hopgraph.errors import InputError
 from hopgraph.index import jobs, versions
 from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
-from tests.index.test_versions import built  # noqa: F401 - the fixture
 
 
 def test_ids_are_compared_in_one_unicode_spelling(tmp_path, built, sample_documents, sample_config):  # noqa: F811
