@@ -118,8 +118,11 @@ def excerpt(text: str, query: str, width: int | None = EXCERPT_CHARS) -> str:
     words = set(keywords(query))  # stop words ("the", "who") say nothing of where the answer is
 
     def fit(at: int) -> tuple[int, int]:  # the question's words held, then how soon the first comes
-        found = [m for m in _WORD.finditer(flat, at, at + width) if m.group().lower() in words]
-        return len({m.group().lower() for m in found}), -(found[0].start() - at if found else width)
+        # Each word tokenised as the question was (lower case first: "İSTANBUL" is "stanbul" there).
+        found = [
+            (m.start(), hit) for m in _WORD.finditer(flat, at, at + width) if (hit := words & set(keywords(m.group())))
+        ]
+        return len(set().union(*(hit for _, hit in found))), -(found[0][0] - at if found else width)
 
     best = max([0, *(m.end() for m in _SENTENCE_START.finditer(flat))], key=fit)
     return ("…" if best else "") + flat[best : best + width] + ("…" if best + width < len(flat) else "")

@@ -52,6 +52,8 @@ def test_a_piece_is_shown_from_where_the_question_is_answered_and_none_is_explai
     shown = excerpt(text, "Who was the first director of the Halvern Harbor Institute?")
     assert shown.startswith("…Mara Quill was the first director") and len(shown) <= 402
     assert excerpt(text, "anything", None) == text
+    upper = before + "İSTANBUL office opened in 2020."  # matched as the question's words are tokenised
+    assert excerpt(upper, "İstanbul?").startswith("…İSTANBUL office opened")
     empty = hopgraph("query", str(index), QUESTIONS[0], "--where", '{"id": "no-such-document"}').stdout
     assert "0 pieces" in empty and "no piece fits a budget of 12000 tokens and the filters given" in empty
     whole = hopgraph("query", str(index), QUESTIONS[0], "--full", "--retrieval.method", "text").stdout
