@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import json
 import logging
 import re
 import zipfile
@@ -493,6 +494,7 @@ def read_html(data: bytes) -> Extracted:
 MARKDOWN = (".md", ".markdown")
 _MARKDOWN_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _FRONT_MATTER_TITLE = re.compile(r"^title:(.*)$")
+_SINGLE_QUOTED = re.compile(r"'((?:[^']|'')*)'")
 _YAML_KEY = re.compile(r"[A-Za-z_][\w-]*:(\s|$)")
 
 
@@ -510,9 +512,14 @@ def _yaml_scalar(value: str) -> str:
     """A plain or quoted one-line YAML scalar as text: "" for null, a block scalar (``>``, ``|``),
     a list or map, an alias or a tag; a comment after it left out."""
     value = value.strip()
-    if value[:1] in ("'", '"'):
-        closing = value.find(value[0], 1)
-        return value[1:closing].strip() if closing > 0 else value[1:].strip()
+    if value[:1] == "'":  # '' is a quote inside
+        quoted = _SINGLE_QUOTED.match(value)
+        return (quoted.group(1) if quoted else value[1:]).replace("''", "'").strip()
+    if value[:1] == '"':  # backslash escapes, as JSON's (YAML's are a superset of them)
+        try:
+            return str(json.JSONDecoder().raw_decode(value)[0]).strip()
+        except json.JSONDecodeError:
+            return value[1:].split('"', 1)[0].strip()
     value = re.split(r"\s#", value, maxsplit=1)[0].strip()
     if value in ("null", "Null", "NULL", "~") or value[:1] in (">", "|", "[", "{", "&", "*", "!"):
         return ""

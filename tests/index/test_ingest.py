@@ -392,6 +392,8 @@ def test_a_linked_benchmark_folder_is_read_as_a_benchmark(tmp_path: Path) -> Non
         ("---\ntitle: null\n---\n# Heading\n", "Heading"),
         ('---\ntitle: "Quoted" # a comment\n---\n', "Quoted"),
         ("---\n\n# Opened by a rule\n\ntext\n---\n# Second\n", "Opened by a rule"),
+        ("---\ntitle: 'It''s here'\n---\n", "It's here"),
+        ('---\ntitle: "a \\"b\\" c"\n---\n', 'a "b" c'),
     ],
     ids=[
         "comment-in-code",
@@ -405,6 +407,8 @@ def test_a_linked_benchmark_folder_is_read_as_a_benchmark(tmp_path: Path) -> Non
         "null-title",
         "quoted-with-comment",
         "rule-not-front-matter",
+        "single-quote-escaped",
+        "double-quote-escaped",
     ],
 )
 def test_a_markdown_title_is_a_heading_outside_code(text, title):
