@@ -18,7 +18,7 @@ import click
 
 from hopgraph.config import HopgraphConfig, apply_overrides, dotted_keys, leaf_fields, read_toml, validate_config
 from hopgraph.config.base import llm_address
-from hopgraph.errors import HopgraphError, storage_state
+from hopgraph.errors import HopgraphError, storage_message
 
 EXAMPLE = "examples/hopgraph.toml"
 HELP_ALL = "hopgraph.help_all"
@@ -142,12 +142,11 @@ class Group(click.Group):
         except KeyboardInterrupt:
             fail(f"interrupted{_kept(ctx)}")
         except OSError as exc:
-            state = storage_state(exc)
-            if state is None:
+            said = storage_message(exc)
+            if said is None:
                 raise
             # A full disk is the machine's state, not a bug: one line naming the file, not a traceback.
-            where = f" (at {exc.filename})" if exc.filename else ""
-            fail(f"the storage is {state}{where}: {exc.strerror or exc}{_kept(ctx)}")
+            fail(f"{said}{_kept(ctx)}")
 
 
 def _kept(ctx: click.Context) -> str:

@@ -45,6 +45,17 @@ def storage_state(exc: BaseException) -> str | None:
     return states.get(exc.errno) if isinstance(exc, OSError) and exc.errno is not None else None
 
 
+def storage_message(exc: BaseException) -> str | None:
+    """One line saying what the storage refused and where ("the storage is full (at FILE): No space
+    left on device"), or None where ``exc`` says nothing of the storage (:func:`storage_state`)."""
+    state = storage_state(exc)
+    if state is None:
+        return None
+    assert isinstance(exc, OSError)  # (storage_state says so)
+    where = f" (at {exc.filename})" if exc.filename else ""
+    return f"the storage is {state}{where}: {exc.strerror or exc}"
+
+
 class HopgraphError(Exception):
     """Base class for errors whose message is meant for the user."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from hopgraph.errors import ConfigError
 
@@ -37,6 +37,10 @@ def comma_separated(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
+
+
+# A list setting that may also be given as one comma-separated string (the command line's form).
+CommaList = Annotated[list[str], BeforeValidator(comma_separated)]
 
 
 class Section(BaseModel):

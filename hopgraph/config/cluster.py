@@ -7,11 +7,11 @@ finished stages.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
-from hopgraph.config.base import Section, comma_separated, web_address
+from hopgraph.config.base import CommaList, Section, web_address
 
 
 class ClusterConfig(Section):
@@ -80,7 +80,7 @@ class ClusterConfig(Section):
     ner_batch_size: int = Field(
         500, ge=1, le=1_000_000, description="Texts per Ray task that finds their named entities with spaCy."
     )
-    llm_endpoints: list[str] = Field(
+    llm_endpoints: CommaList = Field(
         [],  # pydantic copies a mutable default per instance
         description="OpenAI-compatible /v1 addresses of the LLM replicas (`vllm serve` on several nodes), requests "
         "spread evenly over them; empty = llm.base_url alone. Comma-separated on the command line. With "
@@ -102,11 +102,6 @@ class ClusterConfig(Section):
         max_length=40,
         description="With llm.backend=vllm: Ray accelerator type the replicas need (e.g. H100); empty = any GPU.",
     )
-
-    @field_validator("llm_endpoints", mode="before")
-    @classmethod
-    def _split_commas(cls, value: Any) -> Any:
-        return comma_separated(value)
 
     @field_validator("llm_endpoints")
     @classmethod

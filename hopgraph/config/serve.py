@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from hopgraph.config.base import Section, comma_separated
+from hopgraph.config.base import CommaList, Section
 
 
 class RequestLimits(Section):
@@ -95,7 +95,7 @@ class ServeConfig(Section):
         description="Open connections one server process keeps from one client address; more are closed at once "
         "(behind a proxy every client is the proxy's address: set it to max_connections there).",
     )
-    forwarded_allow_ips: list[str] = Field(
+    forwarded_allow_ips: CommaList = Field(
         [],
         description="Addresses (or networks, e.g. 10.0.0.0/24) of reverse proxies whose X-Forwarded-For header "
         "names the client; empty = the header is ignored, as it is from anyone else (a client that could set it "
@@ -286,11 +286,6 @@ class ServeConfig(Section):
         "graph path, chunk and documents (needs request_log).",
     )
     request_limits: RequestLimits = RequestLimits()
-
-    @field_validator("forwarded_allow_ips", mode="before")
-    @classmethod
-    def _split_commas(cls, value: Any) -> Any:
-        return comma_separated(value)
 
     @field_validator("forwarded_allow_ips")
     @classmethod

@@ -105,18 +105,19 @@ class Extracted:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def _mostly_utf8(data: bytes) -> tuple[str, str] | None:
+def _mostly_utf8(data: bytes, *, marked: bool = False) -> tuple[str, str] | None:
     """UTF-8 with a few stray bytes (a copyright sign pasted from a legacy editor, a cut file), read
     as UTF-8 with each bad byte replaced by U+FFFD, or None for text in another encoding.
 
     A legacy-encoded text all but never holds a valid multi-byte UTF-8 sequence ("Ã©" in Latin-1),
     so at least as many of those as bad bytes say UTF-8: guessing a code page for the whole file
-    instead turned every "ü" of a German UTF-8 text into "Ã¼" because of one stray byte.
+    instead turned every "ü" of a German UTF-8 text into "Ã¼" because of one stray byte. A file
+    ``marked`` UTF-8 (its byte-order mark) is UTF-8 whatever its stray bytes.
     """
     text = data.decode("utf-8", errors="replace")
     bad = text.count("\ufffd") - data.count("\ufffd".encode())
     good = len(text) - len(text.encode("ascii", errors="ignore")) - text.count("\ufffd")
-    if good < max(bad, 1):
+    if good < max(bad, 1) and not marked:
         return None
     return text, f"utf-8, {bad} invalid byte{'s' if bad > 1 else ''} replaced by U+FFFD"
 
@@ -128,15 +129,10 @@ def decode(data: bytes) -> tuple[str, str]:
     with a few invalid bytes is read as UTF-8 with those replaced (the encoding says how many); bytes
     that fit no encoding raise :class:`Unreadable`.
     """
-    for bom, encoding in _BOMS + _BOMS16:
-        if data.startswith(bom) and encoding == "utf-8-sig":  # UTF-8 for sure: no guessing, bad bytes replaced
-            data = data[len(bom) :]
-            if b"\0" in data[:_BINARY_PROBE]:
-                raise Unreadable("binary file (NUL byte in the first 8 KiB)")
-            text = data.decode("utf-8", errors="replace")
-            bad = text.count("\ufffd") - data.count("\ufffd".encode())
-            return text, f"utf-8, {bad} invalid byte{'s' * (bad != 1)} replaced by U+FFFD" if bad else "utf-8"
-        if data.startswith(bom):  # the mark says the encoding: a stray byte is replaced, as without one
+    marked = data.startswith(codecs.BOM_UTF8)  # UTF-8 for sure: read as any UTF-8 file, but never guessed
+    data = data[len(codecs.BOM_UTF8) :] if marked else data
+    for bom, encoding in _BOMS + _BOMS16:  # (UTF-32's marks first: UTF-16's begin them)
+        if data.startswith(bom) and not marked:  # the mark says the encoding: stray bytes replaced
             try:
                 return data.decode(encoding), encoding
             except UnicodeDecodeError:
@@ -147,7 +143,7 @@ def decode(data: bytes) -> tuple[str, str]:
         return data.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         pass
-    mostly = _mostly_utf8(data)
+    mostly = _mostly_utf8(data, marked=marked)
     if mostly is not None:
         return mostly
     from charset_normalizer import from_bytes  # noqa: PLC0415  (only legacy-encoded files need it)

@@ -14,7 +14,7 @@ import sys
 import time
 
 from hopgraph.config import LLMConfig, validate_section
-from hopgraph.errors import HopgraphError, storage_state
+from hopgraph.errors import HopgraphError, storage_message
 from hopgraph.index import versions
 from hopgraph.serve.state import FAILURE_RECORDED, STORAGE_REFUSED, check_servable
 
@@ -93,12 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hopgraph worker: {exc}", file=sys.stderr)
         return FAILURE_RECORDED
     except OSError as exc:
-        state = storage_state(exc)
-        if state is None:
+        said = storage_message(exc)
+        if said is None:
             raise
         # Not the jobs' fault: they stay unfinished, as a killed run leaves them, for a later run.
-        where = f" (at {exc.filename})" if exc.filename else ""
-        print(f"hopgraph worker: the storage is {state}{where}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"hopgraph worker: {said}", file=sys.stderr)
         return STORAGE_REFUSED
     return 0
 
