@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import heapq
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,6 @@ import numpy as np
 from hopgraph.config import RetrievalConfig, validate_config
 from hopgraph.deadline import deadline_after
 from hopgraph.errors import ConfigError, IndexFormatError
-from hopgraph.models import load_embedder
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import check_method
@@ -126,13 +126,10 @@ class PartitionedRetriever(Retriever):
         self.index = index if isinstance(index, PartitionedIndex) else PartitionedIndex(index)  # type: ignore[assignment]
         self.partitioned: PartitionedIndex = self.index  # type: ignore[assignment]
         self.config = config or self.index.config.retrieval
+        self.device = device or self.index.config.embedding.device
+        self._embedder = None  # loaded once, here: the partitions are handed the question's vector
+        self._embedder_lock = threading.Lock()
         self.parts = [Retriever(p.index, self.config, device) for p in self.partitioned.partitions]
-        embedding = self.index.config.embedding
-        self.embedder = (
-            self.parts[0].embedder
-            if self.parts
-            else load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
-        )
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Any:
         raise ConfigError("an isolated index has one scope per partition; call retrieve()")
@@ -155,8 +152,7 @@ class PartitionedRetriever(Retriever):
         streams, settled, seeds = [], None, {}
         offsets: dict[str, int] = {}  # pieces numbered over the partitions this reader may read, nothing else
         with deadline_after(options.get("deadline")):  # one deadline for all partitions (a nested one never extends it)
-            if vector is None:
-                vector = self.embed([question])[0]
+            vector = self.question_vector(question, chosen, vector)
             for part, retriever in zip(self.partitioned.partitions, self.parts):
                 if not readable(part, metadata_filter):
                     continue

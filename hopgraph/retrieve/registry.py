@@ -38,6 +38,7 @@ class MethodSpec:
     settings: str | None  # the [retrieval.<settings>] section it reads, if any
     description: str
     order: int  # where it is listed (LLM-free methods first)
+    embeds: bool = True  # reads the question's vector; False (bm25) answers without loading the embedding model
 
     @property
     def llm_free(self) -> bool:
@@ -57,7 +58,13 @@ _METHODS: dict[str, MethodSpec] = {}
 
 
 def register(
-    name: str, *, order: int = 1000, needs: tuple[str, ...] = (), settings: str | None = None, description: str = ""
+    name: str,
+    *,
+    order: int = 1000,
+    needs: tuple[str, ...] = (),
+    settings: str | None = None,
+    description: str = "",
+    embeds: bool = True,
 ) -> Callable[[RankFn], RankFn]:
     """Decorator: make ``rank`` the method ``name``; registering a name twice is a programming error."""
 
@@ -65,7 +72,7 @@ def register(
         if name in _METHODS and _METHODS[name].rank is not rank:
             raise ValueError(f"retrieval method {name!r} registered twice")
         _METHODS[name] = MethodSpec(
-            name, rank, needs, settings, description or (rank.__doc__ or "").strip().split("\n")[0], order
+            name, rank, needs, settings, description or (rank.__doc__ or "").strip().split("\n")[0], order, embeds
         )
         return rank
 

@@ -15,10 +15,10 @@ from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
 from hopgraph.deadline import deadline_after
 from hopgraph.documents import unicode_problem
 from hopgraph.errors import InputError
-from hopgraph.models import load_embedder
+from hopgraph.models import Embedder, load_embedder
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.loaded import LoadedIndex
-from hopgraph.retrieve.methods import METHODS, check_method
+from hopgraph.retrieve.methods import METHODS, SPECS, check_method
 from hopgraph.retrieve.packing import RetrievalResult, pack
 from hopgraph.retrieve.query import Scope, make_query
 
@@ -63,9 +63,9 @@ class Retriever:
             raise TypeError(f"Retriever reads a LoadedIndex or a path, not {type(index).__name__}")
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval
-        embedding = self.index.config.embedding
-        self.device = device or embedding.device  # models and graph kernels (PPR) of every query
-        self.embedder = load_embedder(embedding.model_copy(update={"device": device}) if device else embedding)
+        self.device = device or self.index.config.embedding.device  # models and graph kernels (PPR) of every query
+        self._embedder: Embedder | None = None
+        self._embedder_lock = threading.Lock()
         self._open_scope: Scope | None = None
         # Scopes of recent readers (group set + filter), with what they derive from readable material
         # (keyword and entity vectors): a reader's second request reuses them instead of recomputing.
@@ -103,8 +103,25 @@ class Retriever:
                 self._scopes.popitem(last=False)
         return scope
 
+    @property
+    def embedder(self) -> Embedder:
+        """The index's embedding model, loaded on first use: a method that reads no vector (bm25)
+        answers without waiting seconds for it."""
+        with self._embedder_lock:
+            if self._embedder is None:
+                embedding = self.index.config.embedding
+                self._embedder = load_embedder(embedding.model_copy(update={"device": self.device}))
+            return self._embedder
+
     def embed(self, questions: list[str]) -> np.ndarray:
         return self.embedder.encode_queries(questions)
+
+    def question_vector(self, question: str, method: str, vector: np.ndarray | None) -> np.ndarray:
+        """``vector``, else the question's embedding where ``method`` reads one; else an empty vector
+        (any use of it fails loudly instead of scoring against zeros)."""
+        if vector is not None:
+            return vector
+        return self.embed([question])[0] if SPECS[method].embeds else np.zeros(0, dtype=np.float32)
 
     def retrieve(
         self,
@@ -146,8 +163,7 @@ class Retriever:
                 RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings"
             )
         check_method(config.method)
-        if vector is None:
-            vector = self.embed([question])[0]
+        vector = self.question_vector(question, config.method, vector)
         started = time.perf_counter()
         query = make_query(self.index, question, vector, self.device)
         candidates = METHODS[config.method](self.index, query, self.scope(metadata_filter), config)

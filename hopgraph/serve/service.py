@@ -46,7 +46,7 @@ from hopgraph.retrieve.answer import (
     refusal_error,
 )
 from hopgraph.retrieve.filters import READER_HIDDEN_FIELDS, MetadataFilter, reader_filter
-from hopgraph.retrieve.methods import METHODS
+from hopgraph.retrieve.methods import METHODS, SPECS
 from hopgraph.retrieve.packing import RetrievalResult
 from hopgraph.serve.auth import Principal, TokenBook
 from hopgraph.serve.batching import QueryBatcher
@@ -209,8 +209,10 @@ class Service:
         deadline = serve.request_deadline
         try:
             with deadline_after(deadline):  # one deadline for the embedding and the search together
-                vector = self.batcher.embed(body.query, snap.retriever.embedder.encode_queries, deadline)
-                check_deadline()
+                vector = None  # bm25 reads no vector
+                if SPECS[method].embeds:
+                    vector = self.batcher.embed(body.query, snap.retriever.embedder.encode_queries, deadline)
+                    check_deadline()
                 return snap.retriever.retrieve(
                     body.query,
                     method=method,

@@ -40,3 +40,12 @@ def test_bm25_scores_match_the_formula(sample_index):
 
 def test_bm25_ranks_nothing_without_known_words(sample_index):
     assert Retriever(sample_index).retrieve("zzzz qqqq", method="bm25", budget=500).evidence == []
+
+
+def test_bm25_answers_without_loading_the_embedding_model(sample_index):
+    """bm25 reads no vector: the model (seconds to load) is loaded only for a method that needs it."""
+    retriever = Retriever(LoadedIndex(sample_index))
+    assert retriever.retrieve("Which laboratory did Anton Vell found?", method="bm25").evidence
+    assert retriever._embedder is None
+    assert retriever.retrieve("Which laboratory did Anton Vell found?", method="text").evidence
+    assert retriever._embedder is not None

@@ -229,6 +229,9 @@ def test_isolation_groupless_reader_sees_exactly_the_public_index(isolated):
     # A board member also gets the board's partition: the codeword's document is found.
     board = full.retrieve(questions(CODEWORDS[0])[0], method="text", budget=400, metadata_filter=BOARD)
     assert "secret-board" in board.doc_ids and "secret-ops" not in board.doc_ids
+    lexical = Retriever(root / "full")  # bm25 over the partitions loads no embedding model
+    assert lexical.retrieve(questions(CODEWORDS[0])[0], method="bm25", budget=400, metadata_filter=BOARD).evidence
+    assert lexical._embedder is None
 
 
 def test_isolation_survives_an_update(isolated, tmp_path):

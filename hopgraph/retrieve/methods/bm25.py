@@ -45,6 +45,7 @@ def bm25_scores(index: LoadedIndex, keyword_ids: list[int], readable: np.ndarray
 @register(
     "bm25",
     order=15,
+    embeds=False,
     description="Sub-chunks by BM25 over the question's keywords (binary term frequency; the lexical baseline).",
 )
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
