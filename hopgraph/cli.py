@@ -189,7 +189,7 @@ def query(
     With --questions FILE every question of the file is asked in turn; with neither, on a terminal,
     questions are read interactively until an empty line. Models and the index load once.
     """
-    from hopgraph.retrieve.filters import reader_filter  # noqa: PLC0415
+    from hopgraph.retrieve.filters import reader_filter, unnamed_groups, why_nothing  # noqa: PLC0415
     from hopgraph.retrieve.partitioned import open_index  # noqa: PLC0415
     from hopgraph.retrieve.retriever import Retriever  # noqa: PLC0415
 
@@ -199,7 +199,7 @@ def query(
     from hopgraph.retrieve.methods import check_method  # noqa: PLC0415
 
     check_method(config.retrieval.method, loaded.manifest, index_dir)
-    flt = None
+    flt, nothing = None, ""
     if where is not None or groups is not None:  # --groups "" is a reader of no group, not the owner
         try:
             condition = json.loads(where) if where else {}
@@ -216,6 +216,11 @@ def query(
             fail(f"--where: {exc}")
         except RecursionError:
             fail("--where: nested too deeply")
+        for group in unnamed_groups(loaded, flt.groups or ()):
+            click.secho(f"note: no document's acl names the group {group!r}", fg="yellow", err=True)
+        nothing = why_nothing(loaded, flt).replace("the reader's groups", "--groups").replace("the filter", "--where")
+    if nothing and as_json:  # printed results say it in place of the budget hint
+        click.secho(f"note: {nothing}: every result is empty", fg="yellow", err=True)
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
     llm = None
     if with_answer:
@@ -240,7 +245,9 @@ def query(
             single = question is not None
             click.echo(json.dumps(payload, indent=2 if single else None, ensure_ascii=False))
         else:
-            print_result(result, reply, header=question is None, width=None if full else EXCERPT_CHARS)
+            print_result(
+                result, reply, header=question is None, width=None if full else EXCERPT_CHARS, why_empty=nothing
+            )
     if failed is not None:
         raise failed
 

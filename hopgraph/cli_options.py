@@ -12,7 +12,7 @@ import sys
 import typing
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -109,7 +109,7 @@ class Command(click.Command):
             )
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """The one-line ``error:`` a command ends with (exit code 2)."""
     click.secho(f"error: {message}", fg="red", err=True)
     sys.exit(2)

@@ -128,7 +128,7 @@ def excerpt(text: str, query: str, width: int | None = EXCERPT_CHARS) -> str:
     return ("…" if best else "") + flat[best : best + width] + ("…" if best + width < len(flat) else "")
 
 
-def print_result(result: Any, reply: Any, header: bool, width: int | None = EXCERPT_CHARS) -> None:
+def print_result(result: Any, reply: Any, header: bool, width: int | None = EXCERPT_CHARS, why_empty: str = "") -> None:
     from hopgraph.retrieve.packing import source_names  # noqa: PLC0415  (the CLI starts without retrieval code)
 
     if header:
@@ -152,7 +152,9 @@ def print_result(result: Any, reply: Any, header: bool, width: int | None = EXCE
         click.echo("    " + excerpt(ev.text, result.query, width))
     if len(result.evidence) > 10:
         click.echo(f"\n… {len(result.evidence) - 10} more pieces (use --json for all)")
-    if not result.evidence:
+    if not result.evidence and why_empty:
+        click.echo(why_empty)
+    elif not result.evidence:
         click.echo(
             f"no piece fits a budget of {result.budget} tokens and the filters given: raise --retrieval.budget "
             "(a piece is a sub-chunk, a chunk or a knowledge unit: often 100 to 1,200 tokens)"

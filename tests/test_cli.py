@@ -58,6 +58,18 @@ def test_query_groups_hide_restricted_documents(cli_index):
         assert "budget-2025" not in {d for ev in nobody["evidence"] for d in ev["doc_ids"]}, empty
 
 
+def test_query_names_a_group_no_acl_names_and_an_empty_scope(cli_index):
+    """A misspelt group reads nothing restricted: the owner's command line says so (bm25: no model to load)."""
+    question, bm25 = "What budget did the water board approve?", ("--retrieval.method", "bm25")
+    typo = hopgraph("query", str(cli_index), question, "--groups", "board,bord", *bm25)
+    assert "no document's acl names the group 'bord'" in typo.stderr and "'board'" not in typo.stderr
+    nothing = hopgraph("query", str(cli_index), question, "--where", '{"title": "nope"}', *bm25)
+    assert "0 pieces" in nothing.stdout and "no document matches --where" in nothing.stdout
+    assert "raise --retrieval.budget" not in nothing.stdout  # the budget is not what is wrong
+    scripted = hopgraph("query", str(cli_index), question, "--json", "--groups", "", *bm25)
+    assert json.loads(scripted.stdout)["evidence"] and "note:" not in scripted.stderr  # unrestricted ones are
+
+
 def test_inspect_reports_counts_stages_and_core_chunks(cli_index):
     out = hopgraph("inspect", str(cli_index)).stdout
     assert "counts:" in out and "documents=7" in out and "concept_graph" in out and "central concepts:" in out

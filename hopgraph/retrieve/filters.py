@@ -317,6 +317,22 @@ def reader_filter(
     return flt
 
 
+def unnamed_groups(index: Any, groups: Iterable[str]) -> list[str]:
+    """Those of ``groups`` that no document's acl of ``index`` names: a misspelt group reads nothing
+    restricted, silently, unless someone says so (the owner's tools do; a server never tells a reader)."""
+    named = {group for acl in index.documents["acl"] if acl for group in acl}
+    return sorted(set(groups) - named)
+
+
+def why_nothing(index: Any, flt: MetadataFilter) -> str:
+    """Why ``flt`` leaves no document of ``index`` to retrieve from ('' where it leaves some)."""
+    if not flt.readable_mask(index).any():
+        return "no document is readable by the reader's groups"
+    if not flt.document_mask(index).any():
+        return "no readable document matches the filter" if flt.groups is not None else "no document matches the filter"
+    return ""
+
+
 def _composed(condition: Any) -> Any:
     """``condition`` with every string in it in the form ids are stored in (:func:`canonical_id`)."""
     if isinstance(condition, str):
