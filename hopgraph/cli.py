@@ -351,42 +351,74 @@ MIN_CONCEPT_CHARS = 3
     type=click.IntRange(1, 10_000),
     help="How many core chunks and central concepts to list.",
 )
-def inspect(index_dir: str, top: int) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+def inspect(index_dir: str, top: int, as_json: bool) -> None:
     """Summarise INDEX: counts, stage times, settings, core chunks and central concepts."""
+    from hopgraph.retrieve.partitioned import open_index  # noqa: PLC0415
+
+    summary = index_summary(open_index(index_dir), top)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+        return
+    click.secho(
+        f"{index_dir}: version {summary['version'] or 'root'}, format {summary['format_version']}, hopgraph "
+        f"{summary['hopgraph_version']}",
+        bold=True,
+    )
+    click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in summary["counts"].items()))
+    click.echo(
+        "stages: " + ", ".join(f"{k} {v['seconds']:.1f}s{cluster_cost(v)}" for k, v in summary["stages"].items())
+    )
+    click.echo(f"peak memory: {summary['peak_memory_mb']:.0f} MB; embedding: {summary['embedding_model']}")
+    click.echo("build settings: " + json.dumps(summary["build_settings"], sort_keys=True))
+    for p in summary.get("partitions", []):
+        click.echo(f"partition {p['name']}: acl {p['acl'] or 'none (unrestricted)'}, {p['documents']} documents")
+    if "central_concepts" in summary:
+        click.echo("central concepts: " + ", ".join(summary["central_concepts"]))
+        click.echo("core chunks (KNN PageRank):")
+        for chunk in summary["core_chunks"]:
+            click.echo(f"  chunk {chunk['chunk']}: {chunk['text'].replace(chr(10), ' ')}…")
+
+
+def index_summary(opened: Any, top: int) -> dict[str, Any]:
+    """What ``inspect`` shows, as data: the manifest's record (``version`` '' for an index without
+    versions), and the central concepts and core chunks (or, for an isolated index, its partitions)."""
     import numpy as np  # noqa: PLC0415
 
     from hopgraph.index.pipeline import STAGES  # noqa: PLC0415
-    from hopgraph.retrieve.partitioned import PartitionedIndex, open_index  # noqa: PLC0415
+    from hopgraph.retrieve.partitioned import PartitionedIndex  # noqa: PLC0415
 
-    opened = open_index(index_dir)
     m = opened.manifest
-    click.secho(
-        f"{index_dir}: version {opened.version or 'root'}, format {m['format_version']}, hopgraph "
-        f"{m['hopgraph_version']}",
-        bold=True,
-    )
-    click.echo("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(m["counts"].items())))
     order = {stage.name: n for n, stage in enumerate(STAGES)}  # the manifest stores them by name
-    stages = sorted(m["stages"].items(), key=lambda item: order.get(item[0], len(order)))
-    click.echo("stages: " + ", ".join(f"{k} {v['seconds']:.1f}s{cluster_cost(v)}" for k, v in stages))
-    click.echo(f"peak memory: {m.get('peak_memory_mb', 0):.0f} MB; embedding: {m['config']['embedding']['model']}")
-    click.echo("build settings: " + json.dumps(m["build_settings"], sort_keys=True))
+    summary: dict[str, Any] = {
+        "version": opened.version,
+        "format_version": m["format_version"],
+        "hopgraph_version": m["hopgraph_version"],
+        "counts": dict(sorted(m["counts"].items())),
+        "stages": {  # without each stage's file checksums (the manifest has them)
+            name: {k: v for k, v in record.items() if k != "files"}
+            for name, record in sorted(m["stages"].items(), key=lambda item: order.get(item[0], len(order)))
+        },
+        "peak_memory_mb": m.get("peak_memory_mb", 0),
+        "embedding_model": m["config"]["embedding"]["model"],
+        "build_settings": m["build_settings"],
+    }
     if isinstance(opened, PartitionedIndex):  # access.isolation: one sub-index per ACL
-        for p in opened.partitions:
-            click.echo(
-                f"partition {p.name}: acl {p.acl or 'none (unrestricted)'}, {len(p.index.documents['id'])} documents"
-            )
-        return
-    loaded = opened
+        summary["partitions"] = [
+            {"name": p.name, "acl": p.acl, "documents": len(p.index.documents["id"])} for p in opened.partitions
+        ]
+        return summary
     # Numbers and fragments (years, "00") co-occur with everything, so they top the concept
     # PageRank without naming a concept: only words of at least three characters are shown.
-    words = (loaded.keywords[i] for i in np.argsort(-loaded.array("concept_rank")))
-    central = [w for w in words if len(w) >= MIN_CONCEPT_CHARS and any(c.isalpha() for c in w)][:top]
-    click.echo("central concepts: " + ", ".join(central))
-    chunk_rank = loaded.array("chunk_rank_knn")
-    click.echo("core chunks (KNN PageRank):")
-    for c in np.argsort(-chunk_rank)[:top]:
-        click.echo(f"  chunk {c}: {loaded.chunks['text'][c][:100].replace(chr(10), ' ')}…")
+    words = (opened.keywords[i] for i in np.argsort(-opened.array("concept_rank")))
+    summary["central_concepts"] = [w for w in words if len(w) >= MIN_CONCEPT_CHARS and any(c.isalpha() for c in w)][
+        :top
+    ]
+    summary["core_chunks"] = [
+        {"chunk": int(c), "text": opened.chunks["text"][c][:100]}
+        for c in np.argsort(-opened.array("chunk_rank_knn"))[:top]
+    ]
+    return summary
 
 
 @main.command()

@@ -73,6 +73,10 @@ def test_query_names_a_group_no_acl_names_and_an_empty_scope(cli_index):
 def test_inspect_reports_counts_stages_and_core_chunks(cli_index):
     out = hopgraph("inspect", str(cli_index)).stdout
     assert "counts:" in out and "documents=7" in out and "concept_graph" in out and "central concepts:" in out
+    summary = json.loads(hopgraph("inspect", str(cli_index), "--json", "--top", "3").stdout)
+    assert summary["counts"]["documents"] == 7 and summary["stages"]["concept_graph"]["done"]
+    assert len(summary["central_concepts"]) == len(summary["core_chunks"]) == 3
+    assert f"  chunk {summary['core_chunks'][0]['chunk']}: " in out and summary["central_concepts"][0] in out
 
 
 @pytest.mark.slow
