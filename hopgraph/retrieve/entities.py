@@ -17,6 +17,7 @@ layer; :func:`entity_layer` says so and ``ppr`` then scores as it did without it
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -63,6 +64,7 @@ class EntityWalk:
     nearest: np.ndarray  # entity ids whose names are nearest the query vector
     bridges: dict[int, int]  # bridge entity → the first-hop sub-chunk that names it
     readable: np.ndarray  # readable mentions per entity
+    name: Callable[[int], str]  # how an entity is named to this reader (entity_namer)
 
     def __post_init__(self) -> None:
         self.named_set = set(self.named.tolist())  # membership per piece while paths are written
@@ -98,6 +100,27 @@ def readable_entities(layer: EntityLayer, scope: Scope) -> np.ndarray:
     return scope.cached(
         "entity_mentions", lambda: np.asarray(layer.mentions.T @ scope.units.astype(np.float64)).ravel()
     )
+
+
+def entity_namer(index: LoadedIndex, layer: EntityLayer, scope: Scope) -> Callable[[int], str]:
+    """How a reader is shown each entity: a title's entity as the title is written where the reader
+    may read a document of that title, else by its normalised name. A title is registered before the
+    names of passages, so the written form of a name a public passage gives can be the title of a
+    document this reader may not read ("The NIGHTJAR Project" of the board's minutes)."""
+    if scope.full:
+        return layer.display.__getitem__
+
+    def readable_titles() -> set[str]:  # of documents in readable sub-chunks (all of whose documents are readable)
+        docs, titles = index.units["docs"], index.documents["title"]
+        return {titles[d].strip() for u in np.flatnonzero(scope.units).tolist() for d in docs[u]}
+
+    def name(entity: int) -> str:
+        written = layer.display[entity]
+        if written == layer.names[entity] or written in scope.cached("entity_titles", readable_titles):
+            return written
+        return layer.names[entity]
+
+    return name
 
 
 def walk_adjacency(layer: EntityLayer, sentences: np.ndarray | None, cooccurrence_weight: float) -> sp.csr_matrix:
@@ -186,7 +209,7 @@ def entity_walk(
     """Personalised PageRank over [sub-chunks; entities] from the question's entities, the first-hop
     passages' bridge entities and the dense score of sub-chunks (``dense``, 0..1 on readable ones)."""
     n_units = len(dense)
-    readable = readable_entities(layer, scope)
+    readable, name = readable_entities(layer, scope), entity_namer(index, layer, scope)
     named = question_entities(layer, query.text, readable)
     entity_seeds = np.zeros(layer.size)
     if layer.size:
@@ -213,22 +236,22 @@ def entity_walk(
     unit_mass, entity_mass = unit_seeds.sum(), entity_seeds.sum()
     asked_ids = np.asarray(named, dtype=np.int64)
     if unit_mass + entity_mass <= 0:  # nothing readable near the question: nothing to walk from
-        return EntityWalk(np.zeros(n_units), np.zeros(layer.size), asked_ids, nearest, {}, readable)
+        return EntityWalk(np.zeros(n_units), np.zeros(layer.size), asked_ids, nearest, {}, readable, name)
     restart = np.concatenate(
         [
             unit_seeds * (UNIT_SHARE / unit_mass if unit_mass else 0.0),
             entity_seeds * ((1 - UNIT_SHARE) / entity_mass if entity_mass else 0.0),
         ]
     )
-    query.seeds.extend(f"entity:{layer.display[e]}" for e in named)
-    query.seeds.extend(f"bridge:{layer.display[e]}" for e in found)
+    query.seeds.extend(f"entity:{name(e)}" for e in named)
+    query.seeds.extend(f"bridge:{name(e)}" for e in found)
     walker, kept = _walk(index, layer, scope, xp, cooccurrence_weight)
     if kept is None:
         scores = to_numpy(walker.run(personalization=xp.asarray(restart), damping=damping, tol=1e-7))
     else:
         scores = np.zeros(len(restart))
         scores[kept] = to_numpy(walker.run(personalization=xp.asarray(restart[kept]), damping=damping, tol=1e-7))
-    return EntityWalk(scores[:n_units], scores[n_units:], asked_ids, nearest, found, readable)
+    return EntityWalk(scores[:n_units], scores[n_units:], asked_ids, nearest, found, readable, name)
 
 
 def entity_path(layer: EntityLayer, walk: EntityWalk, unit: int) -> str | None:
@@ -238,12 +261,12 @@ def entity_path(layer: EntityLayer, walk: EntityWalk, unit: int) -> str | None:
     own = layer.mentions.indices[layer.mentions.indptr[unit] : layer.mentions.indptr[unit + 1]].tolist()
     named = [e for e in own if e in walk.named_set]
     if named:
-        return f"ppr via entity:{layer.display[max(named, key=walk.entities.__getitem__)]} (named in the query)"
+        return f"ppr via entity:{walk.name(max(named, key=walk.entities.__getitem__))} (named in the query)"
     bridged = [e for e in own if walk.bridges.get(e, unit) != unit]
     if bridged:
         e = max(bridged, key=lambda b: walk.entities[b] / max(walk.readable[b], 1))  # what b sends each piece
-        return f"ppr via entity:{layer.display[e]} (from unit {walk.bridges[e]})"
+        return f"ppr via entity:{walk.name(e)} (from unit {walk.bridges[e]})"
     near = [e for e in own if e in walk.nearest_set]
     if near:
-        return f"ppr via entity:{layer.display[max(near, key=walk.entities.__getitem__)]} (near the query)"
+        return f"ppr via entity:{walk.name(max(near, key=walk.entities.__getitem__))} (near the query)"
     return None

@@ -195,3 +195,27 @@ def test_an_entity_layer_without_sentence_mentions_ranks_without_cooccurrence_ed
     )
     served = Retriever(LoadedIndex(old)).retrieve(BRIDGE_QUESTION, method="ppr", budget=10_000)
     assert [(e.index, e.score) for e in served.evidence] == [(e.index, e.score) for e in without.evidence]
+
+
+def test_a_forbidden_title_never_names_an_entity_a_public_passage_names(tmp_path):
+    """A title is registered before passages' names, so its spelling is the entity's written form:
+    the guest's path showed the board-only title "The NIGHTJAR Project" for the public name."""
+    from hopgraph.config import load_config
+
+    public = "The Nightjar Project was reviewed by the Halvern Council. The Council praised the Nightjar Project."
+    corpus = [
+        Document(id="sec", title="The NIGHTJAR Project", metadata={"acl": ["board"]}, text="Victor Kade leads it."),
+        Document(id="pub-1", title="Harbor notes", text=public),
+        Document(id="pub-2", title="Ferry log", text="Engineers of the Nightjar Project took the ferry to Tem."),
+    ]
+    build_index(corpus, tmp_path / "index", load_config(None, SETTINGS), progress=False)
+    retriever = Retriever(tmp_path / "index")
+    question = "What did the Halvern Council think of the Nightjar Project?"
+    guest = retriever.retrieve(question, method="ppr", budget=10_000, metadata_filter=GUEST)
+    assert "ppr via entity:nightjar project (named in the query)" in {e.path for e in guest.evidence}
+    assert not any("NIGHTJAR" in text for text in [*(e.path for e in guest.evidence), *guest.seeds])
+    written = "ppr via entity:The NIGHTJAR Project (named in the query)"
+    assert written in {e.path for e in retriever.retrieve(question, method="ppr", budget=10_000).evidence}
+    # A reader of part of the corpus who may read the title's document is shown it as written too.
+    board = MetadataFilter(groups=frozenset({"board"}), where={"id": {"in": ["sec", "pub-1"]}})
+    assert written in {e.path for e in retriever.retrieve(question, method="ppr", metadata_filter=board).evidence}
