@@ -101,6 +101,9 @@ def upload(
     100,000 elements or nested over 512 levels is refused (422, with its line and column), and so is
     an upload that takes longer than ``serve.upload_seconds`` to read."""
     names = [upload_name(f.filename) for f in files]
+    groups = [g.strip() for g in acl.split(",") if g.strip()]
+    if acl.strip() and not groups:  # ", ," read as no acl: the documents were public (fails open)
+        raise APIError(422, "invalid_request", f"acl {shown(acl)} names no group: give group names, comma-separated")
     twice = repeated_id(names)
     if twice is not None:
         raise APIError(422, "duplicate_files", f"the file name {shown(twice)} appears twice in the upload")
@@ -117,7 +120,6 @@ def upload(
             {"Retry-After": "5"},
         )
     try:
-        groups = [g.strip() for g in acl.split(",") if g.strip()]
         files_read = [(name, part.file.read()) for name, part in zip(names, files)]
         documents = documents_of(files_read, groups or None, serve)
     finally:

@@ -401,3 +401,11 @@ def test_an_upload_of_too_many_files_is_named_as_such_not_as_bad_json(client):
     assert error["code"] == "malformed_form" and "Too many files" in error["message"], error
     broken = post_raw(client, "/v1/retrieve", "{nope")
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "malformed_json"
+
+
+@pytest.mark.parametrize("acl", [",", " , ,"])
+def test_an_upload_acl_of_separators_only_is_refused_not_read_as_public(client, acl):
+    """ ", ," named no group and was read as no acl: the documents were queued readable by everyone."""
+    files = [("files", ("memo.txt", b"A board memo.", "text/plain"))]
+    refused = client.post("/v1/documents/upload", files=files, data={"acl": acl}, headers=auth("admin"))
+    assert refused.status_code == 422 and "names no group" in refused.json()["error"]["message"], refused.text
