@@ -295,7 +295,8 @@ def test_a_tokens_file_others_may_write_is_one_warning_line_and_a_missing_one_is
                 assert lines[0] == f"warning: tokens file {tokens} is writable by its group or by other users " + (
                     f"(mode -rw-rw-rw-); run `chmod go-w {tokens}`"
                 )
-                assert lines[1].startswith("error: cannot serve at") and len(lines) == 2
+                assert lines[1].startswith(f"warning: tokens file {tokens} holds tokens in clear and every user")
+                assert lines[2].startswith("error: cannot serve at") and len(lines) == 3
             else:
                 assert lines == [f"error: tokens file not found: {file}"]
 

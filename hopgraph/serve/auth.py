@@ -83,7 +83,12 @@ class TokenRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    token: str | None = Field(None, min_length=16, description="The bearer token itself (at least 16 characters).")
+    token: str | None = Field(
+        None,
+        min_length=16,
+        pattern=r"^[!-~]+$",  # an Authorization header carries nothing else as the same bytes
+        description="The bearer token itself: at least 16 printable ASCII characters, no spaces.",
+    )
     sha256: str | None = Field(
         None,
         pattern=r"^[0-9a-fA-F]{64}$",
@@ -103,8 +108,9 @@ class TokenRecord(BaseModel):
         return _digest(self.token) if self.token is not None else bytes.fromhex(self.sha256 or "")
 
 
-def warn_if_writable_by_others(path: Path) -> None:
-    """Whoever may write the tokens file may grant themselves admin: say so at start-up."""
+def warn_if_open_to_others(path: Path, in_clear: bool) -> None:
+    """Whoever may write the tokens file may grant themselves admin, and whoever may read tokens in
+    clear (not their sha256) may use them: say so at start-up."""
     try:
         mode = path.stat().st_mode
     except OSError:
@@ -113,6 +119,13 @@ def warn_if_writable_by_others(path: Path) -> None:
         warnings.warn(
             f"tokens file {path} is writable by its group or by other users (mode {stat.filemode(mode)}); "
             f"run `chmod go-w {path}`",
+            UserWarning,
+            stacklevel=2,
+        )
+    if in_clear and mode & stat.S_IROTH:
+        warnings.warn(
+            f"tokens file {path} holds tokens in clear and every user may read it (mode {stat.filemode(mode)}); "
+            f"run `chmod o-r {path}`, or list each token's sha256 instead",
             UserWarning,
             stacklevel=2,
         )
@@ -212,10 +225,10 @@ class TokenBook:
         if tokens_file:
             path = Path(tokens_file).expanduser()
             stamp = file_stamp(path)  # before reading: a write meanwhile is read again
-            warn_if_writable_by_others(path)
             listed = read_toml(path, "tokens file").get("tokens", [])
             if not isinstance(listed, list):
                 raise ConfigError(f"{path}: 'tokens' must be an array of tables ([[tokens]])")
+            warn_if_open_to_others(path, in_clear=any(isinstance(r, dict) and "token" in r for r in listed))
             records += listed
             sources.append(str(path))
         raw = os.environ.get(tokens_env, "") if tokens_env else ""

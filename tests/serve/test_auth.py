@@ -73,17 +73,35 @@ def test_load_refuses_a_string_admin_from_the_file(tmp_path, monkeypatch):
         TokenBook.load(str(path), "HOPGRAPH_TOKENS")
 
 
-@pytest.mark.parametrize("mode,warns", [(0o600, False), (0o640, False), (0o620, True), (0o606, True)])
-def test_a_tokens_file_others_may_write_is_warned_about(tmp_path, monkeypatch, mode, warns):
+@pytest.mark.parametrize(
+    "mode,in_clear,warned",
+    [
+        (0o600, True, ""),
+        (0o640, True, ""),  # a service's group
+        (0o620, True, "chmod go-w"),
+        (0o606, True, "chmod go-w"),
+        (0o644, True, "chmod o-r"),  # anyone may read the admin's token
+        (0o644, False, ""),  # sha256 digests only
+    ],
+)
+def test_a_tokens_file_others_may_write_or_read_in_clear_is_warned_about(tmp_path, monkeypatch, mode, in_clear, warned):
     monkeypatch.delenv("HOPGRAPH_TOKENS", raising=False)
     path = tmp_path / "tokens.toml"
-    path.write_text(f'[[tokens]]\ntoken = "{TOKEN}"\nuser = "alice"\n', encoding="utf-8")
+    secret = f'token = "{TOKEN}"' if in_clear else f'sha256 = "{hashlib.sha256(TOKEN.encode()).hexdigest()}"'
+    path.write_text(f'[[tokens]]\n{secret}\nuser = "alice"\n', encoding="utf-8")
     os.chmod(path, mode)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert TokenBook.load(str(path), "HOPGRAPH_TOKENS").lookup(TOKEN).user == "alice"
-    messages = [str(w.message) for w in caught if "writable by its group or by other users" in str(w.message)]
-    assert bool(messages) == warns and all(str(path) in m and "chmod go-w" in m for m in messages)
+    messages = [str(w.message) for w in caught if f"tokens file {path}" in str(w.message)]
+    assert (bool(messages) and warned in messages[0]) if warned else not messages, messages
+
+
+@pytest.mark.parametrize("token", ["pässwörd-token-0123456789", "a token with spaces 0123"])
+def test_a_token_an_authorization_header_cannot_carry_is_refused(token):
+    """A header is read as latin-1 and a token kept as UTF-8: "pässwörd…" could never sign in."""
+    with pytest.raises(ConfigError, match="tokens: token 1: token"):
+        TokenBook.from_records([{"token": token, "user": "u"}], "tokens")
 
 
 # ------------------------------------------------------------------------------------ read again on change
