@@ -8,9 +8,10 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from hopgraph.serve.errors import NOSNIFF_HEADER, APIError
+from hopgraph.serve.errors import NOSNIFF_HEADER, OPENAI_PATHS, APIError
 from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
+from hopgraph.serve.schemas import MAX_QUESTION_VALUES, surely_too_many_values
 
 _KNOWN = {
     "/",
@@ -51,6 +52,39 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 NOSNIFF = (_NAME.lower().encode(), _VALUE.encode())  # the header as an ASGI message spells it
 # (Authorization header, client address) → the principal of a known token; raises APIError otherwise.
 Gate = Callable[[str, str], Any]
+
+
+async def _whole_body(receive: Callable) -> bytes:
+    """The request's body, read to its end (``receive`` bounds its size)."""
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away: the app gets an empty body and ends
+            break
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Callable) -> Callable:
+    """A ``receive`` that gives the app ``body`` (already read), then waits on the client as usual."""
+    sent = False
+
+    async def replayed() -> dict:
+        nonlocal sent
+        if sent:
+            return await receive()  # a disconnect, for an app that listens for one (a stream)
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def _too_many_values(path: str) -> APIError:
+    """What the question schemas say of such a body, as the endpoint would (OpenAI's 400, else 422)."""
+    message = f"body: the body holds more than {MAX_QUESTION_VALUES:,} JSON values; a question needs far fewer"
+    return APIError(400 if path.startswith(OPENAI_PATHS) else 422, "invalid_request", message)
 
 
 class GuardMiddleware:
@@ -129,7 +163,14 @@ class GuardMiddleware:
                 return message
 
             try:
-                await self.app(scope, receive_counting, send_guarded)
+                receive_app = receive_counting
+                if scope["path"] in self.question_paths and scope["method"] in _BODY_METHODS:
+                    body = await _whole_body(receive_counting)
+                    if surely_too_many_values(body):
+                        await _too_many_values(scope["path"]).response()(scope, receive, send_recording)
+                        return
+                    receive_app = _replay(body, receive)
+                await self.app(scope, receive_app, send_guarded)
             except Exception:  # the cut-off read, or whatever it led to inside the app
                 if not state["too_large"]:
                     raise

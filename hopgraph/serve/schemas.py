@@ -24,6 +24,21 @@ from hopgraph.serve.errors import finite_json
 MAX_QUESTION_VALUES = 10_000
 
 
+def surely_too_many_values(body: bytes, limit: int = MAX_QUESTION_VALUES) -> bool:
+    """Whether the JSON ``body`` certainly holds more than ``limit`` values, told from its bytes
+    without parsing them. A reader's 3 MB of numbers (``[1e5,1e5,…]``) took json.loads ~150 ms on
+    the event loop before the value count refused it, and a few such bodies a second slowed every
+    other request ~80 times; this takes a few milliseconds. Sound, never refusing a smaller body:
+    every string is a key or a value and every key has a value, so strings ≤ 2·values; every comma
+    outside strings starts one more element or member, so commas outside strings ≤ values."""
+    flat = body.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped quotes end no string
+    if flat.count(b",") <= limit:
+        return False
+    if flat.count(b'"') // 2 > 2 * limit:
+        return True
+    return b"".join(flat.split(b'"')[::2]).count(b",") > limit  # (so few strings: the split is cheap)
+
+
 def bounded_depth(data: Any) -> Any:
     """A request body as it is, unless nested deeper than MAX_JSON_DEPTH (a 422 naming where)."""
     found = too_deep_at(data)

@@ -409,3 +409,47 @@ def test_an_upload_acl_of_separators_only_is_refused_not_read_as_public(client, 
     files = [("files", ("memo.txt", b"A board memo.", "text/plain"))]
     refused = client.post("/v1/documents/upload", files=files, data={"acl": acl}, headers=auth("admin"))
     assert refused.status_code == 422 and "names no group" in refused.json()["error"]["message"], refused.text
+
+
+def test_the_value_bound_read_from_a_bodys_bytes_never_refuses_a_body_within_it():
+    """surely_too_many_values refuses only what the parsed count refuses too (seeded random bodies,
+    strings full of commas, quotes and backslashes among them), and catches the dense ones."""
+    import random
+
+    from hopgraph.documents import more_values_than
+    from hopgraph.serve.schemas import surely_too_many_values
+
+    rng = random.Random(7)
+    pieces = [",", '"', "\\", ",,,", 'a\\"b', "\\\\", "x"]
+
+    def value(depth: int):
+        kind = rng.random()
+        if depth > 3 or kind < 0.4:
+            return rng.choice([1, 2.5, True, None, "".join(rng.choices(pieces, k=rng.randint(0, 30)))])
+        if kind < 0.7:
+            return [value(depth + 1) for _ in range(rng.randint(0, 12))]
+        return {"".join(rng.choices(pieces, k=rng.randint(0, 8))) + str(n): value(depth + 1) for n in range(8)}
+
+    for limit in (5, 20, 100):
+        refused = 0
+        for _ in range(300):
+            data = value(0)
+            body = json.dumps(data).encode()
+            if surely_too_many_values(body, limit):
+                refused += 1
+                assert more_values_than(data, limit), body[:200]
+        assert refused  # the bound is not vacuous on these
+    assert surely_too_many_values(("[" + ",".join(["1e5"] * 20_000) + "]").encode())
+    assert surely_too_many_values(("[" + ",".join(['""'] * 25_000) + "]").encode())
+    assert not surely_too_many_values(json.dumps({"query": "a, b, " * 50_000}).encode())  # commas in a string
+
+
+def test_a_body_of_countless_values_is_refused_before_it_is_parsed(client):
+    """3 MB of numbers took json.loads ~150 ms on the event loop before their count refused them, so a
+    reader sending a few a second slowed every request ~80 times; the bytes now refuse it first (the
+    same body made invalid JSON at its end is refused for its values, not as malformed JSON)."""
+    numbers = ('{"query": "tide", "params": {"a": [' + ",".join(["1e5"] * 700_000) + "]}}").encode()
+    for path in ("/v1/retrieve", "/v1/chat/completions"):
+        response = post_raw(client, path, (numbers[:-1] + b"!").decode())
+        assert response.status_code == refused(path), response.text[:300]
+        assert "more than 10,000 JSON values" in response.json()["error"]["message"]
