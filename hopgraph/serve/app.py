@@ -79,7 +79,7 @@ def create_app(root: str | Path, config: HopgraphConfig, tokens: TokenBook, *, s
         metrics=service.metrics,
         max_body_bytes=config.serve.max_body_bytes,
         request_log=service.request_log,
-        gate=service.known,
+        gate=service.admit,
         question_paths=QUESTION_PATHS,
         max_question_bytes=config.serve.max_question_body_bytes,
         admin_paths=ADMIN_BODY_PATHS,

@@ -271,6 +271,10 @@ def test_the_rate_limit_is_per_token(acl_index, serve_config):
         codes = [c.get("/v1/index", headers=auth("guest")).status_code for _ in range(5)]
         assert codes[:3] == [200, 200, 200] and codes[-1] == 429
         assert c.get("/v1/index", headers=auth("bo")).status_code == 200  # another token has its own bucket
+        # A body is counted before it is read: bodies refused for what they hold came at any rate.
+        bad = {"query": "tide", "params": {"ppr": [1] * 20_000}}
+        bodies = [c.post("/v1/retrieve", json=bad, headers=auth("legal")).status_code for _ in range(5)]
+        assert bodies[:3] == [422, 422, 422] and bodies[-1] == 429, bodies
         # Guessing tokens is limited too: unknown tokens from one address share a bucket.
         guesses = [c.get("/v1/index", headers={"Authorization": f"Bearer guess-{n:020d}"}) for n in range(5)]
         assert [r.status_code for r in guesses[:3]] == [401, 401, 401] and guesses[-1].status_code == 429
