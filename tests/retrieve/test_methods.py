@@ -66,7 +66,7 @@ def test_knng_best_neighbour_matches_a_row_by_row_scan():
     for row in range(300):
         neighbours = graph.indices[graph.indptr[row] : graph.indptr[row + 1]]
         expected = (
-            (scores[neighbours].max(), neighbours[np.argmax(scores[neighbours])]) if len(neighbours) else (-1, -1)
+            (scores[neighbours].max(), neighbours[np.argmax(scores[neighbours])]) if len(neighbours) else (-np.inf, -1)
         )
         assert (best[row], via[row]) == expected
 
@@ -91,3 +91,28 @@ def test_a_readers_scope_is_reused_across_requests(retriever):
     )
     again = retriever.retrieve(QUESTION, method="ppr", budget=300, metadata_filter=reader)
     assert [(e.kind, e.index, e.score) for e in again.evidence] == [(e.kind, e.index, e.score) for e in first.evidence]
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+def test_knng_lifts_a_chunk_only_from_a_readable_neighbour(sample_index, weight):
+    """A chunk whose KNN neighbours are all forbidden was 'lifted' from one at neighbour_weight 0 (its
+    -1 times 0 beat a negative cosine): the path named the forbidden chunk."""
+    import numpy as np
+
+    from hopgraph.config import RetrievalConfig
+    from hopgraph.retrieve.loaded import LoadedIndex
+    from hopgraph.retrieve.methods import knng
+    from hopgraph.retrieve.query import Scope, make_query
+    from hopgraph.retrieve.retriever import Retriever
+
+    index = LoadedIndex(sample_index)
+    graph = index.graph("knn")
+    chunk = int(np.flatnonzero(np.diff(graph.indptr))[0])  # one with neighbours, all of them forbidden here
+    chunks = np.zeros(graph.shape[0], dtype=bool)
+    chunks[chunk] = True
+    scope = Scope(chunks[index.unit_chunk], chunks)
+    question = "banana smoothie recipe"  # far from every chunk: negative cosines
+    query = make_query(index, question, Retriever(index).embed([question])[0])
+    config = RetrievalConfig.model_validate({"knng": {"neighbour_weight": weight}})
+    found = list(knng.rank(index, query, scope, config))
+    assert found and {c.path for c in found} == {"dense seed"}, [c.path for c in found]

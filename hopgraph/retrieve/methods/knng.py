@@ -22,11 +22,11 @@ from hopgraph.retrieve.registry import register
 def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``graph``: the highest score among its neighbours and which neighbour (first on ties).
 
-    Rows without neighbours get -1 for both. Vectorised over the CSR arrays; scipy's sparse argmax
+    Rows without neighbours get -inf and -1. Vectorised over the CSR arrays; scipy's sparse argmax
     loops over rows in Python.
     """
     n = graph.shape[0]
-    best, via = np.full(n, -1.0), np.full(n, -1, dtype=np.int64)
+    best, via = np.full(n, -np.inf), np.full(n, -1, dtype=np.int64)
     counts = np.diff(graph.indptr)
     rows = np.flatnonzero(counts)
     if len(rows) == 0:
@@ -49,10 +49,12 @@ def _best_neighbour(graph: sp.csr_matrix, scores: np.ndarray) -> tuple[np.ndarra
     "neighbour's score (KET).",
 )
 def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig) -> Iterator[Candidate]:
-    own = index.array("chunk_vectors") @ query.vector
-    own = np.where(scope.chunks, own, -1.0)
+    # Only readable neighbours lift a chunk: a forbidden one (-inf here) neither lifts nor names a path.
+    own = np.where(scope.chunks, index.array("chunk_vectors") @ query.vector, -np.inf)
     best_neighbour, via = _best_neighbour(index.graph("knn"), own)
-    lifted = config.knng.neighbour_weight * best_neighbour
+    lifted = np.full(len(own), -np.inf)
+    lifting = best_neighbour > 0  # a share of a negative or no similarity lifts nothing
+    lifted[lifting] = config.knng.neighbour_weight * best_neighbour[lifting]
     chunk_score = np.maximum(own, lifted)
     unit_chunk = index.unit_chunk
 
