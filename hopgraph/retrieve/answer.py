@@ -72,7 +72,9 @@ def read_answer(raw: str, result: RetrievalResult, config: AnswerConfig, keep: i
     shown = len(result.evidence) if keep is None else keep
     text = " ".join(_CITATION.sub("", raw).split()).strip(" .") or config.not_found
     found = bool(result.evidence) and not normalize_answer(text).startswith(normalize_answer(config.not_found)[:20])
-    cited = [int(n) for n in dict.fromkeys(_CITATION.findall(raw)) if 1 <= int(n) <= shown] if found else []
+    # (A mark of thousands of digits is no evidence number, and int() refuses over 4,300 of them.)
+    marks = [n for n in dict.fromkeys(_CITATION.findall(raw)) if len(n) <= 9]
+    cited = [int(n) for n in marks if 1 <= int(n) <= shown] if found else []
     citations = [
         {
             "evidence": n,

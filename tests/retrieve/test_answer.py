@@ -46,6 +46,9 @@ def test_not_found_cites_nothing_whatever_marks_the_model_wrote(raw):
 def test_a_found_answer_keeps_its_citations():
     reply = read_answer("Mirela Tasch [2] [3] [9]", result_with(3), AnswerConfig())
     assert reply.found and [c["evidence"] for c in reply.citations] == [2, 3]
+    # A mark of 5,000 digits (a model with a large answer.max_tokens) raised ValueError: a 500.
+    long = read_answer("Mirela Tasch [1] [" + "1" * 5000 + "] [03]", result_with(3), AnswerConfig())
+    assert long.found and [c["evidence"] for c in long.citations] == [1, 3]
 
 
 def test_an_evaluation_counts_a_refused_answer_as_not_found_instead_of_ending(tmp_path):
