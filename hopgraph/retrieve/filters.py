@@ -18,6 +18,7 @@ document's value is looked up in it (never a scan of the value list per document
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -179,6 +180,15 @@ def _instant(text: str) -> datetime | None:
     except ValueError:
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def seconds_of(value: Any) -> float | None:
+    """A timestamp as seconds since the epoch: an ISO-8601 date or time (naive read as UTC), or a
+    number taken as such; None for anything else (no time to rank)."""
+    if _kind(value) == "number":
+        return float(value) if math.isfinite(value) else None
+    moment = _instant(value) if isinstance(value, str) else None
+    return None if moment is None else moment.timestamp()
 
 
 def _comparable(value: Any, bound: Any) -> tuple[Any, Any] | None:

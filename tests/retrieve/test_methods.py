@@ -116,3 +116,29 @@ def test_knng_lifts_a_chunk_only_from_a_readable_neighbour(sample_index, weight)
     config = RetrievalConfig.model_validate({"knng": {"neighbour_weight": weight}})
     found = list(knng.rank(index, query, scope, config))
     assert found and {c.path for c in found} == {"dense seed"}, [c.path for c in found]
+
+
+def test_ppr_freshness_ranks_timestamps_in_time_not_as_text(tmp_path):
+    """Sorted as text, 12:00 at +09:00 (03:00 UTC) was newer than 05:00 UTC, and 999 newer than 1000."""
+    import numpy as np
+
+    from hopgraph.config import load_config
+    from hopgraph.documents import Document
+    from hopgraph.index.pipeline import build_index
+    from hopgraph.retrieve.filters import seconds_of
+    from hopgraph.retrieve.loaded import LoadedIndex
+    from hopgraph.retrieve.methods.ppr import _freshness
+    from hopgraph.retrieve.query import Scope
+
+    stamps = {"tokyo": "2024-01-01T12:00:00+09:00", "utc": "2024-01-01T05:00:00Z"}
+    corpus = [
+        Document(id=name, title=name, text=f"The {name} harbour log of the ferry.", metadata={"timestamp": stamp})
+        for name, stamp in stamps.items()
+    ]
+    settings = {"chunking.size": 48, "chunking.overlap": 0, "chunking.splits": 0, "chunking.pack_documents": False}
+    build_index(corpus, tmp_path / "index", load_config(None, settings), progress=False)
+    index = LoadedIndex(tmp_path / "index")
+    fresh = _freshness(index, Scope(np.ones(len(index.unit_tokens), bool), np.ones(len(index.chunk_tokens), bool)))
+    unit = {index.documents["id"][docs[0]]: u for u, docs in enumerate(index.units["docs"])}
+    assert fresh[unit["utc"]] > fresh[unit["tokyo"]]
+    assert seconds_of(999) < seconds_of(1000) and seconds_of("2024-13-01") is None and seconds_of(float("nan")) is None

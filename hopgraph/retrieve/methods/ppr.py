@@ -20,6 +20,7 @@ from hopgraph.config import RetrievalConfig
 from hopgraph.documents import timestamp_of
 from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
 from hopgraph.retrieve.entities import HOP_UNITS, entity_layer, entity_path, entity_walk
+from hopgraph.retrieve.filters import seconds_of
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods.bm25 import bm25_scores
 from hopgraph.retrieve.packing import Candidate
@@ -76,9 +77,10 @@ def _freshness(index: LoadedIndex, scope: Scope) -> np.ndarray:
 
     def compute() -> np.ndarray:
         docs_of = index.units["docs"]
-        stamps = [str(timestamp_of(m) or "") for m in index.documents["metadata"]]
+        # In time, not as text: "2024-01-01T12:00+09:00" is before "2024-01-01T05:00Z", 999 before 1000.
+        stamps = [seconds_of(timestamp_of(m)) for m in index.documents["metadata"]]
         usable = {d for u in np.flatnonzero(scope.units) for d in docs_of[u]}  # all readable (piece_scopes)
-        ranks = {s: i for i, s in enumerate(sorted({stamps[d] for d in usable} - {""}))}
+        ranks = {s: i for i, s in enumerate(sorted({stamps[d] for d in usable} - {None}))}
         fresh = [(ranks[s] + 1) / len(ranks) if s in ranks else 0.0 for s in stamps]
         return np.array([max((fresh[d] for d in docs), default=0.0) for docs in docs_of])
 
