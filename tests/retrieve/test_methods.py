@@ -142,3 +142,29 @@ def test_ppr_freshness_ranks_timestamps_in_time_not_as_text(tmp_path):
     unit = {index.documents["id"][docs[0]]: u for u, docs in enumerate(index.units["docs"])}
     assert fresh[unit["utc"]] > fresh[unit["tokyo"]]
     assert seconds_of(999) < seconds_of(1000) and seconds_of("2024-13-01") is None and seconds_of(float("nan")) is None
+
+
+def test_keyword_stops_once_nothing_more_can_be_reached(sample_index, monkeypatch):
+    """With a pool target above what the reader may read, the walk went on through every keyword of
+    the index, forbidden ones included (~10 µs each: seconds at a million keywords). Counted through
+    the deadline check each step makes (the real one, wrapped)."""
+    import numpy as np
+
+    from hopgraph.config import RetrievalConfig
+    from hopgraph.retrieve.loaded import LoadedIndex
+    from hopgraph.retrieve.methods import keyword
+    from hopgraph.retrieve.query import Scope, make_query
+    from hopgraph.retrieve.retriever import Retriever
+
+    index = LoadedIndex(sample_index)
+    steps = []
+    real = keyword.check_deadline
+    monkeypatch.setattr(keyword, "check_deadline", lambda: steps.append(1) or real())
+    chunks = np.zeros(len(index.chunk_tokens), dtype=bool)
+    chunks[index.unit_chunk[0]] = True  # one chunk readable, and its sub-chunks
+    scope = Scope(chunks[index.unit_chunk], chunks)
+    question = "Which laboratory did Anton Vell found?"
+    query = make_query(index, question, Retriever(index).embed([question])[0])
+    found = list(keyword.rank(index, query, scope, RetrievalConfig(budget=100_000)))
+    assert {c.index for c in found} == set(np.flatnonzero(scope.units).tolist())
+    assert len(steps) < len(index.keywords) // 4, (len(steps), len(index.keywords))

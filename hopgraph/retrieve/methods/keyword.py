@@ -28,14 +28,19 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     postings = index.keyword_units
     in_pool = np.zeros(len(index.unit_tokens), dtype=bool)
     reached_by = np.full(len(index.unit_tokens), -1, dtype=np.int64)
-    tokens = 0
-    for kw in descending(keyword_cosine(index, query, scope)):
+    tokens, left = 0, int(scope.units.sum())
+    similarity = keyword_cosine(index, query, scope)
+    for kw in descending(similarity):
+        # Past the readable keywords (-inf), or once every readable piece is in: nothing more to reach.
+        if left == 0 or similarity[kw] == -np.inf:
+            break
         check_deadline()
         units = postings.indices[postings.indptr[kw] : postings.indptr[kw + 1]]
         fresh = units[scope.units[units] & ~in_pool[units]]
         in_pool[fresh] = True
         reached_by[fresh] = kw
         tokens += int(index.unit_tokens[fresh].sum())
+        left -= len(fresh)
         if tokens >= target:
             break
     return ranked(
