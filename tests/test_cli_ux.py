@@ -55,7 +55,12 @@ def test_a_piece_is_shown_from_where_the_question_is_answered_and_none_is_explai
     upper = before + "İSTANBUL office opened in 2020."  # matched as the question's words are tokenised
     assert excerpt(upper, "İstanbul?").startswith("…İSTANBUL office opened")
     empty = hopgraph("query", str(index), QUESTIONS[0], "--where", '{"id": "no-such-document"}').stdout
-    assert "0 pieces" in empty and "no piece fits a budget of 12000 tokens and the filters given" in empty
+    assert "0 pieces" in empty and "no document matches --where" in empty  # not the budget's fault
+    title = '{"title": "University of Castel Brun"}'  # its one chunk holds more than 50 tokens
+    small = hopgraph(
+        "query", str(index), QUESTIONS[0], "--where", title, "--retrieval.method", "text", "--retrieval.budget", "50"
+    ).stdout
+    assert "0 pieces" in small and "no piece fits a budget of 50 tokens and the filters given" in small
     whole = hopgraph("query", str(index), QUESTIONS[0], "--full", "--retrieval.method", "text").stdout
     assert "…" not in whole.split("\n[1]", 1)[1].split("\n[2]", 1)[0]
 
