@@ -23,7 +23,7 @@ import re
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import compress
+from itertools import chain, compress
 from typing import Any
 
 import numpy as np
@@ -252,6 +252,21 @@ def condition_mask(values: Sequence[Any], condition: Any) -> np.ndarray:
     return mask
 
 
+def _per_piece(documents: np.ndarray, piece_docs: Sequence[Sequence[int]], *, every: bool) -> np.ndarray:
+    """Per piece, whether every one (``every``) or any of its documents is set in ``documents``, in
+    array operations: a Python step per piece and document held a reader's first request on a
+    large index (a piece of no document: every is true, any false)."""
+    lengths = np.fromiter(map(len, piece_docs), dtype=np.int64, count=len(piece_docs))
+    flat = np.fromiter(chain.from_iterable(piece_docs), dtype=np.int64, count=int(lengths.sum()))
+    held = lengths > 0
+    result = np.full(len(piece_docs), every, dtype=bool)
+    if held.any():
+        starts = (np.cumsum(lengths) - lengths)[held]
+        set_count = np.add.reduceat(documents[flat].astype(np.int64), starts)
+        result[held] = set_count == lengths[held] if every else set_count > 0
+    return result
+
+
 @dataclass(frozen=True)
 class MetadataFilter:
     """``groups``: the reader's groups (None = no ACL check); ``where``: field → condition."""
@@ -294,10 +309,9 @@ class MetadataFilter:
         matching = self.matching_mask(index) if self.where else None
         scopes = []
         for piece_docs in pieces:
-            count = len(piece_docs)
-            scope = np.fromiter((all(readable[d] for d in docs) for docs in piece_docs), dtype=bool, count=count)
+            scope = _per_piece(readable, piece_docs, every=True)
             if matching is not None:
-                scope &= np.fromiter((any(matching[d] for d in docs) for docs in piece_docs), dtype=bool, count=count)
+                scope &= _per_piece(matching, piece_docs, every=False)
             scopes.append(scope)
         return scopes
 

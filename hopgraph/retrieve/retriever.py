@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
-from hopgraph.deadline import deadline_after
+from hopgraph.deadline import check_deadline, deadline_after
 from hopgraph.documents import unicode_problem
 from hopgraph.errors import InputError
 from hopgraph.models import Embedder, load_embedder
@@ -70,15 +70,26 @@ class Retriever:
         # Scopes of recent readers (group set + filter), with what they derive from readable material
         # (keyword and entity vectors): a reader's second request reuses them instead of recomputing.
         self._scopes: OrderedDict[str, Scope] = OrderedDict()
+        self._filtered: OrderedDict[str, Scope] = OrderedDict()  # readers' scopes with a where filter
         self._scopes_lock = threading.Lock()
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Scope:
+        """The pieces ``metadata_filter``'s reader may use. Scopes of recent readers are kept, those
+        with a ``where`` filter apart (SCOPES_KEPT of each), so requests with a new filter each
+        never push out the scopes of readers' groups, where what is costly to derive is kept."""
         if metadata_filter is None or metadata_filter.is_open:
             if self._open_scope is None:
                 self._open_scope = Scope(
                     np.ones(len(self.index.unit_tokens), bool), np.ones(len(self.index.chunk_tokens), bool)
                 )
             return self._open_scope
+        groups = MetadataFilter(groups=metadata_filter.groups, allow_unrestricted=metadata_filter.allow_unrestricted)
+        readable = self._kept(self._scopes, groups, None)
+        return self._kept(self._filtered, metadata_filter, readable) if metadata_filter.where else readable
+
+    def _kept(self, kept: OrderedDict[str, Scope], metadata_filter: MetadataFilter, readable: Scope | None) -> Scope:
+        if metadata_filter.is_open:  # the owner's view with a filter: access control allows everything
+            return self.scope(None)
         key = json.dumps(
             [
                 sorted(metadata_filter.groups or ()),
@@ -90,17 +101,18 @@ class Retriever:
             default=str,
         )
         with self._scopes_lock:
-            if key in self._scopes:
-                self._scopes.move_to_end(key)
-                return self._scopes[key]
+            if key in kept:
+                kept.move_to_end(key)
+                return kept[key]
+        check_deadline()
         units, chunks = metadata_filter.piece_scopes(self.index, self.index.units["docs"], self.index.chunks["docs"])
-        scope = Scope(units, chunks)
+        scope = Scope(units, chunks, readable=readable)
         with self._scopes_lock:
             # A reader's concurrent first requests share one scope (and what it caches).
-            scope = self._scopes.setdefault(key, scope)
-            self._scopes.move_to_end(key)
-            while len(self._scopes) > self.SCOPES_KEPT:
-                self._scopes.popitem(last=False)
+            scope = kept.setdefault(key, scope)
+            kept.move_to_end(key)
+            while len(kept) > self.SCOPES_KEPT:
+                kept.popitem(last=False)
         return scope
 
     @property
