@@ -107,6 +107,7 @@ def entity_namer(index: LoadedIndex, layer: EntityLayer, scope: Scope) -> Callab
     may read a document of that title, else by its normalised name. A title is registered before the
     names of passages, so the written form of a name a public passage gives can be the title of a
     document this reader may not read ("The NIGHTJAR Project" of the board's minutes)."""
+    scope = scope.acl  # what the groups may read, whatever a where filter leaves
     if scope.full:
         return layer.display.__getitem__
 

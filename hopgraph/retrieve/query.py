@@ -157,8 +157,8 @@ def unit_cosine(index: LoadedIndex, query: Query, sentence_mix: float = 0.0) -> 
 
 def readable_keywords(index: LoadedIndex, scope: Scope) -> np.ndarray:
     """Keywords that occur in a chunk the reader may see; a keyword found only in forbidden text
-    must not take a seed slot or label a path (it would confirm a guessed word)."""
-    scope = scope.acl
+    must not take a seed slot or label a path (it would confirm a guessed word); with a ``where``
+    filter, those of the chunks it leaves (a seed elsewhere would lead nowhere)."""
     if scope.full:
         return np.ones(len(index.keywords), dtype=bool)
     return scope.cached(
@@ -184,7 +184,7 @@ def scoped_keyword_vectors(index: LoadedIndex, scope: Scope) -> np.ndarray:
         vectors = stored.copy()
         if len(touched):
             vectors[touched] = mean_vectors(postings[readable][:, touched], index.array("sentence_vectors")[readable])
-        vectors[~readable_keywords(index, scope)] = 0.0
+        vectors[~readable_keywords(index, scope)] = 0.0  # (scope is the groups' own here)
         return vectors
 
     return scope.cached("keyword_vectors", compute)
@@ -193,7 +193,7 @@ def scoped_keyword_vectors(index: LoadedIndex, scope: Scope) -> np.ndarray:
 def keyword_cosine(index: LoadedIndex, query: Query, scope: Scope) -> np.ndarray:
     """Query cosine per keyword from readable material; -inf for keywords the reader cannot read."""
     similarity = scoped_keyword_vectors(index, scope) @ query.vector
-    return similarity if scope.acl.full else np.where(readable_keywords(index, scope), similarity, -np.inf)
+    return similarity if scope.full else np.where(readable_keywords(index, scope), similarity, -np.inf)
 
 
 def readable_query_keywords(index: LoadedIndex, query: Query, scope: Scope) -> list[int]:

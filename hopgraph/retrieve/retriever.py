@@ -112,7 +112,10 @@ class Retriever:
             scope = kept.setdefault(key, scope)
             kept.move_to_end(key)
             while len(kept) > self.SCOPES_KEPT:
-                kept.popitem(last=False)
+                _, gone = kept.popitem(last=False)
+                # Filtered scopes share their groups' scope: they go with it, or it would outlive the bound.
+                for key in [k for k, s in self._filtered.items() if s.readable is gone]:
+                    del self._filtered[key]
         return scope
 
     @property

@@ -116,6 +116,9 @@ def test_knng_lifts_a_chunk_only_from_a_readable_neighbour(sample_index, weight)
     config = RetrievalConfig.model_validate({"knng": {"neighbour_weight": weight}})
     found = list(knng.rank(index, query, scope, config))
     assert found and {c.path for c in found} == {"dense seed"}, [c.path for c in found]
+    everything = Scope(np.ones(len(index.unit_tokens), bool), np.ones(len(index.chunk_tokens), bool))
+    lifted = {c.path for c in knng.rank(index, query, everything, config)} - {"dense seed"}
+    assert bool(lifted) == (weight > 0), lifted  # a share of 0 lifts nothing, readable neighbours or not
 
 
 def test_ppr_freshness_ranks_timestamps_in_time_not_as_text(tmp_path):

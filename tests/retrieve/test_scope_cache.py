@@ -124,3 +124,15 @@ def test_a_new_where_filter_per_request_reuses_the_readers_keyword_vectors_and_p
             retriever.scope(narrowed).readable is readers and "keyword_vectors" not in retriever.scope(narrowed).derived
         )
     assert retriever.scope(OPERATIONS) is readers and readers.derived["keyword_vectors"] is vectors
+
+
+def test_a_where_filter_seeds_ppr_only_with_keywords_of_the_pieces_it_leaves(sample_index):
+    """Keyword vectors are the groups' own, but a seed must lead somewhere the filter leaves: seed
+    slots went to words of documents the filter excludes ("hydrologist", "chaired" of the water board)."""
+    retriever = Retriever(sample_index)
+    narrowed = MetadataFilter(where={"id": "press-2023"})
+    result = retriever.retrieve(QUESTION, method="ppr", budget=2000, metadata_filter=narrowed)
+    scope = retriever.scope(narrowed)
+    text = " ".join(t for t, usable in zip(retriever.index.chunks["text"], scope.chunks) if usable).lower()
+    words = [seed.split(":", 1)[1] for seed in result.seeds if seed.startswith("keyword:")]
+    assert words and all(word in text for word in words), (words, result.seeds)

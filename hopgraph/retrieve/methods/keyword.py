@@ -28,7 +28,9 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     postings = index.keyword_units
     in_pool = np.zeros(len(index.unit_tokens), dtype=bool)
     reached_by = np.full(len(index.unit_tokens), -1, dtype=np.int64)
-    tokens, left = 0, int(scope.units.sum())
+    # Sub-chunks the walk can reach: usable ones that hold a keyword.
+    keyed = index.memo("keyword", "keyed_units", lambda: np.bincount(postings.indices, minlength=len(in_pool)) > 0)
+    tokens, left = 0, int((scope.units & keyed).sum())
     similarity = keyword_cosine(index, query, scope)
     for kw in descending(similarity):
         # Past the readable keywords (-inf), or once every readable piece is in: nothing more to reach.

@@ -53,7 +53,8 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     own = np.where(scope.chunks, index.array("chunk_vectors") @ query.vector, -np.inf)
     best_neighbour, via = _best_neighbour(index.graph("knn"), own)
     lifted = np.full(len(own), -np.inf)
-    lifting = best_neighbour > 0  # a share of a negative or no similarity lifts nothing
+    # A share of a negative or of no similarity, or a share of 0, lifts nothing.
+    lifting = (best_neighbour > 0) & (config.knng.neighbour_weight > 0)
     lifted[lifting] = config.knng.neighbour_weight * best_neighbour[lifting]
     chunk_score = np.maximum(own, lifted)
     unit_chunk = index.unit_chunk
