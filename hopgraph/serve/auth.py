@@ -86,8 +86,9 @@ class TokenRecord(BaseModel):
     token: str | None = Field(
         None,
         min_length=16,
-        pattern=r"^[!-~]+$",  # an Authorization header carries nothing else as the same bytes
-        description="The bearer token itself: at least 16 printable ASCII characters, no spaces.",
+        # An Authorization header carries nothing else as the same bytes, and what surrounds the token is stripped.
+        pattern=r"^[!-~](?:[ -~]*[!-~])?$",
+        description="The bearer token itself: at least 16 printable ASCII characters, no space at either end.",
     )
     sha256: str | None = Field(
         None,

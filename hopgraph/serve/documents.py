@@ -102,7 +102,7 @@ def upload(
     an upload that takes longer than ``serve.upload_seconds`` to read."""
     names = [upload_name(f.filename) for f in files]
     groups = [g.strip() for g in acl.split(",") if g.strip()]
-    if acl.strip() and not groups:  # ", ," read as no acl: the documents were public (fails open)
+    if acl and not groups:  # ", ," or " " read as no acl: the documents were public (fails open)
         raise APIError(422, "invalid_request", f"acl {shown(acl)} names no group: give group names, comma-separated")
     twice = repeated_id(names)
     if twice is not None:

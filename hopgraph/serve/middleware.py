@@ -54,13 +54,18 @@ NOSNIFF = (_NAME.lower().encode(), _VALUE.encode())  # the header as an ASGI mes
 Gate = Callable[[str, str], Any]
 
 
+class _ClientGone(Exception):
+    """The client left before its body ended: there is no one to answer."""
+
+
 async def _whole_body(receive: Callable) -> bytes:
-    """The request's body, read to its end (``receive`` bounds its size)."""
+    """The request's body, read to its end (``receive`` bounds its size); _ClientGone if the client
+    leaves first (the part read is no request to answer)."""
     parts = []
     while True:
         message = await receive()
-        if message["type"] != "http.request":  # the client went away: the app gets an empty body and ends
-            break
+        if message["type"] != "http.request":
+            raise _ClientGone()
         parts.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
@@ -165,7 +170,11 @@ class GuardMiddleware:
             try:
                 receive_app = receive_counting
                 if scope["path"] in self.question_paths and scope["method"] in _BODY_METHODS:
-                    body = await _whole_body(receive_counting)
+                    try:
+                        body = await _whole_body(receive_counting)
+                    except _ClientGone:
+                        status["code"] = 499  # (nginx's "client closed request", for the metrics and the log)
+                        return
                     if surely_too_many_values(body):
                         await _too_many_values(scope["path"]).response()(scope, receive, send_recording)
                         return

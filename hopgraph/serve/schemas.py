@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -31,6 +32,8 @@ def surely_too_many_values(body: bytes, limit: int = MAX_QUESTION_VALUES) -> boo
     other request ~80 times; this takes a few milliseconds. Sound, never refusing a smaller body:
     every string is a key or a value and every key has a value, so strings ≤ 2·values; every comma
     outside strings starts one more element or member, so commas outside strings ≤ values."""
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):  # a UTF-16 letter may hold a comma's byte
+        return False
     flat = body.replace(b"\\\\", b"").replace(b'\\"', b"")  # escaped quotes end no string
     if flat.count(b",") <= limit:
         return False

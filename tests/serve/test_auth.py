@@ -97,11 +97,14 @@ def test_a_tokens_file_others_may_write_or_read_in_clear_is_warned_about(tmp_pat
     assert (bool(messages) and warned in messages[0]) if warned else not messages, messages
 
 
-@pytest.mark.parametrize("token", ["pässwörd-token-0123456789", "a token with spaces 0123"])
+@pytest.mark.parametrize("token", ["pässwörd-token-0123456789", " token-with-a-space-before", "token-and-a-tab\t"])
 def test_a_token_an_authorization_header_cannot_carry_is_refused(token):
-    """A header is read as latin-1 and a token kept as UTF-8: "pässwörd…" could never sign in."""
+    """A header is read as latin-1 and a token kept as UTF-8: "pässwörd…" could never sign in, nor
+    a token with a space at an end (what surrounds the token in the header is stripped)."""
     with pytest.raises(ConfigError, match="tokens: token 1: token"):
         TokenBook.from_records([{"token": token, "user": "u"}], "tokens")
+    inner = "a token with spaces 0123"  # signs in: only its ends are stripped
+    assert TokenBook.from_records([{"token": inner, "user": "u"}], "tokens").lookup(inner).user == "u"
 
 
 # ------------------------------------------------------------------------------------ read again on change
