@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import heapq
 import json
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,9 +125,7 @@ class PartitionedRetriever(Retriever):
         self.index = index if isinstance(index, PartitionedIndex) else PartitionedIndex(index)  # type: ignore[assignment]
         self.partitioned: PartitionedIndex = self.index  # type: ignore[assignment]
         self.config = config or self.index.config.retrieval
-        self.device = device or self.index.config.embedding.device
-        self._embedder = None  # loaded once, here: the partitions are handed the question's vector
-        self._embedder_lock = threading.Lock()
+        self._model_on(device)  # one model, here: the partitions are handed the question's vector
         self.parts = [Retriever(p.index, self.config, device) for p in self.partitioned.partitions]
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Any:

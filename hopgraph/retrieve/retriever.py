@@ -63,9 +63,7 @@ class Retriever:
             raise TypeError(f"Retriever reads a LoadedIndex or a path, not {type(index).__name__}")
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval
-        self.device = device or self.index.config.embedding.device  # models and graph kernels (PPR) of every query
-        self._embedder: Embedder | None = None
-        self._embedder_lock = threading.Lock()
+        self._model_on(device)
         self._open_scope: Scope | None = None
         # Scopes of recent readers (group set + filter), with what they derive from readable material
         # (keyword and entity vectors): a reader's second request reuses them instead of recomputing.
@@ -117,6 +115,12 @@ class Retriever:
                 for key in [k for k, s in self._filtered.items() if s.readable is gone]:
                     del self._filtered[key]
         return scope
+
+    def _model_on(self, device: str | None) -> None:
+        """Where models and graph kernels (PPR) of every query run; the embedder loads on first use."""
+        self.device = device or self.index.config.embedding.device
+        self._embedder: Embedder | None = None
+        self._embedder_lock = threading.Lock()
 
     @property
     def embedder(self) -> Embedder:
