@@ -112,8 +112,8 @@ class Retriever:
             while len(kept) > self.SCOPES_KEPT:
                 _, gone = kept.popitem(last=False)
                 # Filtered scopes share their groups' scope: they go with it, or it would outlive the bound.
-                for key in [k for k, s in self._filtered.items() if s.readable is gone]:
-                    del self._filtered[key]
+                for narrowed in [k for k, s in self._filtered.items() if s.readable is gone]:
+                    del self._filtered[narrowed]
         return scope
 
     def _model_on(self, device: str | None) -> None:
