@@ -28,7 +28,7 @@ from hopgraph.config import (
     load_config,
     validate_config,
 )
-from hopgraph.documents import Document
+from hopgraph.documents import Document, repeated_id
 from hopgraph.errors import ConfigError, InputError, cut, listed
 from hopgraph.index.jobs import first_ids, id_counts
 from hopgraph.retrieve.filters import MetadataFilter, reader_filter
@@ -134,11 +134,9 @@ def _documents(
         corpus = read_corpus(paths, root=root, known_ids=known_ids)
         documents += corpus.documents
         problems = [str(p) for p in corpus.problems]
-    seen: set[str] = set()
-    for document in documents:
-        if document.id in seen:
-            raise InputError(f"document id {cut(document.id)!r} is given twice (ids name one document each)")
-        seen.add(document.id)
+    twice = repeated_id([d.id for d in documents])
+    if twice is not None:
+        raise InputError(f"document id {cut(twice)!r} is given twice (ids name one document each)")
     return documents, problems
 
 

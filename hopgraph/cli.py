@@ -218,7 +218,7 @@ def query(
             fail("--where: nested too deeply")
         for group in unnamed_groups(loaded, flt.groups or ()):
             click.secho(f"note: no document's acl names the group {group!r}", fg="yellow", err=True)
-        nothing = why_nothing(loaded, flt).replace("the reader's groups", "--groups").replace("the filter", "--where")
+        nothing = why_nothing(loaded, flt, groups="--groups", where="--where")
     if nothing and as_json:  # printed results say it in place of the budget hint
         click.secho(f"note: {nothing}: every result is empty", fg="yellow", err=True)
     retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
@@ -499,7 +499,7 @@ def init(path: str, force: bool) -> None:
 @click.argument("index_dir", metavar="[INDEX]", type=click.Path(), required=False)
 def methods(index_dir: str | None) -> None:
     """List the retrieval methods: name, the index stages each needs, and (given INDEX) whether INDEX has them."""
-    from hopgraph.retrieve.methods import BUILT_BY, SPECS  # noqa: PLC0415
+    from hopgraph.retrieve.methods import SPECS, how_built  # noqa: PLC0415
 
     loaded = None
     if index_dir:
@@ -508,8 +508,8 @@ def methods(index_dir: str | None) -> None:
         loaded = open_index(index_dir)
     for spec in SPECS.values():
         needs = ", ".join(spec.needs) or "no LLM"
-        built = "; ".join(BUILT_BY[stage] for stage in spec.needs if stage in BUILT_BY)
-        here = "" if loaded is None else ("  [offered]" if spec.available(loaded) else f"  [not built: {built}]")
+        missing = [] if loaded is None else spec.missing(loaded.manifest)
+        here = "" if loaded is None else (f"  [not built: {how_built(missing)}]" if missing else "  [offered]")
         settings = f" [retrieval.{spec.settings}]" if spec.settings else ""
         click.echo(f"{spec.name:<8} ({needs}){here}  {spec.description}{settings}")
 

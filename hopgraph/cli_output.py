@@ -103,7 +103,6 @@ def _json_question(line: str, where: str) -> str:
 
 
 EXCERPT_CHARS = 400
-_WORD = re.compile(r"[^\W_]+")
 _SENTENCE_START = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -113,6 +112,7 @@ def excerpt(text: str, query: str, width: int | None = EXCERPT_CHARS) -> str:
     flat = text.replace("\n", " ")
     if width is None or len(flat) <= width:
         return flat
+    from hopgraph.text import WORD  # noqa: PLC0415
     from hopgraph.text import words as keywords  # noqa: PLC0415
 
     words = set(keywords(query))  # stop words ("the", "who") say nothing of where the answer is
@@ -120,7 +120,7 @@ def excerpt(text: str, query: str, width: int | None = EXCERPT_CHARS) -> str:
     def fit(at: int) -> tuple[int, int]:  # the question's words held, then how soon the first comes
         # Each word tokenised as the question was (lower case first: "İSTANBUL" is "stanbul" there).
         found = [
-            (m.start(), hit) for m in _WORD.finditer(flat, at, at + width) if (hit := words & set(keywords(m.group())))
+            (m.start(), hit) for m in WORD.finditer(flat, at, at + width) if (hit := words & set(keywords(m.group())))
         ]
         return len(set().union(*(hit for _, hit in found))), -(found[0][0] - at if found else width)
 

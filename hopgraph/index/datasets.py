@@ -113,20 +113,24 @@ def load_questions(path: str | Path, *, limit: int | None = None) -> list[Questi
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     questions = []
-    for index, (where, record) in enumerate(_read_records(path)[:limit]):
-        if not isinstance(record, dict):
-            raise InputError(f"{where}: a question record must be a JSON object")
+    for index, (where, record) in enumerate(_read_records(path)[:limit]):  # (objects: _read_records checks)
         support = [s[0] for s in _list(record.get("support")) if isinstance(s, list) and s and isinstance(s[0], str)]
         support += [s for s in _list(record.get("supporting_ids")) if isinstance(s, str)]
-        questions.append(
-            Question(
-                id=_id_field(record, ("id",), where) if "id" in record else str(index + 1),
-                text=_field(record, "question", str, where),
-                answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
-                supporting_ids=list(dict.fromkeys(support)) or None,
-            )
-        )
+        questions.append(_question(record, where, ("id",), str(index + 1), list(dict.fromkeys(support)) or None))
     return questions
+
+
+def _question(
+    record: dict[str, Any], where: str, id_keys: tuple[str, ...], default_id: str, supporting: list[str] | None
+) -> Question:
+    """A question record as the HippoRAG-style files and one's own questions both spell it: an id
+    (``default_id`` without one), ``question``, and ``answer``, ``answers`` or ``answer_aliases``."""
+    return Question(
+        id=_id_field(record, id_keys, where) if any(key in record for key in id_keys) else default_id,
+        text=_field(record, "question", str, where),
+        answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
+        supporting_ids=supporting,
+    )
 
 
 def check_questions(bench: Benchmark, path: str | Path) -> None:
@@ -325,14 +329,8 @@ def _load_hipporag(path: Path, limit: int | None) -> Benchmark:
     questions = []
     asked = _read_records(questions_path)[:limit] if questions_path and limit != 0 else []  # 0: unread
     for index, (where, record) in enumerate(asked):
-        has_id = "id" in record or "_id" in record
         questions.append(
-            Question(
-                id=_id_field(record, ("id", "_id"), where) if has_id else str(index),
-                text=_field(record, "question", str, where),
-                answers=_answer_list(record.get("answer"), record.get("answers"), record.get("answer_aliases")),
-                supporting_ids=_hipporag_support(record, documents, by_title),
-            )
+            _question(record, where, ("id", "_id"), str(index), _hipporag_support(record, documents, by_title))
         )
     return Benchmark(_dataset_name(corpus_path), list(documents.values()), questions)
 

@@ -131,8 +131,8 @@ def decode(data: bytes) -> tuple[str, str]:
     """
     marked = data.startswith(codecs.BOM_UTF8)  # UTF-8 for sure: read as any UTF-8 file, but never guessed
     data = data[len(codecs.BOM_UTF8) :] if marked else data
-    for bom, encoding in _BOMS + _BOMS16:  # (UTF-32's marks first: UTF-16's begin them)
-        if data.startswith(bom) and not marked:  # the mark says the encoding: stray bytes replaced
+    for bom, encoding in () if marked else _BOMS + _BOMS16:  # (UTF-32's marks first: UTF-16's begin them)
+        if data.startswith(bom):  # the mark says the encoding: stray bytes replaced
             try:
                 return data.decode(encoding), encoding
             except UnicodeDecodeError:
@@ -437,7 +437,7 @@ def _codec(label: str) -> str | None:
         return None
     if not getattr(codec, "_is_text_encoding", True) or codec.name in _NOT_CHARSETS:
         return None
-    return "cp1252" if codec.name in ("latin-1", "iso8859-1", "ascii") else codec.name
+    return "cp1252" if codec.name in ("iso8859-1", "ascii") else codec.name
 
 
 def read_html(data: bytes) -> Extracted:

@@ -327,7 +327,7 @@ def _run(
             )
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
-        if isinstance(exc, OSError) and storage_state(exc) is not None:
+        if storage_state(exc) is not None:
             # The machine's state, not the jobs' fault (a full disk): they are left as a killed run
             # leaves them, finished stages kept, for the next run to resume (they ended "failed").
             raise

@@ -409,18 +409,16 @@ class CachedLLM:
         out: list[Completion | None] = [self.cache.get(k) for k in keys]
         # A request repeated in the batch (a chunk ingested twice, boilerplate) is sent once: its
         # copies get the same completion, as a cache hit.
-        sent: dict[str, int] = {}
-        copies: dict[int, list[int]] = {}
+        missing: dict[str, list[int]] = {}  # key → the requests asking it, the first one sent
         for i, c in enumerate(out):
             if c is None:
-                copies.setdefault(sent.setdefault(keys[i], i), []).append(i)
-        asked = list(sent.values())
+                missing.setdefault(keys[i], []).append(i)
+        asked = list(missing.values())
 
         def store(j: int, completion: Completion) -> None:  # each completion is kept the moment it arrives
-            i = asked[j]
             if not completion.refused:  # a refusal may not be final (another server, a longer context)
-                self.cache.put(keys[i], completion)
-            for n, k in enumerate(copies[i]):
+                self.cache.put(keys[asked[j][0]], completion)
+            for n, k in enumerate(asked[j]):
                 copy = completion if n == 0 or completion.refused else replace(completion, cached=True, seconds=0.0)
                 out[k] = copy
                 if on_done:
@@ -430,7 +428,7 @@ class CachedLLM:
             for i, c in enumerate(out):
                 if c is not None:
                     on_done(i, c)
-        self.inner.complete([requests[i] for i in asked], progress=progress, desc=desc, on_done=store)
+        self.inner.complete([requests[ix[0]] for ix in asked], progress=progress, desc=desc, on_done=store)
         return [c for c in out if c is not None]
 
 

@@ -191,6 +191,14 @@ def seconds_of(value: Any) -> float | None:
     return None if moment is None else moment.timestamp()
 
 
+def stamp_seconds(index: Any) -> list[float | None]:
+    """Every document's timestamp as :func:`seconds_of` reads it, once per loaded index: in time, not
+    as text ("2024-01-01T12:00+09:00" is before "2024-01-01T05:00Z", 999 before 1000)."""
+    return index.memo(
+        "filter_column", "timestamp:seconds", lambda: [seconds_of(v) for v in _column(index, "timestamp")]
+    )
+
+
 def _comparable(value: Any, bound: Any) -> tuple[Any, Any] | None:
     """(value, bound) in a form ``<`` orders sensibly, or None where they do not compare."""
     kind = _kind(bound)
@@ -348,12 +356,13 @@ def unnamed_groups(index: Any, groups: Iterable[str]) -> list[str]:
     return sorted(set(groups) - named)
 
 
-def why_nothing(index: Any, flt: MetadataFilter) -> str:
-    """Why ``flt`` leaves no document of ``index`` to retrieve from ('' where it leaves some)."""
+def why_nothing(index: Any, flt: MetadataFilter, groups: str = "the reader's groups", where: str = "the filter") -> str:
+    """Why ``flt`` leaves no document of ``index`` to retrieve from ('' where it leaves some), naming
+    the reader's groups and the filter as ``groups`` and ``where``."""
     if not flt.readable_mask(index).any():
-        return "no document is readable by the reader's groups"
+        return f"no document is readable by {groups}"
     if not flt.document_mask(index).any():
-        return "no readable document matches the filter" if flt.groups is not None else "no document matches the filter"
+        return f"no readable document matches {where}" if flt.groups is not None else f"no document matches {where}"
     return ""
 
 

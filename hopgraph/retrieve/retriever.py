@@ -103,7 +103,12 @@ class Retriever:
                 kept.move_to_end(key)
                 return kept[key]
         check_deadline()
-        units, chunks = metadata_filter.piece_scopes(self.index, self.index.units["docs"], self.index.chunks["docs"])
+        docs = self.index.units["docs"], self.index.chunks["docs"]
+        if readable is None:
+            units, chunks = metadata_filter.piece_scopes(self.index, *docs)
+        else:  # what the groups may read is known: only the filter's matches are new
+            units, chunks = MetadataFilter(where=metadata_filter.where).piece_scopes(self.index, *docs)
+            units, chunks = units & readable.units, chunks & readable.chunks
         scope = Scope(units, chunks, readable=readable)
         with self._scopes_lock:
             # A reader's concurrent first requests share one scope (and what it caches).

@@ -122,10 +122,14 @@ OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
 Handler = Callable[[Request, Any], Awaitable[JSONResponse]]
 
 
+def openai_status(path: str, status: int) -> int:
+    """OpenAI's 400 in place of 422 where ``path`` is an OpenAI-compatible endpoint."""
+    return 400 if status == 422 and path.startswith(OPENAI_PATHS) else status
+
+
 def as_openai_says(request: Request, response: JSONResponse) -> JSONResponse:
-    """``response`` with OpenAI's 400 in place of 422 where ``request`` is to an OpenAI-compatible endpoint."""
-    if response.status_code == 422 and request.url.path.startswith(OPENAI_PATHS):
-        response.status_code = 400
+    """``response`` with :func:`openai_status`."""
+    response.status_code = openai_status(request.url.path, response.status_code)
     return response
 
 

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from hopgraph.serve.errors import NOSNIFF_HEADER, OPENAI_PATHS, APIError
+from hopgraph.serve.errors import NOSNIFF_HEADER, APIError, openai_status
 from hopgraph.serve.logs import RequestLog, entry
 from hopgraph.serve.metrics import Metrics
-from hopgraph.serve.schemas import MAX_QUESTION_VALUES, surely_too_many_values
+from hopgraph.serve.schemas import TOO_MANY_VALUES, surely_too_many_values
 
 _KNOWN = {
     "/",
@@ -88,8 +88,7 @@ def _replay(body: bytes, receive: Callable) -> Callable:
 
 def _too_many_values(path: str) -> APIError:
     """What the question schemas say of such a body, as the endpoint would (OpenAI's 400, else 422)."""
-    message = f"body: the body holds more than {MAX_QUESTION_VALUES:,} JSON values; a question needs far fewer"
-    return APIError(400 if path.startswith(OPENAI_PATHS) else 422, "invalid_request", message)
+    return APIError(openai_status(path, 422), "invalid_request", f"body: {TOO_MANY_VALUES}")
 
 
 class GuardMiddleware:

@@ -23,6 +23,7 @@ from hopgraph.serve.errors import finite_json
 # content parts (2.6 MB, under the body limit) took ~1 s of pure-Python validation each, so any
 # reader could keep the server busy with a few requests a second.
 MAX_QUESTION_VALUES = 10_000
+TOO_MANY_VALUES = f"the body holds more than {MAX_QUESTION_VALUES:,} JSON values; a question needs far fewer"
 
 
 def surely_too_many_values(body: bytes, limit: int = MAX_QUESTION_VALUES) -> bool:
@@ -54,7 +55,7 @@ def bounded_question(data: Any) -> Any:
     """A question body as it is, unless it holds more than MAX_QUESTION_VALUES JSON values (checked
     first, in at most that many steps) or nests too deep."""
     if more_values_than(data, MAX_QUESTION_VALUES):
-        raise ValueError(f"the body holds more than {MAX_QUESTION_VALUES:,} JSON values; a question needs far fewer")
+        raise ValueError(TOO_MANY_VALUES)
     return bounded_depth(data)
 
 

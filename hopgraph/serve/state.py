@@ -255,6 +255,10 @@ class JobRunner:
         self.publish_seconds: deque[dict[str, float]] = deque(maxlen=100)
         self._thread = threading.Thread(target=self._loop, name="hopgraph-jobs", daemon=True)
 
+    def _delay(self, tries: int) -> float:
+        """Seconds to wait after the ``tries``-th failure in a row: doubling from ``backoff``."""
+        return self.backoff * 2 ** (min(tries, 10) - 1)
+
     @property
     def running(self) -> bool:
         """Whether this process runs the job loop."""
@@ -421,7 +425,7 @@ class JobRunner:
                 if storage_state(exc) is None:
                     raise
             self._refusals += 1
-            wait = min(LOOP_RETRY_MAX_SECONDS, self.backoff * 2 ** (min(self._refusals, 10) - 1))
+            wait = min(LOOP_RETRY_MAX_SECONDS, self._delay(self._refusals))
             print(
                 f"hopgraph serve: the storage refused the update worker's writes; its jobs wait (trying again in "
                 f"{wait:g} s)",
@@ -454,5 +458,5 @@ class JobRunner:
                 flush=True,
             )
         else:
-            self._stop.wait(self.backoff * 2 ** (min(attempts, 10) - 1))  # growing delay before the next attempt
+            self._stop.wait(self._delay(attempts))  # growing delay before the next attempt
         return exited

@@ -31,6 +31,11 @@ BUILT_BY = {
 }
 
 
+def how_built(stages: list[str]) -> str:
+    """How to build each of ``stages`` (the commands and settings that do)."""
+    return "; ".join(BUILT_BY.get(stage, "built by hopgraph index") for stage in stages)
+
+
 def check_method(method: str, manifest: dict[str, Any] | None = None, source: str = "") -> None:
     """Refuse (ConfigError) a method the registry does not have or, given an index's ``manifest``,
     one whose stages that index has not built, naming the methods it offers: a wrong default is
@@ -51,5 +56,5 @@ def check_method(method: str, manifest: dict[str, Any] | None = None, source: st
     if missing:
         raise ConfigError(
             f"{where}method {method!r} needs parts this index lacks (stage {', '.join(missing)}: "
-            f"{'; '.join(BUILT_BY.get(stage, 'built by hopgraph index') for stage in missing)}); {offers}"
+            f"{how_built(missing)}); {offers}"
         )

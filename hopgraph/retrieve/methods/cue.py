@@ -195,9 +195,11 @@ def anchor_entities(
         reachable = reachable_entities(graph, usable)
     names = query_entities(query.text) if cfg.spreading_activation else []
     if names and reachable.any():
-        similarity = (
-            graph.entity_vectors @ graph.name_vectors(names, load_embedder(index.config.embedding).encode, reachable).T
-        )
+        # Names are embedded as the index embedded its entity names (no query prompt), by the model
+        # the retriever runs on the query's device, wrapped once per index, not once per query.
+        embedding = index.config.embedding.model_copy(update={"device": query.device})
+        embedder = index.memo("cue", f"name_embedder:{query.device}", lambda: load_embedder(embedding))
+        similarity = graph.entity_vectors @ graph.name_vectors(names, embedder.encode, reachable).T
         for column in similarity.T:
             nearest = top_indices(np.where(reachable, column, -np.inf), cfg.top_k)
             seeds.extend(nearest[reachable[nearest]].tolist())

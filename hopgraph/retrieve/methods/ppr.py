@@ -17,10 +17,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from hopgraph.config import RetrievalConfig
-from hopgraph.documents import timestamp_of
 from hopgraph.kernels import RandomWalk, array_module, sparse_on, to_numpy
 from hopgraph.retrieve.entities import HOP_UNITS, entity_layer, entity_path, entity_walk
-from hopgraph.retrieve.filters import seconds_of
+from hopgraph.retrieve.filters import stamp_seconds
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods.bm25 import bm25_scores
 from hopgraph.retrieve.packing import Candidate
@@ -77,8 +76,7 @@ def _freshness(index: LoadedIndex, scope: Scope) -> np.ndarray:
 
     def compute() -> np.ndarray:
         docs_of = index.units["docs"]
-        # In time, not as text: "2024-01-01T12:00+09:00" is before "2024-01-01T05:00Z", 999 before 1000.
-        stamps = [seconds_of(timestamp_of(m)) for m in index.documents["metadata"]]
+        stamps = stamp_seconds(index)
         usable = {d for u in np.flatnonzero(scope.units) for d in docs_of[u]}  # all readable (piece_scopes)
         ranks = {s: i for i, s in enumerate(sorted({stamps[d] for d in usable} - {None}))}
         fresh = [(ranks[s] + 1) / len(ranks) if s in ranks else 0.0 for s in stamps]
