@@ -374,6 +374,10 @@ class RayEngine:
         return max(ner.CACHE_SLICE, 4 * max(1, cpus) * self.config.cluster.ner_batch_size)
 
     # ------------------------------------------------------------------ embeddings
+    def texts_in_flight(self) -> int:
+        """Texts the whole actor pool embeds at once: two batches of ``cluster.embed_batch_size`` per actor."""
+        return 2 * self.embedding_actors()[0] * self.config.cluster.embed_batch_size
+
     def embedder(self, config: EmbeddingConfig) -> RayEmbedder:
         key = model_key(config)
         if key not in self._embedders:  # one dimension probe per model, not per stage (and none before a text needs it)

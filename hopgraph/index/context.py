@@ -32,10 +32,12 @@ def embed_texts(
     progress: bool = False,
     embedder: Embedder | None = None,
     done: Callable[[int, int], None] | None = None,
+    slice_size: int = EMBED_SLICE,
 ) -> np.ndarray:
     """Index-time vectors of ``texts`` (cached, long texts as averaged windows); empty input gives 0 rows.
 
-    ``done(texts embedded, all texts)`` is told after each slice (a build's whole-run bar)."""
+    ``done(texts embedded, all texts)`` is told after each slice of ``slice_size`` texts (a build's
+    whole-run bar)."""
     cfg = config.embedding
     embedder = embedder or load_embedder(cfg, cached=True)
     if not texts:
@@ -44,8 +46,8 @@ def embed_texts(
     # would restart for every slice. Slices are the same with and without the bar (same vectors).
     parts = []
     with tqdm(total=len(texts), desc="embed", unit="text", disable=not progress, leave=False) as bar:
-        for start in range(0, len(texts), EMBED_SLICE):
-            part = texts[start : start + EMBED_SLICE]
+        for start in range(0, len(texts), slice_size):
+            part = texts[start : start + slice_size]
             parts.append(
                 embed_long_texts(embedder, part, window_tokens=cfg.window_tokens, encoding=config.chunking.encoding)
             )
@@ -86,8 +88,13 @@ class BuildContext:
         return load_embedder(self.config.embedding, cached=True, model=model)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Vectors of ``texts`` for a stage, telling the build's bar as slices finish."""
-        return embed_texts(self.config, texts, self.progress, self.embedder, self.run.within)
+        """Vectors of ``texts`` for a stage, telling the build's bar as slices finish. On a cluster a
+        slice is whole slices of :data:`EMBED_SLICE` enough to give every actor of the pool two
+        batches: one of ``EMBED_SLICE`` texts fed two or three actors, however many GPUs there were."""
+        slice_size = EMBED_SLICE
+        if self.engine is not None:
+            slice_size *= max(1, -(-self.engine.texts_in_flight() // EMBED_SLICE))
+        return embed_texts(self.config, texts, self.progress, self.embedder, self.run.within, slice_size)
 
     @functools.cached_property
     def analyser(self) -> TextAnalyser:

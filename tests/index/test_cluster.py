@@ -329,6 +329,23 @@ def test_the_actor_pool_grows_with_the_work_and_gives_its_cpus_back_when_closed(
         ray.shutdown()
 
 
+def test_a_build_stage_feeds_every_actor_of_the_pool(ray_cluster, tmp_path):
+    """A stage's texts reached the pool 1,024 at a time, and a stage starts one actor per two batches:
+    with batches of 600 texts one actor ever ran, however large the pool (a 16-GPU cluster used 2)."""
+    from hopgraph.index.cluster import RayEngine
+    from hopgraph.index.context import BuildContext
+
+    config = on_cluster(ray_cluster, tmp_path, "feed", cluster__embed_actors=2, cluster__embed_batch_size=600)
+    engine = RayEngine(config)
+    try:
+        ctx = BuildContext(IndexStore(tmp_path / "index"), config, [], progress=False, engine=engine)
+        texts = [f"note {i} on the difference engine" for i in range(1300)]  # three batches
+        assert ctx.embed(texts).shape[0] == 1300
+        assert len(engine._starting) + len(engine._ready) == 2  # the second starts while the first works
+    finally:
+        engine.close()
+
+
 def test_texts_all_in_the_vector_cache_start_no_embedding_actor(ray_cluster, tmp_path):
     """The actor pool started (each actor loading the model: BGE-M3 on a GPU) to learn the vectors'
     width, even where every text was in the cache: a resumed or repeated build paid for it."""
