@@ -208,16 +208,7 @@ class RayVllm(_ClusterLLM):
 
         def rows(clock: _Clock) -> Iterator[tuple[int, Completion]]:
             for row in processor(self.engine.ray.data.from_items(requested)).iter_rows():
-                yield (
-                    int(row["position"]),
-                    Completion(
-                        text=row["text"] or "",
-                        prompt_tokens=int(row["prompt_tokens"] or 0),
-                        completion_tokens=int(row["completion_tokens"] or 0),
-                        seconds=clock.lap(),
-                        refused=row["error"] or "",
-                    ),
-                )
+                yield int(row["position"]), _generated(row, clock.lap())
 
         return rows
 
@@ -252,6 +243,21 @@ class _VllmRow:
         if request["schema"] is not None and self.structured:
             sampling["structured_outputs"] = {"json": request["schema"]}
         return {"position": row["position"], "messages": request["messages"], "sampling_params": sampling}
+
+
+def _generated(row: dict[str, Any], seconds: float) -> Completion:
+    """A row out of the vLLM processor as a completion. A row whose generation failed skips the
+    postprocess (Ray passes the engine's own fields on, with ``__inference_error__``), so it is read
+    here too: refused, not an empty answer the LLM cache would keep."""
+    if row.get("__inference_error__"):
+        row = _from_generation(row)
+    return Completion(
+        text=row.get("text") or "",
+        prompt_tokens=int(row.get("prompt_tokens") or 0),
+        completion_tokens=int(row.get("completion_tokens") or 0),
+        seconds=seconds,
+        refused=row.get("error") or "",
+    )
 
 
 def _from_generation(row: dict[str, Any]) -> dict[str, Any]:

@@ -193,3 +193,21 @@ def test_a_cluster_with_gcs_fault_tolerance_is_given_its_own_wait(monkeypatch):
     assert lost_seconds() == 295
     monkeypatch.setenv("RAY_gcs_rpc_server_reconnect_timeout_s", "not a number")
     assert lost_seconds() == LOST_SECONDS
+
+
+def test_a_generation_vllm_failed_on_the_cluster_is_refused_not_an_empty_answer():
+    """With should_continue_on_error, Ray passes a failed row on past the postprocess as the engine's
+    own fields: it was read as an empty completion (or a KeyError where a whole block failed), which
+    the LLM cache kept for good. vLLM needs a GPU, so the row goes through Ray's own wrapper here."""
+    from ray.llm._internal.batch.stages.base import wrap_postprocess
+
+    from hopgraph.index.cluster_llm import _from_generation, _generated
+
+    postprocess = wrap_postprocess(_from_generation, "__data", include_error_column=True)
+    failed = {"position": 3, "prompt": "…", "generated_text": None, "num_input_tokens": 9000}
+    failed["__inference_error__"] = "prompt is longer than max_model_len 8192"
+    answered = {"position": 4, "generated_text": "Paris", "num_input_tokens": 12, "num_generated_tokens": 2}
+    refused = _generated(postprocess({"__data": failed}), seconds=0.0)
+    assert refused.refused.startswith("prompt is longer") and refused.text == "" and refused.prompt_tokens == 9000
+    ok = _generated(postprocess({"__data": answered}), seconds=0.0)
+    assert (ok.text, ok.prompt_tokens, ok.completion_tokens, ok.refused) == ("Paris", 12, 2, "")
