@@ -147,7 +147,7 @@ class Index:
         self.path = Path(path)
         self._loaded = open_index(self.path)
         self.config: HopgraphConfig = config or self._loaded.config
-        self._retriever = Retriever(self._loaded, self.config.retrieval, device=self.config.embedding.device)
+        self._retriever = Retriever.configured(self._loaded, self.config)
         self.skipped: list[str] = list(skipped)  # inputs a build or update left out, with the reason
 
     # ------------------------------------------------------------------ opening and building

@@ -221,7 +221,7 @@ def query(
         nothing = why_nothing(loaded, flt, groups="--groups", where="--where")
     if nothing and as_json:  # printed results say it in place of the budget hint
         click.secho(f"note: {nothing}: every result is empty", fg="yellow", err=True)
-    retriever = Retriever(loaded, config.retrieval, device=config.embedding.device)
+    retriever = Retriever.configured(loaded, config)
     llm = None
     if with_answer:
         from hopgraph.llm import open_llm  # noqa: PLC0415

@@ -118,7 +118,7 @@ def evaluate(
     for method in methods:  # every method checked before the first runs: none's results are lost to a later one
         check_method(method, manifest, str(index_dir))
     ran = {name: rec["seconds"] for name, rec in manifest["stages"].items() if earlier.get(name) != rec}
-    retriever = Retriever(index_dir, config.retrieval, device=config.embedding.device)  # this run's device
+    retriever = Retriever.configured(index_dir, config)  # this run's retrieval settings, device and reranker
     started = time.perf_counter()
     vectors = retriever.embed([q.text for q in bench.questions])
     query_embedding_seconds = time.perf_counter() - started
@@ -151,7 +151,7 @@ def evaluate(
             "latency_ms_p95": percentile_ms(latencies, 95),
         }
         if method == "cue":
-            record["reranker"] = reranker_for(retriever.index).name
+            record["reranker"] = reranker_for(retriever.index, config.rerank, retriever.device).name
         if llm is not None:
             replies, usage = answer_many(llm, results, config.answer, progress=progress, refused_as_not_found=True)
             scores = [answer_scores(a.text, q.answers, found=a.found) for a, q in zip(replies, bench.questions)]

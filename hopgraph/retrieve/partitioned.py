@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hopgraph.config import RetrievalConfig, validate_config
+from hopgraph.config import RerankConfig, RetrievalConfig, validate_config
 from hopgraph.deadline import deadline_after
 from hopgraph.errors import ConfigError, IndexFormatError
 from hopgraph.retrieve.filters import MetadataFilter
@@ -119,14 +119,19 @@ class PartitionedRetriever(Retriever):
     """``Retriever`` over an isolated index: each readable partition retrieves on its own."""
 
     def __init__(
-        self, index: PartitionedIndex | str | Path, config: RetrievalConfig | None = None, device: str | None = None
+        self,
+        index: PartitionedIndex | str | Path,
+        config: RetrievalConfig | None = None,
+        device: str | None = None,
+        rerank: RerankConfig | None = None,
     ):
         # The partitions are the indexes; this one only lists them (so no LoadedIndex here).
         self.index = index if isinstance(index, PartitionedIndex) else PartitionedIndex(index)  # type: ignore[assignment]
         self.partitioned: PartitionedIndex = self.index  # type: ignore[assignment]
         self.config = config or self.index.config.retrieval
+        self.rerank = rerank
         self._model_on(device)  # one model, here: the partitions are handed the question's vector
-        self.parts = [Retriever(p.index, self.config, device) for p in self.partitioned.partitions]
+        self.parts = [Retriever(p.index, self.config, device, rerank) for p in self.partitioned.partitions]
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Any:
         raise ConfigError("an isolated index has one scope per partition; call retrieve()")

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from hopgraph.config import RerankConfig
 from hopgraph.deadline import check_deadline
 from hopgraph.kernels import mean_vectors
 from hopgraph.retrieve.loaded import LoadedIndex
@@ -22,6 +23,7 @@ class Query:
     vector: np.ndarray  # normalised query embedding
     keyword_ids: list[int]  # query words that are keywords of the index
     device: str = "cpu"  # embedding.device of the retriever: where graph kernels (PPR) run for this query
+    rerank: RerankConfig | None = None  # the retriever's reranker settings (None: the index's own)
     seeds: list[str] = field(default_factory=list)  # what the method started from, as labels (for traces)
 
 
@@ -71,10 +73,12 @@ MANY_EQUAL = 8  # top_indices sets aside the lowest value once it fills more tha
 SEEDS_TRACED = 10  # seeds a method names in a retrieval's trace (the strongest first)
 
 
-def make_query(index: LoadedIndex, text: str, vector: np.ndarray, device: str = "cpu") -> Query:
+def make_query(
+    index: LoadedIndex, text: str, vector: np.ndarray, device: str = "cpu", rerank: RerankConfig | None = None
+) -> Query:
     lookup = index.keyword_lookup
     ids = list(dict.fromkeys(lookup[w] for w in words(text, index.config.keywords.min_length) if w in lookup))
-    return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids, device=device)
+    return Query(text=text, vector=vector.astype(np.float32), keyword_ids=ids, device=device, rerank=rerank)
 
 
 def ranked(

@@ -166,13 +166,15 @@ def make_reranker(rerank: RerankConfig, embedding: EmbeddingConfig, encoding: st
     return BiEncoderReranker(load_embedder(embedding), embedding, encoding, rerank.batch_size)
 
 
-def reranker_for(index: LoadedIndex) -> Reranker:
-    """The reranker an index is configured with. Shared by every index with the same settings (the
-    partitions of an isolated index, the versions a server publishes), so a cross-encoder is loaded
-    once per process, not once per index; it holds no index, so a dropped index is still collected."""
+def reranker_for(index: LoadedIndex, rerank: RerankConfig | None = None, device: str | None = None) -> Reranker:
+    """The reranker of ``rerank`` settings (the index's own where None), on ``device`` (the index's
+    embedding device where None). Shared by every index with the same settings (the partitions of
+    an isolated index, the versions a server publishes), so a cross-encoder is loaded once per
+    process, not once per index; it holds no index, so a dropped index is still collected."""
     config = index.config
+    embedding = config.embedding if device is None else config.embedding.model_copy(update={"device": device})
     return _shared_reranker(
-        config.rerank.model_dump_json(), config.embedding.model_dump_json(), config.chunking.encoding
+        (rerank or config.rerank).model_dump_json(), embedding.model_dump_json(), config.chunking.encoding
     )
 
 

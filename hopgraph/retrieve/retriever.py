@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hopgraph.config import RetrievalConfig, apply_overrides, validate_section
+from hopgraph.config import HopgraphConfig, RerankConfig, RetrievalConfig, apply_overrides, validate_section
 from hopgraph.deadline import check_deadline, deadline_after
 from hopgraph.documents import unicode_problem
 from hopgraph.errors import InputError
@@ -44,6 +44,7 @@ class Retriever:
         index: LoadedIndex | PartitionedIndex | str | Path,
         config: RetrievalConfig | None = None,
         device: str | None = None,
+        rerank: RerankConfig | None = None,
     ) -> Retriever:
         """A path to an index built with access.isolation opens as a PartitionedRetriever."""
         if cls is Retriever and not isinstance(index, LoadedIndex):
@@ -58,11 +59,13 @@ class Retriever:
         index: LoadedIndex | PartitionedIndex | str | Path,
         config: RetrievalConfig | None = None,
         device: str | None = None,
+        rerank: RerankConfig | None = None,
     ):
         if not isinstance(index, (LoadedIndex, str, Path)):  # a PartitionedIndex is read by PartitionedRetriever
             raise TypeError(f"Retriever reads a LoadedIndex or a path, not {type(index).__name__}")
         self.index = index if isinstance(index, LoadedIndex) else LoadedIndex(index)
         self.config = config or self.index.config.retrieval
+        self.rerank = rerank  # None: the index's own [rerank] settings
         self._model_on(device)
         self._open_scope: Scope | None = None
         # Scopes of recent readers (group set + filter), with what they derive from readable material
@@ -70,6 +73,12 @@ class Retriever:
         self._scopes: OrderedDict[str, Scope] = OrderedDict()
         self._filtered: OrderedDict[str, Scope] = OrderedDict()  # readers' scopes with a where filter
         self._scopes_lock = threading.Lock()
+
+    @classmethod
+    def configured(cls, index: LoadedIndex | PartitionedIndex | str | Path, config: HopgraphConfig) -> Retriever:
+        """A retriever with a run's query-time settings: its retrieval, embedding device and reranker
+        (each command's config, over the index's stored one)."""
+        return cls(index, config.retrieval, device=config.embedding.device, rerank=config.rerank)
 
     def scope(self, metadata_filter: MetadataFilter | None) -> Scope:
         """The pieces ``metadata_filter``'s reader may use. Scopes of recent readers are kept, those
@@ -189,7 +198,7 @@ class Retriever:
         check_method(config.method)
         vector = self.question_vector(question, config.method, vector)
         started = time.perf_counter()
-        query = make_query(self.index, question, vector, self.device)
+        query = make_query(self.index, question, vector, self.device, self.rerank)
         candidates = METHODS[config.method](self.index, query, self.scope(metadata_filter), config)
         evidence = pack(self.index, candidates, config.budget)
         return RetrievalResult(

@@ -69,7 +69,7 @@ def open_snapshot(path: Path, version: str, config: HopgraphConfig) -> Snapshot:
     if version:
         index.version = version  # a version's directory opened on its own reads as a root index
     warm(index)
-    retriever = Retriever(index, config.retrieval, device=config.embedding.device)
+    retriever = Retriever.configured(index, config)
     methods = tuple(available_methods(index))
     for method in methods:
         retriever.retrieve("warm up", method=method, budget=200)

@@ -3,7 +3,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hopgraph.config import EmbeddingConfig, RetrievalConfig
+from hopgraph.config import EmbeddingConfig, RerankConfig, RetrievalConfig
 from hopgraph.errors import ConfigError
 from hopgraph.index.cue import write_cue_graph
 from hopgraph.models import load_embedder, sentence_spans
@@ -258,3 +258,12 @@ def test_question_entities_the_index_has_take_their_stored_vectors(cue_index):
     asked.clear()
     graph.name_vectors(known, embed, np.zeros(len(graph.entity_ids), dtype=bool))
     assert asked == [known]
+
+
+def test_the_run_s_reranker_settings_are_the_ones_used(cue_index):
+    """query, eval and serve built the reranker from the index's stored [rerank] settings: a run's
+    --rerank.model was ignored (and an eval's result file still recorded it as used)."""
+    config = cue_index.index.config.model_copy(update={"rerank": RerankConfig(model="/nonexistent/bge-reranker")})
+    with pytest.raises(ConfigError, match="rerank.model '/nonexistent/bge-reranker' is not a local model folder"):
+        Retriever.configured(cue_index.index, config).retrieve(MAYOR, method="cue")
+    assert Retriever.configured(cue_index.index, cue_index.index.config).retrieve(MAYOR, method="cue").evidence

@@ -268,7 +268,7 @@ def rank(index: LoadedIndex, query: Query, scope: Scope, config: RetrievalConfig
     # Per reader's scope, not per request: which units and entities the reader may reach.
     usable = scope.cached("cue_usable", lambda: scope.chunks[graph.unit_chunk])
     reachable = scope.cached("cue_reachable", lambda: reachable_entities(graph, usable))
-    reranker = reranker_for(index)
+    reranker = reranker_for(index, query.rerank, query.device)
     texts = index.table("cue_units")["text"]
 
     def score(unit_sets: list[tuple[int, ...]]) -> np.ndarray:
