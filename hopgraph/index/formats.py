@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgraph.documents import strip_control
+from hopgraph.documents import clip_title, strip_control
 
 PDF, DOCX, HTML = (".pdf",), (".docx",), (".html", ".htm", ".xhtml")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text", ".rst")
@@ -279,7 +279,7 @@ def _with_sections(blocks: list[tuple[int, str]]) -> tuple[str, list[list[Any]]]
             continue
         text += "\n\n" if text else ""
         if level:
-            sections.append([len(text), level, block])
+            sections.append([len(text), level, clip_title(block)])
         text += block
     return text, sections
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from hopgraph.deadline import check_deadline
-from hopgraph.documents import place
+from hopgraph.documents import Places
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.loaded import LoadedIndex
 
@@ -62,7 +62,11 @@ def places_of(index: LoadedIndex, table: dict[str, list], row: int, doc_idx: lis
     if starts is None:
         return [""] * len(doc_idx)
     metadata = index.documents["metadata"]
-    return [place(metadata[d], int(offset)) for d, offset in zip(doc_idx, starts[row])]
+
+    def places(d: int) -> Places:  # read once per document and index
+        return index.memo("places", str(d), lambda: Places.of(metadata[d]))
+
+    return [places(d).at(int(offset)) for d, offset in zip(doc_idx, starts[row])]
 
 
 @dataclass

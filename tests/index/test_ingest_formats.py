@@ -12,7 +12,7 @@ from pathlib import Path
 import docx
 import pytest
 
-from hopgraph.documents import place
+from hopgraph.documents import MAX_TITLE_CHARS, place
 from hopgraph.errors import InputError
 from hopgraph.index.formats import Unreadable, decode, read_docx, read_html
 from hopgraph.index.ingest import read_corpus, read_upload
@@ -97,6 +97,18 @@ def test_docx_keeps_headings_as_sections_and_tables_as_rows(tmp_path: Path) -> N
     assert doc.metadata["sections"] == [[0, 1, "Harbour team"], [62, 2, "Tools"]]
     assert place(doc.metadata, doc.text.index("Crane")) == "Tools"
     assert place(doc.metadata, doc.text.index("Tomas")) == "Harbour team"
+
+
+def test_a_heading_is_cut_as_a_title_is_in_every_citation() -> None:
+    """Headings were kept whole: an <h1> of 20,000 words became the place of every citation after it
+    (one reader's request returned 22 MB). Indexes built before the cut are cut where cited."""
+    words = " ".join(f"word{i}" for i in range(20_000))
+    extracted = read_html(f"<h1>{words}</h1><p>The tide gauge reads high.</p>".encode())
+    [[offset, level, heading]] = extracted.metadata["sections"]
+    assert (offset, level) == (0, 1) and len(heading) == MAX_TITLE_CHARS and heading.endswith("…")
+    assert words in extracted.text  # the text keeps the heading whole
+    assert place(extracted.metadata, extracted.text.index("tide")) == heading
+    assert place({"sections": [[0, 1, words]]}, 5) == heading  # as stored by an earlier version
 
 
 def test_html_gives_visible_text_by_blocks_in_its_declared_encoding(tmp_path: Path) -> None:
