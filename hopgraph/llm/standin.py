@@ -158,6 +158,7 @@ class StandinServer:
         model_path(self.model)  # a missing model fails here, with its message, not as a dead child
         command = [
             sys.executable,
+            "-P",  # the caller's working folder shadows no module of the server
             "-m",
             "hopgraph.llm.standin",
             "--model",

@@ -369,6 +369,7 @@ class JobRunner:
         llm = json.dumps(self.config.llm.model_dump())
         return [
             sys.executable,
+            "-P",  # the server's working folder (often /tmp or a shared one) shadows no module of the worker
             "-m",
             "hopgraph.serve.worker",
             str(self.root),

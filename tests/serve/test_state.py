@@ -176,3 +176,20 @@ def test_an_isolated_root_index_rebuilt_in_place_is_opened_again(acl_documents, 
     build_index(another, tmp_path / "isolated", config, progress=False, overwrite=True)
     assert not holder.serves("") and holder.refresh()
     assert holder.current.doc_ids == {d.id for d in another}
+
+
+def test_the_update_worker_runs_no_module_from_the_server_s_working_folder(index_copy, serve_config, tmp_path):
+    """The worker started as `python -m` from the server's working folder: a file there named like a
+    module it imports (argparse.py, left in /tmp by anyone) ran as the server's user at the next job."""
+    import subprocess
+
+    from hopgraph.serve.state import JobRunner
+
+    holder = IndexHolder(index_copy, serve_config)
+    folder = tmp_path / "cwd"
+    folder.mkdir()
+    marker = tmp_path / "ran"
+    (folder / "argparse.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    command = JobRunner(index_copy, holder, serve_config).worker_command()
+    done = subprocess.run([*command[: command.index("hopgraph.serve.worker") + 1], "--help"], cwd=folder, check=False)
+    assert done.returncode == 0 and not marker.exists()
