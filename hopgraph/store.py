@@ -457,8 +457,9 @@ def heartbeat_versions(root: str | Path, since: float) -> set[str]:
 
 
 # Update job ids: "j" + a sequence number of at least six digits + "-" + six hex digits; a version is
-# named after the job that built it. Past job 999,999 the number simply grows a digit.
-JOB_ID = re.compile(r"j\d{6,}-[0-9a-f]{6}")
+# named after the job that built it. Past job 999,999 the number simply grows a digit (to 18: an id
+# of hundreds of digits is a file name too long for the file system; \d would take any script's digits).
+JOB_ID = re.compile(r"j[0-9]{6,18}-[0-9a-f]{6}")
 
 
 def job_sequence(job_id: str) -> int:

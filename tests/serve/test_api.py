@@ -188,6 +188,10 @@ def test_unknown_ids_are_404(client):
     assert client.delete("/v1/documents/no-such-doc", headers=auth("admin")).status_code == 404
     assert client.get("/v1/jobs/j-nope", headers=auth("admin")).json()["error"]["code"] == "unknown_job"
     assert client.get("/v1/jobs/..%2F..%2Fmanifest", headers=auth("admin")).status_code == 404
+    # A job id of 300 digits was a file name too long for the file system: a 500 and a traceback.
+    # Digits of other scripts ("٠") were job ids too.
+    for job in (f"j{'0' * 300}1-abcdef", "j٠٠٠٠٠١-abcdef"):
+        assert client.get(f"/v1/jobs/{job}", headers=auth("admin")).json()["error"]["code"] == "unknown_job"
 
 
 def test_bad_documents_are_refused_with_the_document_named(client):
