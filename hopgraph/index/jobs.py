@@ -21,6 +21,7 @@ time), fails on it instead of building a corpus from the first 20 ids.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import threading
@@ -65,9 +66,21 @@ def listed(ids: Sequence[str]) -> list[str]:
     return shown
 
 
-def write_new_job(root: Path, job_id: str, add: Sequence[Document], delete: Sequence[str]) -> dict[str, Any]:
+def login_name() -> str:
+    """This process's user, as the system names it ("" where it has no name, as in some containers)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no LOGNAME/USER and no password entry for the uid
+        return ""
+
+
+def write_new_job(
+    root: Path, job_id: str, add: Sequence[Document], delete: Sequence[str], by: str | None = None
+) -> dict[str, Any]:
     """Queue a job: its documents, its whole id lists, then its record (so a record always has its
-    payload; a killed submit leaves a payload without a record, collected once stale)."""
+    payload; a killed submit leaves a payload without a record, collected once stale). ``by``: who
+    asked for it (a server's token user; None: this process's login, as for `hopgraph update`), so
+    an operator can tell who deleted or replaced a document."""
     lines = "".join(json.dumps(asdict(d), ensure_ascii=False, default=str) + "\n" for d in add)
     atomic_write(job_path(root, job_id, DOCUMENTS), lambda tmp: tmp.write_text(lines, encoding="utf-8"))
     add_ids = [d.id for d in add]
@@ -78,6 +91,7 @@ def write_new_job(root: Path, job_id: str, add: Sequence[Document], delete: Sequ
         "kind": "update",
         "status": "queued",
         "created": now(),
+        "submitted_by": by if by is not None else login_name(),
         "started": None,
         "finished": None,
         "add_first": listed(add_ids),

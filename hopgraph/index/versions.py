@@ -173,7 +173,12 @@ def check_room(root: str | Path, max_queued: int | None, jobs: list[dict[str, An
 
 
 def submit_update(
-    root: str | Path, add: Sequence[Document], delete: Sequence[str], *, max_queued: int | None = None
+    root: str | Path,
+    add: Sequence[Document],
+    delete: Sequence[str],
+    *,
+    max_queued: int | None = None,
+    by: str | None = None,
 ) -> dict[str, Any]:
     """Queue an update (an added id that exists replaces it) and return its record; does not run it.
 
@@ -209,7 +214,7 @@ def submit_update(
         _check_deletes(ids, delete, f"{root} (live version {live_version(root) or 'root'} and queued jobs)")
         if not _apply(ids, add_ids, delete):
             raise InputError("the update would leave the index without documents")
-        return write_new_job(root, f"j{next_sequence(root):06d}-{secrets.token_hex(3)}", add, delete)
+        return write_new_job(root, f"j{next_sequence(root):06d}-{secrets.token_hex(3)}", add, delete, by)
 
 
 def _finish(root: Path, batch: list[dict[str, Any]], leader: str, seconds: float | None) -> list[dict[str, Any]]:

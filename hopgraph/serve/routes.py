@@ -139,7 +139,7 @@ def insert(
             raise APIError(422, "invalid_request", f"document {shown(d.id)}: {exc}") from None
         documents.append(Document(id=d.id, text=d.text, title=d.title, source=d.source or "api", metadata=metadata))
     try:
-        return service.jobs.submit(documents, [])
+        return service.jobs.submit(documents, [], who.user)
     except QueueFullError as exc:
         raise queue_full(exc, service.serve.max_queued_jobs) from None
 
@@ -151,7 +151,7 @@ def delete(doc_id: str, who: Principal = Depends(admin), service: Service = Depe
     Any id that can be inserted can be deleted: "/" included, percent-encoded.
     """
     try:
-        return service.jobs.submit([], [doc_id])
+        return service.jobs.submit([], [doc_id], who.user)
     except UnknownDocumentError:
         raise APIError(
             404, "unknown_document", f"no document {shown(doc_id)} in the index or its queued updates"

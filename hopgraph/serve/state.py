@@ -287,9 +287,9 @@ class JobRunner:
         if self._thread.is_alive():
             self._thread.join(timeout=30)  # at most one load or collection in progress
 
-    def submit(self, add: list[Any], delete: list[str]) -> dict[str, Any]:
-        """Queue a job; QueueFullError when serve.max_queued_jobs are unfinished."""
-        job = versions.submit_update(self.root, add, delete, max_queued=self.config.serve.max_queued_jobs)
+    def submit(self, add: list[Any], delete: list[str], by: str) -> dict[str, Any]:
+        """Queue ``by``'s job; QueueFullError when serve.max_queued_jobs are unfinished."""
+        job = versions.submit_update(self.root, add, delete, max_queued=self.config.serve.max_queued_jobs, by=by)
         self._wake.set()
         return job
 

@@ -95,6 +95,7 @@ def test_update_equals_full_rebuild_and_embeds_only_new_texts(built, index, samp
     base = LoadedIndex(index)
     job = versions.submit_update(index, [*sample_documents[5:], *new_documents()], [sample_documents[1].id])
     assert job["status"] == "queued" and LoadedIndex(index).version == ""
+    assert job["submitted_by"] == jobs.login_name()  # this process's user, where no server names one
     [done] = versions.run_pending(index)
     assert done["status"] == "done" and done["documents"] == {
         "before": 5,

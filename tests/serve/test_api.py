@@ -345,6 +345,7 @@ def test_insert_and_delete_run_as_jobs_and_publish_a_new_version(index_copy, ser
         assert job.status_code == 202 and job.json()["status"] in ("queued", "running")
         done = wait_for_job(c, job.json()["id"])
         assert done["status"] == "done", done
+        assert job.json()["submitted_by"] == done["submitted_by"] == "admin"  # who changed the index
         wait_until(lambda: "lighthouse" in live.app.state.holder.current.doc_ids)  # switched once loaded
         assert c.get("/healthz").json()["version"] != ""
         assert "lighthouse" in docs_seen(c, "press") and "lighthouse" not in docs_seen(c, "guest")

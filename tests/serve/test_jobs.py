@@ -331,7 +331,7 @@ def test_an_insert_on_a_full_or_read_only_disk_says_so_instead_of_a_server_error
         runner = server.app.state.jobs
         submit = runner.submit
 
-        def no_room(add, delete):
+        def no_room(add, delete, by):
             raise OSError(getattr(errno, error), os.strerror(getattr(errno, error)), str(index_copy / JOBS))
 
         runner.submit = no_room
