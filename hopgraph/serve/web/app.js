@@ -60,7 +60,8 @@ async function signIn(token) {
   try {
     state.info = await api("/v1/index");
   } catch (error) {
-    sessionStorage.removeItem(TOKEN_KEY);
+    // Only a refused token is forgotten: a busy (429) or restarting (503) server keeps the tab's session.
+    if (error.status === 401) sessionStorage.removeItem(TOKEN_KEY);
     show($("signin-error"), error.status === 401 ? "This token is not accepted by the server." : error.message);
     return false;
   }
@@ -117,7 +118,9 @@ async function ask(withAnswer) {
         return;
       } catch (error) {
         // Without the answer model, the retrieval evidence is still worth showing.
-        if (!["llm_unavailable", "llm_rejected", "answers_busy"].includes(error.code)) throw error;
+        if (!["llm_unavailable", "llm_rejected", "answers_busy", "answers_busy_for_user"].includes(error.code)) {
+          throw error;
+        }
         show($("ask-error"), `No answer: ${error.message}. The retrieval evidence is shown below.`);
       }
     }
@@ -204,8 +207,10 @@ async function follow(job, label) {
   const line = el("li", { "data-job": job.id }, `${label}: ${job.status}`);
   $("jobs").prepend(line);
   let record = job;
+  let wait = 500; // doubling to 5 s: a job that stays "publishing" (a version the server cannot load) is not polled twice a second for ever
   while (!["done", "failed"].includes(record.status)) {
-    await sleep(500);
+    await sleep(wait);
+    wait = Math.min(wait * 2, 5000);
     try {
       record = await api(`/v1/jobs/${encodeURIComponent(job.id)}`);
     } catch (error) {
