@@ -8,6 +8,7 @@ Every setting of :class:`hopgraph.config.HopgraphConfig` is also an option named
 from __future__ import annotations
 
 import json
+import os
 import time
 import typing
 from pathlib import Path
@@ -319,6 +320,7 @@ def evaluate(
             param_hint="--methods",
         )
     config = build_config(config_file, options)
+    out_path = result_path(out) if out else None
     payload = run(
         dataset,
         index_dir,
@@ -334,9 +336,30 @@ def evaluate(
     from hopgraph.evaluate.runner import result_columns  # noqa: PLC0415
 
     click.echo(markdown_table(payload["results"], result_columns(payload["results"])))
-    if out:
-        for path in write_outputs(payload, Path(out)):
+    if out_path:
+        for path in write_outputs(payload, out_path):
             click.echo(f"wrote {path}")
+
+
+def result_path(out: str) -> Path:
+    """``eval --out`` checked before the run, not after it: a result file that cannot be written lost
+    the whole run, and a path ending .md was overwritten by the table written beside it."""
+    path = Path(out)
+    if path.suffix.lower() in (".md", ".png"):
+        raise click.BadParameter(
+            f"{out} would be overwritten by the {path.suffix.lower()} written beside the result: give the JSON's "
+            "path (e.g. ending .json)",
+            param_hint="--out",
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot make the folder {path.parent}: {exc.strerror or exc}", param_hint="--out"
+        ) from None
+    if not os.access(path.parent, os.W_OK) or path.is_dir():
+        raise click.BadParameter(f"{out} cannot be written", param_hint="--out")
+    return path
 
 
 MIN_CONCEPT_CHARS = 3

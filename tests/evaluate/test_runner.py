@@ -124,6 +124,24 @@ def test_every_method_is_checked_before_the_first_runs_and_an_empty_question_set
         assert refused.exit_code == 2 and ("no method given" in refused.output or "--limit" in refused.output)
 
 
+def test_a_result_path_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    """`--out res.md` had its JSON overwritten by the table written beside it, and a path in a folder
+    that cannot be made failed with a traceback after the whole run: either way the run was lost."""
+    from click.testing import CliRunner
+
+    from hopgraph.cli import main
+
+    data, index = musique_file(tmp_path / "musique.jsonl"), tmp_path / "index"
+    (tmp_path / "file").write_text("a file, not a folder")
+    for out, said in ((tmp_path / "res.md", "would be overwritten by the .md"), (tmp_path / "file" / "r.json", "file")):
+        refused = CliRunner().invoke(main, ["eval", str(data), "--index", str(index), "--out", str(out)])
+        assert refused.exit_code == 2 and said in refused.output and "Traceback" not in refused.output
+        assert not index.exists()  # refused before anything ran
+    made = tmp_path / "results" / "new" / "r.json"  # a folder that is not there yet is made
+    ran = CliRunner().invoke(main, ["eval", str(data), "--index", str(index), "--out", str(made), "--methods", "text"])
+    assert ran.exit_code == 0 and made.is_file() and made.with_suffix(".md").is_file()
+
+
 def test_questions_that_cannot_be_scored_are_refused_and_bad_passages_left_out_as_index_leaves_them(tmp_path):
     """A question without a gold answer counted as a miss (Coverage capped unseen); an empty question
     and a repeated id were accepted; a passage `hopgraph index` skips (control characters) was indexed."""
