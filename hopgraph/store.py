@@ -349,6 +349,22 @@ class IndexStore:
         except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise IndexFormatError(f"{path}: corrupt graph ({exc})") from None
 
+    def drop_unrecorded(self, manifest: dict[str, Any]) -> list[str]:
+        """Remove the files of ``tables/``, ``arrays/`` and ``graphs/`` that no stage of ``manifest``
+        recorded (-> their paths), once a build is complete: an earlier build's parts that this one
+        has not (`--overwrite` from an index with a CUE graph kept it, and `Index.retrieve` used it
+        over the new corpus), and the temporary files of a write that was killed (gigabytes, copied
+        with every copy of the index). The build lock is held, so no write of another is under way."""
+        recorded = {path for record in manifest.get("stages", {}).values() for path in record.get("files", {})}
+        dropped = []
+        for kind in ("tables", "arrays", "graphs"):
+            folder = self.root / kind
+            for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+                if path.is_file() and f"{kind}/{path.name}" not in recorded:
+                    path.unlink()
+                    dropped.append(f"{kind}/{path.name}")
+        return dropped
+
     def has(self, kind: str, name: str) -> bool:
         suffix = {"tables": ".parquet", "arrays": ".npy", "graphs": ".npz"}[kind]
         return self._file(kind, name, suffix).is_file()

@@ -597,4 +597,5 @@ def _run_stages(ctx: BuildContext, manifest: dict[str, Any], stop_after: str | N
         "llm": config.llm.model if config.extraction.active() else None,
     }
     store.write_manifest(manifest)
+    store.drop_unrecorded(manifest)  # after the manifest: a kill between them leaves only files to drop
     return manifest

@@ -195,7 +195,7 @@ class Retriever:
             config = validate_section(
                 RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings"
             )
-        check_method(config.method)
+        check_method(config.method, self.index.manifest)  # a method whose parts this index has not built
         vector = self.question_vector(question, config.method, vector)
         started = time.perf_counter()
         query = make_query(self.index, question, vector, self.device, self.rerank)

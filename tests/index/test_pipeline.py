@@ -98,6 +98,25 @@ with IndexStore(sys.argv[1]).building():
 """
 
 
+def test_a_rebuild_keeps_no_part_of_the_index_it_replaced(tmp_path, sample_documents, sample_config):
+    """`--overwrite` kept an earlier build's CUE graph, which `retrieve(method="cue")` then used over
+    the new corpus; a killed write's temporary file stayed in the index for good."""
+    from hopgraph.config import ExtractionConfig
+    from hopgraph.errors import ConfigError
+    from hopgraph.retrieve.retriever import Retriever
+
+    out = tmp_path / "idx"
+    with_cue = sample_config.model_copy(update={"extraction": ExtractionConfig(cue_alpha=0.0)})
+    build_index(sample_documents[:3], out, with_cue, progress=False)
+    assert IndexStore(out).has("tables", "cue_units")
+    (out / "arrays" / ".unit_vectors.npy.k1ll3d.tmp").write_bytes(b"\0" * 1024)  # a write killed mid-way
+    build_index(sample_documents[3:], out, sample_config, progress=False, overwrite=True)
+    left = sorted(p.name for kind in ("tables", "arrays", "graphs") for p in (out / kind).iterdir())
+    assert not [name for name in left if name.startswith(("cue_", "."))], left
+    with pytest.raises(ConfigError, match="method 'cue' needs parts this index lacks"):
+        Retriever(out).retrieve("Who leads the harbour team?", method="cue")
+
+
 def test_other_corpus_or_settings_are_refused(tmp_path, sample_documents, sample_config):
     out = tmp_path / "idx"
     build_index(sample_documents[:3], out, sample_config, progress=False, stop_after="chunks")

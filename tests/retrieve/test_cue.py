@@ -1,4 +1,5 @@
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,17 +23,24 @@ NO_ENTITY = "What happened after a series of algal blooms?"  # spaCy finds no en
 BUDGET = "What budget did the Orrin Basin Water Board approve for the Sorvik campus in 2025?"
 
 
-@pytest.fixture(scope="module")
-def cue_index(sample_index, tmp_path_factory):
-    """The sample index plus a CUE graph at α=0: punkt sentences as knowledge units."""
-    path = tmp_path_factory.mktemp("cue") / "index"
-    shutil.copytree(sample_index, path)
+def with_cue_graph(index: Path, path: Path) -> Path:
+    """A copy of ``index`` at ``path`` plus a CUE graph at α=0 (punkt sentences as knowledge units),
+    recorded as its stage records it: retrieval offers only the methods an index's manifest records."""
+    shutil.copytree(index, path)
     store = IndexStore(path)
     chunk_units = [[text[a:b] for a, b in sentence_spans(text)] for text in store.read_table("chunks")["text"]]
     write_cue_graph(
         store, chunk_units, ["sentence"] * sum(map(len, chunk_units)), load_embedder(EmbeddingConfig(cache="")).encode
     )
-    return Retriever(path)
+    manifest = store.read_manifest()
+    manifest["stages"]["cue_graph"] = {"done": True, "files": store.take_written()}
+    store.write_manifest(manifest)
+    return path
+
+
+@pytest.fixture(scope="module")
+def cue_index(sample_index, tmp_path_factory):
+    return Retriever(with_cue_graph(sample_index, tmp_path_factory.mktemp("cue") / "index"))
 
 
 def _query(retriever, text):

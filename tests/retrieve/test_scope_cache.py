@@ -7,19 +7,15 @@ exactly as the first did (and as a fresh retriever does).
 
 from __future__ import annotations
 
-import shutil
 import threading
 
 import pytest
 
-from hopgraph.config import EmbeddingConfig
-from hopgraph.index.cue import write_cue_graph
 from hopgraph.kernels import RandomWalk
-from hopgraph.models import load_embedder, sentence_spans
 from hopgraph.retrieve.filters import MetadataFilter
 from hopgraph.retrieve.methods import cue, ppr
 from hopgraph.retrieve.retriever import Retriever
-from hopgraph.store import IndexStore
+from tests.retrieve.test_cue import with_cue_graph
 
 QUESTION = "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?"
 OPERATIONS = MetadataFilter(groups=frozenset({"operations"}))
@@ -89,12 +85,7 @@ def test_restricted_concept_reuses_its_reachable_concepts(sample_index):
 
 
 def test_restricted_cue_reuses_its_reachable_entities(sample_index, tmp_path, monkeypatch):
-    path = tmp_path / "index"
-    shutil.copytree(sample_index, path)
-    store = IndexStore(path)
-    units = [[text[a:b] for a, b in sentence_spans(text)] for text in store.read_table("chunks")["text"]]
-    write_cue_graph(store, units, ["sentence"] * sum(map(len, units)), load_embedder(EmbeddingConfig(cache="")).encode)
-    retriever = Retriever(path)
+    retriever = Retriever(with_cue_graph(sample_index, tmp_path / "index"))
     computed: list[int] = []
     real = cue.reachable_entities
 
