@@ -284,11 +284,7 @@ def _run(
         base = batch[0]["base"]
         if base is None:
             base = live
-        elif base != live:
-            raise IndexFormatError(
-                f"job {batch[0]['id']} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
-                "(the live version was moved outside the job queue); submit the update again"
-            )
+        _check_base(root, batch[0]["id"], base)
         building = True
         for record in batch:
             record.update(
@@ -330,6 +326,7 @@ def _run(
                 "have copied its rows into a new version unseen; rebuild the index from the documents "
                 "(`hopgraph index ... --overwrite`)"
             )
+        _check_base(root, batch[0]["id"], base)  # again: `hopgraph index --overwrite` may have reset it meanwhile
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
         if storage_state(exc) is not None:
@@ -343,6 +340,18 @@ def _run(
             raise
         raise HopgraphError(f"update job {leader} failed: {exc}") from exc
     return _finish(root, batch, leader, time.perf_counter() - started)
+
+
+def _check_base(root: Path, job_id: str, base: str) -> None:
+    """IndexFormatError where ``base``, the version the job edits, is no longer the live one: only
+    the job queue moves it, but `hopgraph index --overwrite` makes its rebuilt root live (a job
+    ending after it published the old corpus plus the update over the rebuild)."""
+    live = live_version(root)
+    if base != live:
+        raise IndexFormatError(
+            f"job {job_id} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
+            "(the live version was moved outside the job queue); submit the update again"
+        )
 
 
 def _split(

@@ -18,7 +18,7 @@ from hopgraph.index.pipeline import build_index
 from hopgraph.retrieve.loaded import LoadedIndex
 from hopgraph.retrieve.methods import LLM_FREE
 from hopgraph.retrieve.retriever import Retriever
-from hopgraph.store import IndexStore
+from hopgraph.store import IndexStore, live_version
 
 QUERIES = [
     "Who founded the laboratory that the first director of the Halvern Harbor Institute had previously led?",
@@ -509,3 +509,19 @@ def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_docum
     )
     build_index(sample_documents[:5], tmp_path / "c", config, progress=False)  # one more document: only its new units
     assert 0 < sum(texts_seen) < first["counts"]["cue_units"]
+
+
+def test_an_update_ending_after_the_index_was_rebuilt_is_not_published_over_it(index):
+    """`hopgraph index --overwrite` makes its rebuilt root live (removes CURRENT) once its build ends;
+    an update job that started from the version live before and ended later wrote CURRENT over it:
+    the old corpus plus the update was served instead of the rebuild, without a word. The rebuild's
+    reset is made here while the job's version is being checked (the server worker's hook)."""
+    first = versions.submit_update(index, new_documents()[:1], [])
+    [done] = versions.run_pending(index)
+    assert live_version(index) == done["id"] == first["id"]
+    second = versions.submit_update(index, new_documents()[1:2], [])
+    with pytest.raises(IndexFormatError, match="is live now"):
+        versions.run_pending(index, verify=lambda version: versions.reset_to_root(index))
+    assert live_version(index) == ""  # the rebuilt root stays live
+    failed = versions.read_job(index, second["id"])
+    assert failed["status"] == "failed" and "submit the update again" in failed["error"]
