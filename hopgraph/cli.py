@@ -40,6 +40,8 @@ from hopgraph.cli_updates import documents, jobs, update
 from hopgraph.config import BUILD_SECTIONS, QUERY_SECTIONS
 from hopgraph.errors import LLMRequestError, LLMUnavailableError
 
+LOCAL_ONLY = "cluster.ner_processes"  # the one [cluster] setting of the local engine
+
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="hopgraph")
@@ -95,11 +97,14 @@ def index(
     from hopgraph.store import CorruptManifestError, IndexStore  # noqa: PLC0415
 
     config = build_config(config_file, {**options, "cluster__engine": engine})
-    given = [k for k in settings(config_file, options, only=("cluster.",)) if k != "cluster.engine"]
-    if given and config.cluster.engine != "ray":  # an operator who forgot --engine ray would not know
+    given = set(settings(config_file, options, only=("cluster.",))) - {"cluster.engine"}
+    # An operator who forgot --engine ray would not know; ner_processes is the local engine's own.
+    ignored = sorted(given - {LOCAL_ONLY}) if config.cluster.engine != "ray" else sorted(given & {LOCAL_ONLY})
+    if ignored:
         click.secho(
-            f"note: {', '.join(given[:3])}{' …' if len(given) > 3 else ''} apply to --engine ray only; this build "
-            "runs in this process",
+            f"note: {', '.join(ignored[:3])}{' …' if len(ignored) > 3 else ''} apply to "
+            f"{'--engine local' if ignored == [LOCAL_ONLY] else '--engine ray'} only; this build runs "
+            f"{'on the Ray cluster' if config.cluster.engine == 'ray' else 'in this process'}",
             fg="yellow",
             err=True,
         )

@@ -164,6 +164,9 @@ def test_cluster_settings_without_the_ray_engine_are_named_as_unused(index):
     again = hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL, "--cluster.embed_actors", "16")
     assert "note: cluster.embed_actors apply to --engine ray only; this build runs in this process" in again.stderr
     assert "note:" not in hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL).stderr
+    # The local engine's own setting was named as one for --engine ray.
+    local = hopgraph("index", str(SAMPLE), "--out", str(index), "-q", *SMALL, "--cluster.ner_processes", "2")
+    assert "note:" not in local.stderr
 
 
 def test_a_resumed_index_reports_its_own_time(index):
