@@ -94,13 +94,18 @@ class TextKeyedCache:
             self._db.executemany(f"INSERT OR REPLACE INTO {self.TABLE} (key, {self.COLUMN}) VALUES (?, ?)", rows)
 
     def get_or_compute(
-        self, texts: Sequence[str], compute: Callable[[list[str]], Sequence[Any]], slice_size: int | None = None
+        self,
+        texts: Sequence[str],
+        compute: Callable[[list[str]], Sequence[Any]],
+        slice_size: int | None = None,
+        done: Callable[[int, int], None] | None = None,
     ) -> list[Any]:
         """The value per text: stored ones from the cache, the others computed (each distinct text
         once) and stored. With ``slice_size``, ``compute`` gets the missing texts that many at a time
-        and each slice is stored once computed, so a run killed midway keeps what it computed. A
-        computed value is returned as it reads back from the cache, so a hit and a miss give equal
-        values (JSON turns tuples into lists, for example)."""
+        and each slice is stored once computed, so a run killed midway keeps what it computed; ``done``
+        (texts computed, texts to compute) is told after each slice (a build's bar). A computed value
+        is returned as it reads back from the cache, so a hit and a miss give equal values (JSON
+        turns tuples into lists, for example)."""
         found = self.get_many(texts)
         missing = list(dict.fromkeys(t for t, f in zip(texts, found) if f is None))
         fresh: dict[str, Any] = {}
@@ -112,6 +117,8 @@ class TextKeyedCache:
                 raise ValueError(f"{self.path}: computed {len(encoded)} values for {len(part)} texts")
             self._put_encoded(part, encoded)
             fresh.update((t, self.decode(e)) for t, e in zip(part, encoded))
+            if done is not None:
+                done(start + len(part), len(missing))
         self.hits += len(texts) - sum(f is None for f in found)
         self.misses += len(missing)
         return [f if f is not None else fresh[t] for t, f in zip(texts, found)]

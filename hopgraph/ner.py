@@ -221,16 +221,17 @@ def cached_entity_names(
     phrases: bool = False,
     compute: NameFinder | None = None,
     slice_size: int = CACHE_SLICE,
+    done: Callable[[int, int], None] | None = None,
 ) -> Sequence[Sequence[Sequence[str]]]:
     """:func:`entity_names` (or ``compute``, which must give the same names: Ray tasks, say), with
     ``cache`` (a SQLite file) sending only texts it lacks to spaCy, ``slice_size`` at a time, each
-    slice stored once found; each (name, label) pair is a list there."""
+    slice stored once found (``done`` told of it); each (name, label) pair is a list there."""
     compute = compute or functools.partial(entity_names, phrases=phrases)
     if cache is None:
         return compute(texts)
     store = JsonCache(cache, ner_model_key(phrases))
     try:
-        found = store.get_or_compute(texts, compute, slice_size=slice_size)
+        found = store.get_or_compute(texts, compute, slice_size=slice_size, done=done)
     finally:
         store.close()
     return found  # [name, label] lists as JSON reads them back: made into tuples, they cost ~1 s per 200k texts

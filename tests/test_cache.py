@@ -59,6 +59,34 @@ def test_a_second_analysis_of_the_same_texts_comes_from_the_cache(tmp_path):
     assert analysed == [*texts, "A new text."] and again.misses == 1
 
 
+def test_an_analysis_stopped_midway_keeps_the_slices_it_finished(tmp_path):
+    """The chunks stage analysed the whole corpus in one call and stored nothing before its end: a
+    build killed (or a cluster lost) near the end of it lost all of it, and its bar stood still."""
+    from hopgraph.index.analysis import TextAnalyser
+    from hopgraph.index.chunking import analyse_texts
+
+    texts = [f"Note {i} on the Orrin ferry. It sails at {i} o'clock." for i in range(5)]
+    calls: list[list[str]] = []
+
+    def stops_at_the_third_slice(batch, encoding):  # the real analysis; a Ctrl-C on the third slice
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(list(batch))
+        return analyse_texts(batch, encoding)
+
+    told: list[tuple[int, int]] = []
+    first = TextAnalyser(
+        tmp_path / "analysis.sqlite", stops_at_the_third_slice, slice_size=2, done=lambda *at: told.append(at)
+    )
+    with pytest.raises(KeyboardInterrupt):
+        first.analyse(texts, "cl100k_base")
+    assert told == [(2, 5), (4, 5)]
+    calls.clear()
+    again = TextAnalyser(tmp_path / "analysis.sqlite", stops_at_the_third_slice, slice_size=2)
+    assert again.analyse(texts, "cl100k_base") == analyse_texts(texts, "cl100k_base")
+    assert calls == [texts[4:]]  # only the text of the slice that was stopped
+
+
 def test_a_one_window_text_has_the_same_vector_whatever_shares_its_call(tmp_path):
     """An update takes the vectors of unchanged texts from the version it edits, where other texts
     shared their embedding call: a one-window text's vector must not depend on a long text beside it."""

@@ -58,6 +58,9 @@ def _pairs(flat: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(values[0::2], values[1::2]))
 
 
+ANALYSIS_SLICE = 2000  # documents tokenised and sentence-split, then stored, at a time (on one machine)
+
+
 class TextAnalyser:
     """Token offsets and sentences of texts, each text computed once per cache file.
 
@@ -66,9 +69,18 @@ class TextAnalyser:
     all the analyses (misses count the distinct texts that were computed).
     """
 
-    def __init__(self, path: str | Path | None, inner: Analyse = analyse_texts):
+    def __init__(
+        self,
+        path: str | Path | None,
+        inner: Analyse = analyse_texts,
+        slice_size: int = ANALYSIS_SLICE,
+        done: Callable[[int, int], None] | None = None,
+    ):
         self.path = str(Path(path).expanduser()) if path else ":memory:"
         self.inner = inner
+        # Texts analysed and stored at a time, ``done`` told after each: the whole corpus in one call
+        # stored nothing before its end (a killed build lost all of it) and left the bar still.
+        self.slice_size, self.done = slice_size, done
         self._caches: dict[str, TextKeyedCache] = {}
 
     def _lookup(
@@ -76,7 +88,7 @@ class TextAnalyser:
     ) -> list[Any]:
         if model not in self._caches:
             self._caches[model] = kind(self.path, model)
-        return self._caches[model].get_or_compute(texts, compute)
+        return self._caches[model].get_or_compute(texts, compute, self.slice_size, self.done)
 
     @property
     def hits(self) -> int:

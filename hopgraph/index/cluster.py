@@ -367,11 +367,11 @@ class RayEngine:
         found = self.map_texts(texts, ner.entity_names, self.config.cluster.ner_batch_size, phrases=phrases)
         return [[(name, label) for name, label in names] for names in found]
 
-    def ner_slice(self) -> int:
-        """Texts whose names are found (and stored) at a time on the cluster: four tasks of
-        ``cluster.ner_batch_size`` per CPU, so a slice keeps every CPU busy."""
+    def task_slice(self, batch: int) -> int:
+        """Texts to give :meth:`map_texts` at a time (and store once done) in tasks of ``batch``:
+        four tasks per CPU of the cluster, so a slice keeps every CPU busy."""
         cpus = int(self.ray.cluster_resources().get("CPU", 1))
-        return max(ner.CACHE_SLICE, 4 * max(1, cpus) * self.config.cluster.ner_batch_size)
+        return 4 * max(1, cpus) * batch
 
     # ------------------------------------------------------------------ embeddings
     def texts_in_flight(self) -> int:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig
 from hopgraph.documents import Document
-from hopgraph.index.analysis import TextAnalyser, analysis_cache_path
+from hopgraph.index.analysis import ANALYSIS_SLICE, TextAnalyser, analysis_cache_path
 from hopgraph.index.chunking import analyse_texts
 from hopgraph.index.progress import RunProgress
 from hopgraph.index.reuse import FIRST_BUILD, PreviousVersion
@@ -99,7 +99,10 @@ class BuildContext:
     @functools.cached_property
     def analyser(self) -> TextAnalyser:
         """Per-text tokens and sentences, cached beside the vector cache (on the engine's workers if any)."""
-        return TextAnalyser(analysis_cache_path(self.config), self.engine.analyse if self.engine else analyse_texts)
+        if self.engine is None:
+            return TextAnalyser(analysis_cache_path(self.config), analyse_texts, done=self.run.within)
+        slice_size = max(ANALYSIS_SLICE, self.engine.task_slice(self.config.cluster.analysis_batch_size))
+        return TextAnalyser(analysis_cache_path(self.config), self.engine.analyse, slice_size, self.run.within)
 
     def entity_names(self, texts: Sequence[str], phrases: bool = False) -> Sequence[Sequence[Sequence[str]]]:
         """spaCy's names of ``texts`` through the entity cache beside the vector cache: as Ray tasks on a
@@ -108,7 +111,7 @@ class BuildContext:
         slice_size = CACHE_SLICE
         if self.engine is not None:
             compute = functools.partial(self.engine.entity_names, phrases=phrases)
-            slice_size = self.engine.ner_slice()
+            slice_size = max(CACHE_SLICE, self.engine.task_slice(self.config.cluster.ner_batch_size))
         else:
             wanted = self.config.cluster.ner_processes
 
@@ -116,4 +119,4 @@ class BuildContext:
                 return entity_names(batch, phrases, processes=ner_processes(wanted, len(batch)))
 
         cache = analysis_cache_path(self.config, "entities.sqlite")
-        return cached_entity_names(texts, cache, phrases, compute, slice_size)
+        return cached_entity_names(texts, cache, phrases, compute, slice_size, self.run.within)

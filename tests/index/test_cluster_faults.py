@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from hopgraph import ner
 from hopgraph.config import HopgraphConfig
 from hopgraph.errors import ClusterError, ConfigError
 from tests.conftest import SHARED_DATA
@@ -180,7 +179,7 @@ def test_a_task_whose_own_code_fails_is_that_error_not_a_lost_cluster(ray_cluste
         assert isinstance(failure, InputError) and str(failure) == "text 'odd': not what this task reads"
         assert engine.failure(ValueError("not Ray's")) is None
         batch = engine.config.cluster.ner_batch_size
-        assert engine.ner_slice() == max(ner.CACHE_SLICE, 4 * 2 * batch)  # every CPU of the two nodes busy
+        assert engine.task_slice(batch) == 4 * 2 * batch  # every CPU of the two nodes busy
     finally:
         engine.close()
 
