@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hopgraph.errors import InputError
+from hopgraph.evaluate.metrics import supporting_recall
 from hopgraph.index.datasets import detect_format, load_benchmark, paragraph_id
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -103,6 +104,23 @@ def test_hipporag_questions_corpus_and_supporting_facts(tmp_path: Path) -> None:
         assert (q1.id, q1.answers, q1.supporting_ids) == ("h1", ["Alpha"], [bench.documents[1].id])
         assert (q2.id, q2.answers, q2.supporting_ids) == ("h2", ["river", "stream"], [bench.documents[0].id])
         assert (q3.id, q3.answers, q3.supporting_ids) == ("2", ["x"], None)
+
+
+def test_a_supporting_paragraph_the_corpus_spells_otherwise_or_lacks_still_counts(tmp_path: Path) -> None:
+    """A flagged paragraph whose copy differed from the corpus's in white space, or that the corpus
+    lacked, was dropped without a word: recall was computed over the question's other passages."""
+    _write_json(tmp_path / "toy_corpus.json", [{"title": "Paris", "text": "Paris is the capital of  France. "}])
+    flagged = [
+        {"title": "Paris", "paragraph_text": "Paris is the capital of France.", "is_supporting": True},
+        {"title": "Lyon", "paragraph_text": "Lyon lies on the Rhone.", "is_supporting": True},
+    ]
+    _write_json(tmp_path / "toy.json", [{"id": "q1", "question": "Capital?", "answer": "Paris", "paragraphs": flagged}])
+    bench = load_benchmark(tmp_path)
+    [paris] = bench.documents
+    assert bench.questions[0].supporting_ids == [paris.id, paragraph_id("Lyon", "Lyon lies on the Rhone.")]
+    [said] = bench.skipped
+    assert said == "1 supporting paragraph(s) not in toy_corpus.json (counted as not retrieved): question 'q1'"
+    assert supporting_recall([paris.id], bench.questions[0].supporting_ids) == 0.5
 
 
 def test_ircot_dedupes_paragraphs_and_limit_keeps_the_corpus(tmp_path: Path) -> None:
