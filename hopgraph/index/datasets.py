@@ -108,16 +108,35 @@ def load_questions(path: str | Path, *, limit: int | None = None) -> list[Questi
     """Questions about a corpus of one's own (JSONL, or a JSON list): ``question``, ``answer`` (or
     ``answers``, a list, and ``answer_aliases``), optionally ``id`` (else the line number) and the
     ids of the documents that support the answer, as ``supporting_ids`` or as ``support`` pairs of
-    [document id, sentence] (``examples/wiki-questions.jsonl``)."""
+    [document id, sentence] (``examples/wiki-questions.jsonl``) or plain ids; support in another
+    shape is refused (it was ignored, and recall reported as absent without a word)."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     questions = []
     for index, (where, record) in enumerate(_read_records(path)[:limit]):  # (objects: _read_records checks)
-        support = [s[0] for s in _list(record.get("support")) if isinstance(s, list) and s and isinstance(s[0], str)]
-        support += [s for s in _list(record.get("supporting_ids")) if isinstance(s, str)]
+        support = [_support_id(s, where) for s in _listed(record, "support", where)]
+        support += [_support_id(s, where) for s in _listed(record, "supporting_ids", where)]
         questions.append(_question(record, where, ("id",), str(index + 1), list(dict.fromkeys(support)) or None))
     return questions
+
+
+def _listed(record: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = record.get(key)
+    if value is not None and not isinstance(value, list):
+        raise InputError(f"{where}: {key!r} must be a list of document ids or [document id, sentence] pairs")
+    return value or []
+
+
+def _support_id(item: Any, where: str) -> str:
+    """The document id of one ``support`` item: an id, or a [document id, sentence] pair."""
+    if isinstance(item, list) and item:
+        item = item[0]
+    if not isinstance(item, str) or not item:
+        raise InputError(
+            f"{where}: support item {cut(json.dumps(item))} is neither a document id nor a [document id, sentence] pair"
+        )
+    return item
 
 
 def _question(

@@ -216,3 +216,10 @@ def test_a_questions_file_names_where_a_record_is_wrong(tmp_path):
         load_questions(path)
     [first] = load_questions(path, limit=1)
     assert (first.id, first.answers, first.supporting_ids) == ("1", ["a"], ["doc.md"])
+    # Support in another shape was ignored, and recall reported as absent without a word.
+    path.write_text('{"question": "Q?", "answer": "a", "support": ["doc.md", ["other.md", "s"]]}\n')
+    assert load_questions(path)[0].supporting_ids == ["doc.md", "other.md"]  # plain ids are ids
+    for bad, said in (('"support": "doc.md"', "'support' must be a list"), ('"support": [[3, "s"]]', "support item 3")):
+        path.write_text(f'{{"question": "Q?", "answer": "a", {bad}}}\n')
+        with pytest.raises(InputError, match=f"questions.jsonl:1: {said}"):
+            load_questions(path)
