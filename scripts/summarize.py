@@ -40,12 +40,14 @@ def coverage_tables(results: Path = RESULTS) -> str:
         by = {r["method"]: r for r in run["results"]}
         cover.append(
             f"| {run['dataset']} | {run['chunk_size']} | "
-            + " | ".join(_coverage_cell(by[m]) for m in methods)
+            + " | ".join(_coverage_cell(by[m]) if m in by else "" for m in methods)  # a file may lack a method
             + f" | `{run['file']}` |"
         )
         latency.append(
             f"| {run['dataset']} | {run['chunk_size']} | "
-            + " | ".join(f"{by[m]['latency_ms_p50']:.1f} / {by[m]['latency_ms_p95']:.1f}" for m in methods)
+            + " | ".join(
+                f"{by[m]['latency_ms_p50']:.1f} / {by[m]['latency_ms_p95']:.1f}" if m in by else "" for m in methods
+            )
             + " |"
         )
     whole_word = any("coverage_whole_word" in r for run in runs for r in run["results"])
