@@ -384,8 +384,8 @@ def _hipporag_support(
             if doc_id not in found:
                 found.append(doc_id)
     for fact in _list(record.get("supporting_facts")):
-        title = fact[0] if isinstance(fact, list) and fact else None
-        found.extend(i for i in by_title.get(str(title), []) if i not in found)
+        named = fact[0] if isinstance(fact, list) and fact else None
+        found.extend(i for i in by_title.get(str(named), []) if i not in found)
     return found or None
 
 
