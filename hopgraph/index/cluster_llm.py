@@ -15,8 +15,8 @@ from tqdm import tqdm
 
 from hopgraph.config import LLMConfig
 from hopgraph.config.base import llm_address
-from hopgraph.errors import ConfigError
-from hopgraph.llm.client import chat_body, completion_from_json
+from hopgraph.errors import ConfigError, LLMUnavailableError
+from hopgraph.llm.client import HttpLLM, chat_body, completion_from_json
 from hopgraph.llm.probe import ServedModel, auth_headers
 from hopgraph.llm.types import ChatRequest, Completion, Done
 from hopgraph.llm.vllm_engine import engine_arguments
@@ -78,6 +78,7 @@ class RayHttpLLM(_ClusterLLM):
         if not cluster.llm_endpoints:  # the endpoints are checked with the settings; the stored address here
             llm_address(config.base_url)
         self.endpoints = cluster.llm_endpoints or [config.base_url]
+        self._clients: dict[str, HttpLLM] = {}  # per endpoint, for the rows Ray's processor gave up on
         # Cached under what the first endpoint serves, as the embedded engine's client caches them.
         self.served = ServedModel(config.model_copy(update={"base_url": self.endpoints[0]}))
 
@@ -120,9 +121,22 @@ class RayHttpLLM(_ClusterLLM):
 
         def rows(clock: _Clock) -> Iterator[tuple[int, Completion]]:
             for row in dataset.iter_rows():
-                yield int(row["position"]), completion_from_json(self.config, json.loads(row["response"]), clock.lap())
+                position = int(row["position"])
+                try:
+                    yield position, completion_from_json(self.config, json.loads(row["response"]), clock.lap())
+                except LLMUnavailableError:
+                    # Ray's processor retries 408, 429, 502, 503 and 504 only: a 500 (or a row still
+                    # refused after its retries) ended the stage, and named llm.base_url, not the
+                    # endpoint. Asked again here with the embedded client's retries, at its endpoint.
+                    yield position, self._again(requests[position], position)
 
         return rows
+
+    def _again(self, request: ChatRequest, position: int) -> Completion:
+        endpoint = self.endpoints[position % len(self.endpoints)]
+        if endpoint not in self._clients:
+            self._clients[endpoint] = HttpLLM(self.config.model_copy(update={"base_url": endpoint, "concurrency": 1}))
+        return self._clients[endpoint].complete([request])[0]
 
     def _spent(self, wall: float) -> None:
         self.engine.add_costs(wall, 0.0)  # the driver's wait: the endpoints' time is theirs

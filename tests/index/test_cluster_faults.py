@@ -210,3 +210,28 @@ def test_a_generation_vllm_failed_on_the_cluster_is_refused_not_an_empty_answer(
     assert refused.refused.startswith("prompt is longer") and refused.text == "" and refused.prompt_tokens == 9000
     ok = _generated(postprocess({"__data": answered}), seconds=0.0)
     assert (ok.text, ok.prompt_tokens, ok.completion_tokens, ok.refused) == ("Paris", 12, 2, "")
+
+
+def test_a_server_error_on_the_cluster_is_asked_again_not_the_end_of_the_stage(ray_cluster, tmp_path):
+    """Ray's HTTP processor retries 408, 429, 502, 503 and 504 only: one 500 from an endpoint ended the
+    stage (as the embedded client retries it). The failure is scripted: a real HTTP server that
+    fails the first request it is sent."""
+    import json
+
+    from hopgraph.config import LLMConfig
+    from hopgraph.llm.types import ChatRequest
+    from tests.llm.support import ScriptedServer
+
+    def reply(body, n):
+        return (
+            (500, json.dumps({"error": {"message": "worker crashed", "code": 500}}), 0) if n == 0 else (200, "Paris", 0)
+        )
+
+    engine = engine_for(ray_cluster, tmp_path)
+    try:
+        with ScriptedServer(reply) as server:
+            llm = engine.llm(LLMConfig(base_url=server.base_url, model="scripted", retries=1, timeout=30))
+            [done] = llm.complete([ChatRequest(messages=(("user", "Capital of France?"),))])
+            assert done.text == "Paris" and not done.refused and len(server.bodies) == 2
+    finally:
+        engine.close()
