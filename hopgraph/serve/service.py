@@ -24,6 +24,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import orjson
 from fastapi import Depends, Request
 from fastapi.responses import Response
@@ -255,10 +256,10 @@ class Service:
         serve = self.serve
         deadline = time.monotonic() + serve.answer_timeout
         try:
-            async with self.own_turns:
-                await asyncio.wait_for(
-                    self.own_turns.wait_for(lambda: self.answering[user] < self.own_slots), serve.answer_timeout
-                )
+            # asyncio.timeout, not wait_for: wait_for (3.11) waits in a task of its own, which held the
+            # turn lock for an extra turn of the loop, and could swallow a hung-up client's cancellation.
+            async with self.own_turns, asyncio.timeout(serve.answer_timeout):
+                await self.own_turns.wait_for(lambda: self.answering[user] < self.own_slots)
                 self.answering[user] += 1
         except TimeoutError:
             raise APIError(
@@ -270,7 +271,8 @@ class Service:
             ) from None
         try:
             try:
-                await asyncio.wait_for(self.answer_slots.acquire(), max(0.0, deadline - time.monotonic()))
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await self.answer_slots.acquire()
             except TimeoutError:
                 raise APIError(
                     503,
@@ -284,11 +286,15 @@ class Service:
             finally:
                 self.answer_slots.release()
         finally:
-            async with self.own_turns:
-                self.answering[user] -= 1
-                if not self.answering[user]:
-                    del self.answering[user]  # a user who has gone leaves nothing behind
-                self.own_turns.notify_all()
+            # Given back at once: a stream whose client hung up is cancelled here, and a count given
+            # back only once the turn lock was had was lost whenever that wait was cancelled too
+            # (each loss one of the user's slots, until a restart). The wake-up is shielded.
+            self.answering[user] -= 1
+            if not self.answering[user]:
+                del self.answering[user]  # a user who has gone leaves nothing behind
+            with anyio.CancelScope(shield=True):
+                async with self.own_turns:
+                    self.own_turns.notify_all()
 
     async def generate(self, request: Request, result: RetrievalResult) -> tuple[Answer, Usage]:
         """The answer to a retrieval and the tokens it took, in a bounded answer slot; 503 when every slot stays busy.

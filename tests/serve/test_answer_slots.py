@@ -265,3 +265,40 @@ def test_a_stream_gives_its_slot_back_before_a_reader_that_stopped_reading_takes
         held = asyncio.run(scenario())
         app.state.service.close()
     assert not held, "the answer slot was still taken while the evidence waited for a reader that does not read"
+
+
+def test_a_hang_up_while_another_request_takes_its_turn_gives_the_user_slot_back(acl_index, serve_config):
+    """A user's count of answers was given back after waiting for the turn lock: a stream cancelled
+    (its client gone) while another request held that lock for a moment lost it, and each loss took
+    one of the user's slots until a restart (every answer of theirs then a 429). The timing is
+    staged on the real service: another reader enters while the stream's task group is cancelled,
+    as Starlette cancels a streamed response whose client hung up."""
+    import anyio
+
+    from hopgraph.serve.app import create_app
+    from tests.serve.support import token_book
+
+    service = create_app(acl_index, serve_config, token_book(), start_jobs=False).state.service
+
+    async def stream() -> None:
+        async with service.answer_slot("guest"):
+            await asyncio.sleep(3600)  # waiting for the LLM's next token
+
+    async def other() -> None:
+        async with service.answer_slot("bo"):
+            await asyncio.sleep(0.05)
+
+    async def scenario() -> list[dict]:
+        left = []
+        for _ in range(5):
+            async with anyio.create_task_group() as outer:
+                async with anyio.create_task_group() as streams:
+                    streams.start_soon(stream)
+                    await asyncio.sleep(0.05)
+                    outer.start_soon(other)  # enters answer_slot ...
+                    await asyncio.sleep(0)  # ... and holds the turn lock for a moment
+                    streams.cancel_scope.cancel()  # the stream's client hangs up now
+            left.append(dict(service.answering))
+        return left
+
+    assert asyncio.run(scenario()) == [{}] * 5
