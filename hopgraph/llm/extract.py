@@ -19,7 +19,7 @@ from typing import Any
 
 from hopgraph.config import LLMConfig
 from hopgraph.llm.jsonparse import parse_json
-from hopgraph.llm.templates import prompt, prompt_room
+from hopgraph.llm.templates import fill, prompt, prompt_room
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 from hopgraph.models import count_tokens, get_encoding
 
@@ -149,7 +149,7 @@ def extract(
     first), so a build's whole-run bar follows the calls; retries of the few that failed are not counted."""
     task = TASKS[task_name]
     template = prompt(task.prompt)
-    messages = [(("user", template.replace("{passage}", fit_passage(p, template, config))),) for p in passages]
+    messages = [(("user", fill(template, passage=fit_passage(p, template, config))),) for p in passages]
     results: list[Any | None] = [None] * len(passages)
     usage = Usage()
     # Without structured output the schema is not sent, so it must not be part of the request

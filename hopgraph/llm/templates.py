@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -17,6 +18,16 @@ def prompt_room(context_tokens: int, max_tokens: int) -> float:
     """cl100k tokens a prompt may hold so that it and a completion of ``max_tokens`` fit a model
     with ``context_tokens`` of context, whatever its own tokenizer and chat template."""
     return (context_tokens - max_tokens - RESERVE_TOKENS) / TOKENIZER_SLACK
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def fill(template: str, **values: str) -> str:
+    """``template`` with each ``{name}`` of ``values`` put in, in one pass: text put in (a document's,
+    a question) is never read for placeholders. Filled one placeholder after another, a document
+    holding "{question}" got the question pasted in at each, past the budget its prompt was cut to."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m[1], m[0]), template)
 
 
 @functools.cache

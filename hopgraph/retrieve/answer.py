@@ -15,7 +15,7 @@ from typing import Any
 from hopgraph.config import AnswerConfig
 from hopgraph.errors import LLMRequestError
 from hopgraph.llm.client import context_window
-from hopgraph.llm.templates import prompt, prompt_room
+from hopgraph.llm.templates import fill, prompt, prompt_room
 from hopgraph.llm.types import LLM, ChatRequest, Completion, Usage
 from hopgraph.models import count_tokens
 from hopgraph.retrieve.packing import RetrievalResult
@@ -41,12 +41,7 @@ def _item(n: int, ev: Any) -> str:
 
 
 def _prompt(result: RetrievalResult, config: AnswerConfig, context: str) -> str:
-    return (
-        prompt("answer")
-        .replace("{not_found}", config.not_found)
-        .replace("{context}", context)
-        .replace("{question}", result.query)
-    )
+    return fill(prompt("answer"), not_found=config.not_found, context=context, question=result.query)
 
 
 def evidence_that_fits(result: RetrievalResult, config: AnswerConfig, context_tokens: int) -> int:

@@ -20,7 +20,7 @@ from hopgraph.cli import main
 from hopgraph.config import AnswerConfig, LLMConfig
 from hopgraph.errors import LLMRequestError
 from hopgraph.llm.client import HttpLLM
-from hopgraph.retrieve.answer import answer_many, read_answer
+from hopgraph.retrieve.answer import answer_many, answer_request, evidence_that_fits, read_answer
 from hopgraph.retrieve.packing import Evidence, RetrievalResult
 from tests.llm.support import ScriptedServer
 from tests.serve.support import LiveServer, auth
@@ -32,6 +32,20 @@ QUESTION = "Who chairs the Orrin Basin Water Board?"
 def result_with(n: int) -> RetrievalResult:
     evidence = [Evidence("unit", i, 1.0, "p", 5, f"text {i}", i, [f"d{i}"], [f"T{i}"]) for i in range(n)]
     return RetrievalResult(query="q", method="text", budget=100, evidence=evidence)
+
+
+def test_a_document_s_placeholders_are_its_text_not_the_prompt_s():
+    """The prompt was filled one placeholder after another, so a document holding "{question}" got
+    the question pasted in at each: the prompt outgrew the budget its evidence was cut to (a 4,096-
+    token model was sent 54,583 tokens) and the model read a passage other than the one cited."""
+    question = "Who chairs the board? " + "x" * 1900
+    text = "{question} " * 150 + "{context} {not_found}"
+    evidence = [Evidence("unit", 0, 1.0, "p", 5, text, 0, ["d0"], ["T0"])]
+    result = RetrievalResult(query=question, method="text", budget=100, evidence=evidence)
+    [[_, sent]] = answer_request(result, AnswerConfig()).messages
+    assert sent.count(text) == 1 and sent.count(question) == 1  # the document as it is, the question once
+    assert evidence_that_fits(result, AnswerConfig(), 4096) == 1  # and it fits as measured: ~700 tokens, not 54,000
+    assert len(sent) < len(text) + len(question) + 2000
 
 
 @pytest.mark.parametrize(
