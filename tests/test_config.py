@@ -25,6 +25,12 @@ def test_toml_then_overrides(tmp_path):
         ({"chunking.size": 100, "chunking.overlap": 60}, "overlap"),
         ({"retrieval.method": "No Such Method!"}, "retrieval.method"),
         ({"chunking.sise": 3}, "chunking.sise"),
+        # Accepted, then every request, answer or upload failed (a timeout past what sockets, waits
+        # and setrlimit take: OverflowError).
+        ({"llm.timeout": 1e10}, "llm.timeout"),
+        ({"serve.answer_timeout": 1e10}, "serve.answer_timeout"),
+        ({"serve.job_seconds": 1e10}, "serve.job_seconds"),
+        ({"serve.upload_memory_mb": 10**13}, "serve.upload_memory_mb"),
     ],
 )
 def test_bad_settings_name_the_key(overrides, fragment):

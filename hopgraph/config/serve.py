@@ -112,6 +112,7 @@ class ServeConfig(Section):
     upload_memory_mb: int = Field(
         1024,
         ge=0,
+        le=1_048_576,  # 1 TiB: a limit past what setrlimit takes failed every upload
         description="MiB of memory the child process reading an upload may allocate (its data segment, RLIMIT_DATA; "
         "a 9 MB JSONL of 300,000 one-letter records needs 129-192); a file needing more is refused with 422, so no "
         "file can take the machine's memory. 0 = no limit; else at least 64 plus 4 per MB of max_body_bytes (the "
@@ -131,9 +132,10 @@ class ServeConfig(Section):
     answer_timeout: float = Field(
         60.0,
         gt=0,
-        description="Seconds an answer may take, whole (/v1/answer, /v1/chat/completions) or streamed, once it has "
-        "an answer slot; a whole answer is then 503, a stream ends with an llm_unavailable error event (retrieval "
-        "is unaffected).",
+        le=86_400,  # the answer LLM's request timeout too: past ~9e9 s every answer was a 500
+        description="Seconds (at most a day) an answer may take, whole (/v1/answer, /v1/chat/completions) or "
+        "streamed, once it has an answer slot; a whole answer is then 503, a stream ends with an llm_unavailable "
+        "error event (retrieval is unaffected).",
     )
     job_niceness: int = Field(
         10,
@@ -180,9 +182,10 @@ class ServeConfig(Section):
     job_seconds: float = Field(
         0.0,
         ge=0,
-        description="Longest one build of update jobs may run, in seconds (0: no limit); a build past it fails "
-        "its jobs (those of a batch then run alone, each within the limit), so one huge document cannot hold "
-        "the queue. Builds with an LLM tier may take hours: set it from what yours take.",
+        le=2_592_000,  # 30 days: a wait past ~9e9 s fails in the thread layer (OverflowError)
+        description="Longest one build of update jobs may run, in seconds (0: no limit; at most 30 days); a build "
+        "past it fails its jobs (those of a batch then run alone, each within the limit), so one huge document "
+        "cannot hold the queue. Builds with an LLM tier may take hours: set it from what yours take.",
     )
     job_attempts: int = Field(
         3,
