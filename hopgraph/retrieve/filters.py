@@ -161,12 +161,18 @@ def check_fields(
 
 
 def _members(value: Any) -> tuple[Hashable, ...]:
-    """A document's metadata value as the set members it offers: a scalar itself, a list its scalar
-    items (``{"acl": "board"}`` or ``{"tags": "q3"}`` matches a document whose list holds that value:
-    it matched nothing), an object none."""
+    """A document's metadata value as the set members it offers (:func:`_member`): a scalar itself, a
+    list its scalar items (``{"acl": "board"}`` or ``{"tags": "q3"}`` matches a document whose list
+    holds that value: it matched nothing), an object none."""
     if isinstance(value, list):
-        return tuple(item for item in value if isinstance(item, Scalar))
-    return (value,) if isinstance(value, Scalar) else ()
+        return tuple(_member(item) for item in value if isinstance(item, Scalar))
+    return (_member(value),) if isinstance(value, Scalar) else ()
+
+
+def _member(value: Any) -> Hashable:
+    """A scalar as a set member that tells a boolean from a number: Python's ``True == 1`` made
+    ``{"eq": true}`` match a document whose value is 1 (and ``{"ne": false}`` drop one of 0)."""
+    return (isinstance(value, bool), value)
 
 
 # A year or a month: no instant, but as a string it orders right among ISO dates ("2024" < "2024-03-01").
@@ -251,7 +257,7 @@ def condition_mask(values: Sequence[Any], condition: Any) -> np.ndarray:
     ops = operator_values("", condition)
     for op in ("in", "eq", "ne"):
         if op in ops:
-            allowed = frozenset(ops[op])
+            allowed = frozenset(_member(v) for v in ops[op])
             hit = np.fromiter((not allowed.isdisjoint(_members(v)) for v in values), dtype=bool, count=count)
             mask &= ~hit if op == "ne" else hit
     bounds = [(op, ops[op][0]) for op in RANGE if op in ops]

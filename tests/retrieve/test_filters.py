@@ -78,3 +78,15 @@ def test_a_large_value_list_costs_one_pass_over_the_documents():
     # One set lookup per document and key: ~20 ms here. Scanning the 10,000 allowed values for each
     # document (the old loop) takes ~100 million comparisons, several seconds.
     assert seconds < 1.0, seconds
+
+
+def test_true_and_false_are_not_the_numbers_one_and_zero():
+    """Set membership used Python's equality, where True == 1 == 1.0: {"eq": true} matched documents
+    whose value is 1, and {"ne": false} left out those of 0 (range filters kept the kinds apart)."""
+    from hopgraph.retrieve.filters import condition_mask
+
+    values = [True, 1, 1.0, "1", 0, False, [True, "x"], [1]]
+    assert condition_mask(values, True).tolist() == [True, False, False, False, False, False, True, False]
+    assert condition_mask(values, {"eq": 1}).tolist() == [False, True, True, False, False, False, False, True]
+    assert condition_mask(values, {"ne": False}).tolist() == [True, True, True, True, True, False, True, True]
+    assert condition_mask(values, {"in": [0, "1"]}).tolist() == [False, False, False, True, True, False, False, False]
