@@ -148,7 +148,10 @@ class PartitionedRetriever(Retriever):
         **options: Any,
     ) -> RetrievalResult:
         check_question(question)
-        chosen = method or (overrides or {}).get("method") or self.config.method
+        # Checked here, not only by the partitions: a reader who may read none of them had any
+        # settings accepted (a damping of 7 answered with empty evidence, not a ConfigError).
+        config = self.settings(method, budget, overrides)
+        chosen = config.method
         check_method(chosen)
         started = time.perf_counter()
         streams, settled, seeds = [], None, {}
@@ -172,7 +175,7 @@ class PartitionedRetriever(Retriever):
                 streams.append([numbered(ev, offsets) for ev in result.evidence])
                 for kind in {*KIND_TABLES, *(ev.kind for ev in result.evidence)}:
                     offsets[kind] = offsets.get(kind, 0) + part.rows(kind)
-        final_budget = settled.budget if settled else (budget or self.config.budget)
+        final_budget = settled.budget if settled else config.budget
         return RetrievalResult(
             query=question,
             method=settled.method if settled else chosen,

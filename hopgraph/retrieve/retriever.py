@@ -176,6 +176,19 @@ class Retriever:
         with deadline_after(deadline):
             return self._retrieve(question, method, budget, metadata_filter, vector, overrides)
 
+    def settings(self, method: str | None, budget: int | None, overrides: dict[str, Any] | None) -> RetrievalConfig:
+        """This retriever's retrieval settings with a request's method, budget and overrides (checked)."""
+        if not (method or budget is not None or overrides):
+            return self.config
+        update: dict[str, Any] = dict(overrides or {})
+        if method:
+            update["method"] = method
+        if budget is not None:  # 0 is a budget the settings refuse, not "the default"
+            update["budget"] = budget
+        return validate_section(
+            RetrievalConfig, apply_overrides(self.config.model_dump(), update), "retrieval settings"
+        )
+
     def _retrieve(
         self,
         question: str,
@@ -185,16 +198,7 @@ class Retriever:
         vector: np.ndarray | None,
         overrides: dict[str, Any] | None,
     ) -> RetrievalResult:
-        config = self.config
-        if method or budget is not None or overrides:
-            update: dict[str, Any] = dict(overrides or {})
-            if method:
-                update["method"] = method
-            if budget is not None:  # 0 is a budget the settings refuse, not "the default"
-                update["budget"] = budget
-            config = validate_section(
-                RetrievalConfig, apply_overrides(config.model_dump(), update), "retrieval settings"
-            )
+        config = self.settings(method, budget, overrides)
         check_method(config.method, self.index.manifest)  # a method whose parts this index has not built
         vector = self.question_vector(question, config.method, vector)
         started = time.perf_counter()

@@ -16,7 +16,7 @@ import shutil
 import pytest
 
 from hopgraph.documents import Document
-from hopgraph.errors import IndexFormatError
+from hopgraph.errors import ConfigError, IndexFormatError
 from hopgraph.index.llm_stages import write_kg
 from hopgraph.index.pipeline import build_index
 from hopgraph.index.versions import live_version, read_job, run_job, submit_update
@@ -232,6 +232,11 @@ def test_isolation_groupless_reader_sees_exactly_the_public_index(isolated):
     lexical = Retriever(root / "full")  # bm25 over the partitions loads no embedding model
     assert lexical.retrieve(questions(CODEWORDS[0])[0], method="bm25", budget=400, metadata_filter=BOARD).evidence
     assert lexical._embedder is None
+    # A reader who may read no partition had any settings accepted (nothing checked them).
+    nobody = MetadataFilter(groups=frozenset({"nobody"}), allow_unrestricted=False)
+    assert full.retrieve("Who?", method="text", budget=100, metadata_filter=nobody).evidence == []
+    with pytest.raises(ConfigError, match="ppr.damping"):
+        full.retrieve("Who?", budget=100, metadata_filter=nobody, overrides={"ppr.damping": 7})
 
 
 def test_isolation_survives_an_update(isolated, tmp_path):
