@@ -135,7 +135,7 @@ def mean_vectors(
     only the rows of ``vectors`` they hold are read: an update's few changed keywords."""
     if block_rows < 1:
         raise ValueError(f"block_rows must be positive, got {block_rows}")
-    members = sp.csr_matrix(incidence, dtype=np.float64)
+    members = sp.csr_matrix(incidence, dtype=np.float64, copy=True)  # the caller's weights are not set to 1
     members.data[:] = 1.0
     if columns is not None:
         members = members[:, np.asarray(columns, dtype=np.int64)]

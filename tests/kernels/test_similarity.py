@@ -187,3 +187,10 @@ def test_the_means_of_some_columns_are_bitwise_those_of_all_columns():
         for columns in ([0], [0, 5, 22], list(range(23)), [], [7, 3]):
             some = mean_vectors(incidence, vectors, block_rows=block_rows, columns=columns)
             assert some.tobytes() == whole[columns].tobytes(), (block_rows, columns)
+
+
+def test_mean_vectors_leaves_the_caller_s_incidence_as_it_was():
+    """A float64 CSR incidence was taken without a copy, and its weights were then all set to 1."""
+    weights = sp.csr_matrix(np.array([[0.5, 0.0], [2.0, 3.0]]))
+    mean_vectors(weights, np.eye(2, dtype=np.float32))
+    assert weights.data.tolist() == [0.5, 2.0, 3.0]
