@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from starlette.types import Receive, Scope, Send
 
 from hopgraph.documents import one_line
+from hopgraph.errors import listed
 from hopgraph.llm.types import Usage
 from hopgraph.retrieve.answer import Answer
 from hopgraph.retrieve.packing import RetrievalResult, source_names
@@ -142,7 +143,8 @@ def question_of(body: ChatCompletionRequest) -> str:
     if isinstance(message.content, list):
         other = sorted({p.type for p in message.content if p.type != "text"})
         if other:
-            raise APIError(422, "unsupported_content", f"the question may hold text parts only, not {', '.join(other)}")
+            kinds = listed([shown(kind) for kind in other])  # echoed cut, at most 20: a type may be a megabyte long
+            raise APIError(422, "unsupported_content", f"the question may hold text parts only, not {kinds}")
         return "\n".join(p.text or "" for p in message.content)
     return message.content or ""
 
@@ -238,8 +240,14 @@ class Head:
         return event(self.body("chat.completion.chunk", choices=[choice], **fields))
 
 
+_LINE_SEPARATORS = {0x2028: "\\u2028", 0x2029: "\\u2029"}  # only ever inside a JSON string: escaped there
+
+
 def event(data: Any) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    """One server-sent event. U+2028 and U+2029 are escaped: clients that read the stream by lines
+    with ``str.splitlines`` (httpx's line reader, requests' ``iter_lines``) cut an event there."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return "data: " + text.translate(_LINE_SEPARATORS) + "\n\n"
 
 
 class Trimmed:

