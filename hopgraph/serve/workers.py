@@ -25,7 +25,9 @@ import multiprocessing
 import os
 import signal
 import socket
+import stat
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +41,7 @@ from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import ConfigError
+from hopgraph.files import exclusive_lock
 from hopgraph.serve import connections
 from hopgraph.serve.app import bound_socket, create_app
 from hopgraph.serve.auth import TokenBook
@@ -109,6 +112,18 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.run).parameters:
         settings.setdefault("timeout_worker_healthcheck", 30)  # a process loading a large index answers slowly
     uvicorn.run(f"{__name__}:app_from_environment", workers=serve.workers, **settings)
+
+
+def private_folder() -> Path:
+    """``$XDG_RUNTIME_DIR``, else ``hopgraph-UID`` in the temporary folder: made if missing, and
+    refused unless it is this user's and no one else's (another user could have made it first)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(runtime) if runtime else Path(tempfile.gettempdir()) / f"hopgraph-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    held = folder.lstat()
+    if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o077:
+        raise ConfigError(f"{folder} is not a folder of this user's alone; remove it, or set XDG_RUNTIME_DIR")
+    return folder
 
 
 def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
@@ -227,20 +242,18 @@ class Supervisor:
 
     @contextlib.contextmanager
     def claimed(self) -> Iterator[None]:
-        """Holds an abstract Unix socket named after ``claim`` (Linux): one holder per machine."""
+        """Holds an flock on a file named after ``claim`` in a folder of this user's alone: one holder
+        per machine and user (SO_REUSEPORT shares a port among one user's sockets only). It was an
+        abstract Unix socket, whose name any local user could bind first to keep the server down."""
         if not self.claim:
             yield
             return
-        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            holder.bind("\0" + self.claim)
-        except OSError:
-            holder.close()
-            raise ConfigError(f"another `hopgraph serve` on this machine serves {self.claim}") from None
-        try:
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(exclusive_lock(private_folder() / f"{self.claim}.lock", patience=0))
+            except BlockingIOError:
+                raise ConfigError(f"another `hopgraph serve` on this machine serves {self.claim}") from None
             yield
-        finally:
-            holder.close()
 
     def replace_dead(self) -> None:
         """Start another process in place of one that ended or is stuck (a stuck one is killed first:

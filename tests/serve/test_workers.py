@@ -14,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from hopgraph.llm.standin import free_port
 from hopgraph.serve.workers import SILENT_SECONDS, spreads_connections
 from tests.serve.support import ServeProcess, until
 
@@ -190,3 +191,21 @@ def test_a_second_server_on_the_same_port_is_refused_not_mixed_in(index_copy, tm
     finally:
         first.stop()
         second.stop()
+
+
+@pytest.mark.slow
+def test_a_name_bound_first_by_anyone_on_the_machine_does_not_keep_the_server_down(index_copy, tmp_path):
+    """The one-server-per-port claim was an abstract Unix socket, which has no owner: any local
+    user could bind its name first and every `hopgraph serve` on that port refused to start."""
+    import socket
+
+    port = free_port()
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    squatter.bind(f"\0hopgraph-serve:127.0.0.1:{port}")
+    server = ServeProcess(index_copy, tmp_path / "claimed.log", "--serve.workers", "2", *PER_WORKER, port=port)
+    try:
+        server.wait_ready()
+        assert len(listening(server, 2)) == 2
+    finally:
+        server.stop()
+        squatter.close()
