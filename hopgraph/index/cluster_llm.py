@@ -123,12 +123,13 @@ class RayHttpLLM(_ClusterLLM):
             for row in dataset.iter_rows():
                 position = int(row["position"])
                 try:
-                    yield position, completion_from_json(self.config, json.loads(row["response"]), clock.lap())
+                    completion = completion_from_json(self.config, json.loads(row["response"]), clock.lap())
                 except LLMUnavailableError:
                     # Ray's processor retries 408, 429, 502, 503 and 504 only: a 500 (or a row still
                     # refused after its retries) ended the stage, and named llm.base_url, not the
                     # endpoint. Asked again here with the embedded client's retries, at its endpoint.
-                    yield position, self._again(requests[position], position)
+                    completion = self._again(requests[position], position)
+                yield position, completion
 
         return rows
 
