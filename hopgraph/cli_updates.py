@@ -172,7 +172,8 @@ def jobs(index_dir: str, as_json: bool) -> None:
         took = f", {job['seconds']:.1f} s" if "seconds" in job else ""
         error = f": {job['error']}" if job.get("error") else ""
         added, deleted = id_counts(job)
-        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}  +{added} -{deleted}{took}{error}")
+        by = f" by {job['submitted_by']}" if job.get("submitted_by") else ""  # absent from jobs of an earlier hopgraph
+        click.echo(f"{job['id']}  {job['status']:<8} created {job['created']}{by}  +{added} -{deleted}{took}{error}")
     if any(job["status"] == "stopped" for job in records):
         click.echo(f"stopped jobs resume with `hopgraph update {index_dir} --resume` (or when a server over it starts)")
 

@@ -32,6 +32,7 @@ def test_cli_update_jobs_and_clean_errors(index, tmp_path):
     assert f"job {job_id} done: live version versions/{job_id}" in done.output and "+3 added, -1 deleted" in done.output
     listed = runner.invoke(main, ["jobs", str(index)])
     assert f"live version: {job_id}" in listed.output and "done" in listed.output
+    assert f" by {jobs.login_name()}  +3 -1" in listed.output  # who submitted it
     unknown = runner.invoke(main, ["update", str(index), "--delete", "nope"])
     assert (
         unknown.exit_code == 2
