@@ -354,13 +354,18 @@ class IndexStore:
         recorded (-> their paths), once a build is complete: an earlier build's parts that this one
         has not (`--overwrite` from an index with a CUE graph kept it, and `Index.retrieve` used it
         over the new corpus), and the temporary files of a write that was killed (gigabytes, copied
-        with every copy of the index). The build lock is held, so no write of another is under way."""
-        recorded = {path for record in manifest.get("stages", {}).values() for path in record.get("files", {})}
+        with every copy of the index). The build lock is held, so no write of another is under way.
+        A manifest with a stage record that lists no files (an index of an earlier hopgraph, whose
+        records did not) says nothing of what is stale: only temporary files are removed then."""
+        records = manifest.get("stages", {}).values()
+        known = all("files" in record for record in records)
+        recorded = {path for record in records for path in record.get("files", {})}
         dropped = []
         for kind in ("tables", "arrays", "graphs"):
             folder = self.root / kind
             for path in sorted(folder.iterdir()) if folder.is_dir() else ():
-                if path.is_file() and f"{kind}/{path.name}" not in recorded:
+                stale = f"{kind}/{path.name}" not in recorded if known else path.name.endswith(".tmp")
+                if path.is_file() and stale:
                     path.unlink()
                     dropped.append(f"{kind}/{path.name}")
         return dropped

@@ -115,6 +115,20 @@ def test_a_rebuild_keeps_no_part_of_the_index_it_replaced(tmp_path, sample_docum
     assert not [name for name in left if name.startswith(("cue_", "."))], left
     with pytest.raises(ConfigError, match="method 'cue' needs parts this index lacks"):
         Retriever(out).retrieve("Who leads the harbour team?", method="cue")
+    # An index of an earlier hopgraph, whose stage records list no files: its files are all kept
+    # (a rerun that completed it removed every one), a killed write's temporary file is not.
+    store = IndexStore(out)
+    manifest = store.read_manifest()
+    for record in manifest["stages"].values():
+        del record["files"]
+    store.write_manifest(manifest)
+    (out / "graphs" / ".knn.npz.k1ll3d.tmp").write_bytes(b"\0")
+    kept = sorted(p.name for kind in ("tables", "arrays", "graphs") for p in (out / kind).iterdir())
+    build_index(sample_documents[3:], out, sample_config, progress=False)
+    assert sorted(p.name for kind in ("tables", "arrays", "graphs") for p in (out / kind).iterdir()) == [
+        name for name in kept if not name.endswith(".tmp")
+    ]
+    assert Retriever(out).retrieve("Who leads the harbour team?", method="ppr").evidence
 
 
 def test_other_corpus_or_settings_are_refused(tmp_path, sample_documents, sample_config):
