@@ -64,7 +64,7 @@ from hopgraph.errors import (
     UnknownDocumentError,
     storage_state,
 )
-from hopgraph.files import atomic_write
+from hopgraph.files import atomic_write, file_stamp
 from hopgraph.index.jobs import (
     RUN_LOCK,
     UNFINISHED,
@@ -285,6 +285,7 @@ def _run(
         if base is None:
             base = live
         _check_base(root, batch[0]["id"], base)
+        edited = file_stamp(IndexStore(version_dir(root, base)).manifest_path)  # before it is read
         building = True
         for record in batch:
             record.update(
@@ -326,7 +327,14 @@ def _run(
                 "have copied its rows into a new version unseen; rebuild the index from the documents "
                 "(`hopgraph index ... --overwrite`)"
             )
-        _check_base(root, batch[0]["id"], base)  # again: `hopgraph index --overwrite` may have reset it meanwhile
+        # Again: `hopgraph index --overwrite` may have made its rebuild live meanwhile, or rebuilt the
+        # root this job edits in place (CURRENT then names nothing, before and after).
+        _check_base(root, batch[0]["id"], base)
+        if file_stamp(IndexStore(version_dir(root, base)).manifest_path) != edited:
+            raise IndexFormatError(
+                f"job {batch[0]['id']} edits version {base or 'root'!r}, which was rebuilt while the job ran "
+                "(`hopgraph index --overwrite`); submit the update again"
+            )
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
         if storage_state(exc) is not None:

@@ -511,6 +511,20 @@ def test_rebuilding_the_same_corpus_runs_spacy_on_no_text(tmp_path, sample_docum
     assert 0 < sum(texts_seen) < first["counts"]["cue_units"]
 
 
+def test_an_update_of_the_root_ending_after_it_was_rebuilt_in_place_is_not_published(index):
+    """The same with a job that edits the root: `--overwrite` rebuilds the root in place, CURRENT
+    names nothing before and after, and only the root's manifest tells that it was rebuilt."""
+    job = versions.submit_update(index, new_documents()[:1], [])
+
+    def rebuilt(version: Path) -> None:  # the rebuild's last write, while the job's version is checked
+        store = IndexStore(index)
+        store.write_manifest(store.read_manifest())
+
+    with pytest.raises(IndexFormatError, match="which was rebuilt while the job ran"):
+        versions.run_pending(index, verify=rebuilt)
+    assert live_version(index) == "" and versions.read_job(index, job["id"])["status"] == "failed"
+
+
 def test_an_update_ending_after_the_index_was_rebuilt_is_not_published_over_it(index):
     """`hopgraph index --overwrite` makes its rebuilt root live (removes CURRENT) once its build ends;
     an update job that started from the version live before and ended later wrote CURRENT over it:
