@@ -25,9 +25,8 @@ import multiprocessing
 import os
 import signal
 import socket
-import stat
+import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,7 +40,6 @@ from tqdm import tqdm
 
 from hopgraph.config import HopgraphConfig, validate_config
 from hopgraph.errors import ConfigError
-from hopgraph.files import exclusive_lock
 from hopgraph.serve import connections
 from hopgraph.serve.app import bound_socket, create_app
 from hopgraph.serve.auth import TokenBook
@@ -114,16 +112,18 @@ def run_workers(root: str | Path, config: HopgraphConfig, tokens: TokenBook, **o
     uvicorn.run(f"{__name__}:app_from_environment", workers=serve.workers, **settings)
 
 
-def private_folder() -> Path:
-    """``$XDG_RUNTIME_DIR``, else ``hopgraph-UID`` in the temporary folder: made if missing, and
-    refused unless it is this user's and no one else's (another user could have made it first)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    folder = Path(runtime) if runtime else Path(tempfile.gettempdir()) / f"hopgraph-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    held = folder.lstat()
-    if not stat.S_ISDIR(held.st_mode) or held.st_uid != os.getuid() or held.st_mode & 0o077:
-        raise ConfigError(f"{folder} is not a folder of this user's alone; remove it, or set XDG_RUNTIME_DIR")
-    return folder
+def claim_holder(claim: str) -> int | None:
+    """The user id of the process listening on the abstract socket ``claim``, None where none
+    listens there (a name merely bound: no server of this version's)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect("\0" + claim)
+        credentials = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return int(struct.unpack("3i", credentials)[1])  # (pid, uid, gid)
 
 
 def listening_socket(host: str, port: int, backlog: int) -> socket.socket:
@@ -242,18 +242,32 @@ class Supervisor:
 
     @contextlib.contextmanager
     def claimed(self) -> Iterator[None]:
-        """Holds an flock on a file named after ``claim`` in a folder of this user's alone: one holder
-        per machine and user (SO_REUSEPORT shares a port among one user's sockets only). It was an
-        abstract Unix socket, whose name any local user could bind first to keep the server down."""
+        """Holds an abstract Unix socket named after ``claim`` (Linux), listening: one holder per
+        machine. An abstract name has no owner, so any local user could bind it first and keep every
+        server off the port; a holder that is not a server of this user (it does not listen, or
+        another user's process does) is said, and the server starts without the check."""
         if not self.claim:
             yield
             return
-        with contextlib.ExitStack() as held:
-            try:
-                held.enter_context(exclusive_lock(private_folder() / f"{self.claim}.lock", patience=0))
-            except BlockingIOError:
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            holder.bind("\0" + self.claim)
+            holder.listen(1)
+        except OSError:
+            holder.close()
+            if claim_holder(self.claim) == os.getuid():
                 raise ConfigError(f"another `hopgraph serve` on this machine serves {self.claim}") from None
+            print(
+                f"note: {self.claim} is held by a process that is no `hopgraph serve` of this user; serving "
+                "without the check that no other server of this user shares the port",
+                file=sys.stderr,
+            )
             yield
+            return
+        try:
+            yield
+        finally:
+            holder.close()
 
     def replace_dead(self) -> None:
         """Start another process in place of one that ended or is stuck (a stuck one is killed first:

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from hopgraph.llm.standin import free_port
-from hopgraph.serve.workers import SILENT_SECONDS, spreads_connections
+from hopgraph.serve.workers import SILENT_SECONDS, claim_holder, spreads_connections
 from tests.serve.support import ServeProcess, until
 
 PER_WORKER = ("--serve.socket_per_worker", "true")
@@ -206,6 +206,14 @@ def test_a_name_bound_first_by_anyone_on_the_machine_does_not_keep_the_server_do
     try:
         server.wait_ready()
         assert len(listening(server, 2)) == 2
+        assert "is held by a process that is no `hopgraph serve` of this user" in server.log.read_text()
     finally:
         server.stop()
+        squatter.close()
+    squatter = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # one listening as a server does: this user's
+    squatter.bind(f"\0hopgraph-serve:127.0.0.1:{port}")
+    squatter.listen(1)
+    try:
+        assert claim_holder(f"hopgraph-serve:127.0.0.1:{port}") == os.getuid()
+    finally:
         squatter.close()
