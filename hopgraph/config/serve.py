@@ -132,8 +132,8 @@ class ServeConfig(Section):
     answer_timeout: float = Field(
         60.0,
         gt=0,
-        le=86_400,  # the answer LLM's request timeout too: past ~9e9 s every answer was a 500
-        description="Seconds (at most a day) an answer may take, whole (/v1/answer, /v1/chat/completions) or "
+        le=100_000_000,  # the answer LLM's request timeout too: past ~9e9 s every answer was a 500
+        description="Seconds an answer may take, whole (/v1/answer, /v1/chat/completions) or "
         "streamed, once it has an answer slot; a whole answer is then 503, a stream ends with an llm_unavailable "
         "error event (retrieval is unaffected).",
     )
@@ -182,8 +182,8 @@ class ServeConfig(Section):
     job_seconds: float = Field(
         0.0,
         ge=0,
-        le=2_592_000,  # 30 days: a wait past ~9e9 s fails in the thread layer (OverflowError)
-        description="Longest one build of update jobs may run, in seconds (0: no limit; at most 30 days); a build "
+        le=100_000_000,  # ~3 years: a wait past ~9e9 s fails in the thread layer (OverflowError)
+        description="Longest one build of update jobs may run, in seconds (0: no limit); a build "
         "past it fails its jobs (those of a batch then run alone, each within the limit), so one huge document "
         "cannot hold the queue. Builds with an LLM tier may take hours: set it from what yours take.",
     )
