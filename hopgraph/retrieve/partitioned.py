@@ -152,7 +152,7 @@ class PartitionedRetriever(Retriever):
         # settings accepted (a damping of 7 answered with empty evidence, not a ConfigError).
         config = self.settings(method, budget, overrides)
         chosen = config.method
-        check_method(chosen)
+        check_method(chosen, self.partitioned.manifest)  # its stages are done where every partition's are
         started = time.perf_counter()
         streams, settled, seeds = [], None, {}
         offsets: dict[str, int] = {}  # pieces numbered over the partitions this reader may read, nothing else

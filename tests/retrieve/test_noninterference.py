@@ -237,6 +237,8 @@ def test_isolation_groupless_reader_sees_exactly_the_public_index(isolated):
     assert full.retrieve("Who?", method="text", budget=100, metadata_filter=nobody).evidence == []
     with pytest.raises(ConfigError, match="ppr.damping"):
         full.retrieve("Who?", budget=100, metadata_filter=nobody, overrides={"ppr.damping": 7})
+    with pytest.raises(ConfigError, match="method 'cue' needs parts this index lacks"):
+        full.retrieve("Who?", method="cue", budget=100, metadata_filter=nobody)
 
 
 def test_isolation_survives_an_update(isolated, tmp_path):
