@@ -385,7 +385,8 @@ def _hipporag_support(
                 found.append(doc_id)
     for fact in _list(record.get("supporting_facts")):
         named = fact[0] if isinstance(fact, list) and fact else None
-        found.extend(i for i in by_title.get(str(named), []) if i not in found)
+        ids = by_title.get(str(named)) or [f"title:{named}"]  # a title the corpus lacks counts as not retrieved
+        found.extend(i for i in ids if i not in found)
     return found or None
 
 

@@ -121,6 +121,13 @@ def test_a_supporting_paragraph_the_corpus_spells_otherwise_or_lacks_still_count
     [said] = bench.skipped
     assert said == "1 supporting paragraph(s) not in toy_corpus.json (counted as not retrieved): question 'q1'"
     assert supporting_recall([paris.id], bench.questions[0].supporting_ids) == 0.5
+    # The same for HotpotQA-style facts, by title.
+    facts = {"id": "q2", "question": "Capital?", "answer": "Paris", "supporting_facts": [["Paris", 0], ["Lyon", 0]]}
+    _write_json(tmp_path / "toy.json", [facts])
+    bench = load_benchmark(tmp_path)
+    assert (
+        supporting_recall([paris.id], bench.questions[0].supporting_ids) == 0.5 and "question 'q2'" in bench.skipped[0]
+    )
 
 
 def test_ircot_dedupes_paragraphs_and_limit_keeps_the_corpus(tmp_path: Path) -> None:
