@@ -121,9 +121,9 @@ class RayHttpLLM(_ClusterLLM):
 
         def rows(clock: _Clock) -> Iterator[tuple[int, Completion]]:
             for row in dataset.iter_rows():
-                position = int(row["position"])
+                position, seconds = int(row["position"]), clock.lap()
                 try:
-                    completion = completion_from_json(self.config, json.loads(row["response"]), clock.lap())
+                    completion = completion_from_json(self.config, json.loads(row["response"]), seconds)
                 except LLMUnavailableError:
                     # Ray's processor retries 408, 429, 502, 503 and 504 only: a 500 (or a row still
                     # refused after its retries) ended the stage, and named llm.base_url, not the
