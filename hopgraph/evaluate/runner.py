@@ -151,7 +151,7 @@ def evaluate(
             "latency_ms_p95": percentile_ms(latencies, 95),
         }
         if method == "cue":
-            record["reranker"] = reranker_for(retriever.index, config.rerank, retriever.device).name
+            record["reranker"] = reranker_for(retriever.index, retriever.rerank, retriever.device).name
         if llm is not None:
             replies, usage = answer_many(llm, results, config.answer, progress=progress, refused_as_not_found=True)
             scores = [answer_scores(a.text, q.answers, found=a.found) for a, q in zip(replies, bench.questions)]

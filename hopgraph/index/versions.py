@@ -64,7 +64,7 @@ from hopgraph.errors import (
     UnknownDocumentError,
     storage_state,
 )
-from hopgraph.files import atomic_write, file_stamp
+from hopgraph.files import Stamp, atomic_write, file_stamp
 from hopgraph.index.jobs import (
     RUN_LOCK,
     UNFINISHED,
@@ -284,8 +284,7 @@ def _run(
         base = batch[0]["base"]
         if base is None:
             base = live
-        _check_base(root, batch[0]["id"], base)
-        edited = file_stamp(IndexStore(version_dir(root, base)).manifest_path)  # before it is read
+        edited = _check_base(root, batch[0]["id"], base)  # its stamp before its manifest is read
         building = True
         for record in batch:
             record.update(
@@ -327,14 +326,7 @@ def _run(
                 "have copied its rows into a new version unseen; rebuild the index from the documents "
                 "(`hopgraph index ... --overwrite`)"
             )
-        # Again: `hopgraph index --overwrite` may have made its rebuild live meanwhile, or rebuilt the
-        # root this job edits in place (CURRENT then names nothing, before and after).
-        _check_base(root, batch[0]["id"], base)
-        if file_stamp(IndexStore(version_dir(root, base)).manifest_path) != edited:
-            raise IndexFormatError(
-                f"job {batch[0]['id']} edits version {base or 'root'!r}, which was rebuilt while the job ran "
-                "(`hopgraph index --overwrite`); submit the update again"
-            )
+        _check_base(root, batch[0]["id"], base, edited)  # again: `hopgraph index --overwrite` ran meanwhile?
         atomic_write(root / CURRENT, lambda tmp: tmp.write_text(f"{VERSIONS}/{leader}\n", encoding="utf-8"))
     except Exception as exc:
         if storage_state(exc) is not None:
@@ -350,16 +342,25 @@ def _run(
     return _finish(root, batch, leader, time.perf_counter() - started)
 
 
-def _check_base(root: Path, job_id: str, base: str) -> None:
-    """IndexFormatError where ``base``, the version the job edits, is no longer the live one: only
-    the job queue moves it, but `hopgraph index --overwrite` makes its rebuilt root live (a job
-    ending after it published the old corpus plus the update over the rebuild)."""
+def _check_base(root: Path, job_id: str, base: str, stamp: Stamp | None = None) -> Stamp | None:
+    """The stamp of the manifest of ``base``, the version the job edits; IndexFormatError where that
+    is no longer the live version, or (given the ``stamp`` it had) was rebuilt. Only the job queue
+    moves the live version, but `hopgraph index --overwrite` makes its rebuilt root live, or
+    rebuilds the root in place (CURRENT names nothing before and after): a job ending after it
+    published the old corpus plus the update over the rebuild."""
     live = live_version(root)
     if base != live:
         raise IndexFormatError(
             f"job {job_id} edits version {base or 'root'!r} but {live or 'root'!r} is live now "
             "(the live version was moved outside the job queue); submit the update again"
         )
+    now = file_stamp(IndexStore(version_dir(root, base)).manifest_path)
+    if stamp is not None and now != stamp:
+        raise IndexFormatError(
+            f"job {job_id} edits version {base or 'root'!r}, which was rebuilt while the job ran "
+            "(`hopgraph index --overwrite`); submit the update again"
+        )
+    return now
 
 
 def _split(

@@ -39,7 +39,10 @@ def how_built(stages: list[str]) -> str:
 def check_method(method: str, manifest: dict[str, Any] | None = None, source: str = "") -> None:
     """Refuse (ConfigError) a method the registry does not have or, given an index's ``manifest``,
     one whose stages that index has not built, naming the methods it offers: a wrong default is
-    then found where it is set, not by every query that relies on it."""
+    then found where it is set, not by every query that relies on it. A retriever calls it per
+    query: the methods an index offers are listed only for the message."""
+    if method in SPECS and (manifest is None or not SPECS[method].missing(manifest)):
+        return
     where = f"{source}: " if source else ""
     if manifest is None:
         offers = f"choose one of {', '.join(SPECS)}"
